@@ -1,0 +1,73 @@
+# etj developer entry points. Every install step the tests need lives here (or in a
+# script this file calls), so a fresh clone on a fresh machine runs `make test` alone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ETJ_CACHE ?= $(HOME)/.cache/etj
+export PIP_CACHE_DIR ?= $(ETJ_CACHE)/pip
+export PIP_DISABLE_PIP_VERSION_CHECK = 1
+# Quieter TensorFlow in every test and demo process.
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export TF_USE_LEGACY_KERAS ?= 1
+
+.PHONY: help venv lint fmt unit test demo crds render binaries cluster-up cluster-down e2e-kind images bench clean
+
+help:
+	@echo "make demo      - run the quickstart job locally (no cluster needed)"
+	@echo "make test      - lint, type-check and run the whole test suite"
+	@echo "make crds      - regenerate crds/ and the chart's CRD from the API models"
+	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
+	@echo "make e2e-kind  - kind end-to-end suite (needs docker + kind)"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[operator,trainer,dev]'
+	touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check operator trainer_image tests benchmarks
+	$(VENV)/bin/ruff format --check operator trainer_image tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+fmt: venv
+	$(VENV)/bin/ruff check --fix operator trainer_image tests benchmarks
+	$(VENV)/bin/ruff format operator trainer_image tests benchmarks
+
+unit: venv
+	$(PY) -m pytest tests/unit -q
+
+binaries:
+	bash tests/cluster/build-binaries.sh
+
+test: venv lint binaries
+	$(PY) -m pytest -q
+
+demo: venv
+	$(VENV)/bin/etj run examples/quickstart.yaml
+
+render: venv
+	$(VENV)/bin/etj render examples/quickstart.yaml
+
+crds: venv
+	$(VENV)/bin/etj crd > crds/embeddingtrainingjobs.training.etj.dev.yaml
+	@if [ -d charts/etj/crds ]; then cp crds/*.yaml charts/etj/crds/; fi
+
+cluster-up: venv binaries
+	$(VENV)/bin/etj cluster up
+
+cluster-down: venv
+	$(VENV)/bin/etj cluster down
+
+e2e-kind: venv
+	$(PY) -m pytest -m e2e tests/e2e -v
+
+bench: venv
+	$(PY) benchmarks/trainer_throughput.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
