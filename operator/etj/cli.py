@@ -40,3 +40,93 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="etj")
 def main() -> None:
     """etj: TensorFlow training jobs with very large embedding tables, on Kubernetes."""
+
+
+def _load_documents(path: str) -> list[object]:
+    """The YAML documents of a file ('-' for stdin), empty ones dropped."""
+    import yaml
+
+    with click.open_file(path) as fh:
+        try:
+            return [d for d in yaml.safe_load_all(fh) if d is not None]
+        except yaml.YAMLError as exc:
+            raise click.ClickException(f"{path}: not valid YAML: {exc}") from exc
+
+
+def _validated(path: str) -> list:  # list[etj.validation.Validated]
+    from etj.validation import validate_manifest
+
+    docs = _load_documents(path)
+    if not docs:
+        raise click.ClickException(f"{path}: no documents")
+    return [validate_manifest(d) for d in docs]
+
+
+def _fail_on_problems(path: str, results: list) -> None:
+    bad = [(i, r) for i, r in enumerate(results) if not r.ok]
+    if not bad:
+        return
+    for i, r in bad:
+        prefix = f"{path}" + (f"[{i}]" if len(results) > 1 else "")
+        for problem in r.problems:
+            click.echo(f"{prefix}: {problem}", err=True)
+    raise SystemExit(2)
+
+
+@main.command()
+@click.argument("file", type=click.Path(allow_dash=True))
+def validate(file: str) -> None:
+    """Check a job file: exit 0, or exit 2 with one line per problem naming the field."""
+    results = _validated(file)
+    _fail_on_problems(file, results)
+    for r in results:
+        click.echo(f"{r.job.name}: valid ({r.plan.strategy}, {r.plan.ps_replicas} ps)")
+
+
+@main.command()
+@click.argument("file", type=click.Path(allow_dash=True))
+@click.option("--namespace", "-n", default=None, help="Namespace to render into.")
+@click.option("--image", default=None, help="Default trainer image (the operator's setting).")
+def render(file: str, namespace: str | None, image: str | None) -> None:
+    """Print every object the operator would create for a job (like `helm template`)."""
+    from etj.crd import to_yaml
+    from etj.render import RenderSettings, build_objects
+
+    results = _validated(file)
+    _fail_on_problems(file, results)
+    settings = RenderSettings(default_image=image) if image else RenderSettings()
+    docs = []
+    for r in results:
+        job = r.job
+        if namespace:
+            job = job.model_copy(
+                update={"metadata": job.metadata.model_copy(update={"namespace": namespace})}
+            )
+        docs += build_objects(job, r.plan, settings)
+    click.echo("---\n".join(to_yaml(d) for d in docs), nl=False)
+
+
+@main.command()
+@click.argument("file", type=click.Path(allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(file: str, as_json: bool) -> None:
+    """Show the shard plan: tables, shards, and what each ps holds."""
+    import json
+
+    from etj.planview import print_plan
+
+    results = _validated(file)
+    _fail_on_problems(file, results)
+    for r in results:
+        if as_json:
+            click.echo(json.dumps(r.plan.to_wire(), indent=2))
+        else:
+            print_plan(r.job, r.plan)
+
+
+@main.command()
+def crd() -> None:
+    """Print the CustomResourceDefinition generated from the API models."""
+    from etj.crd import crd_yaml
+
+    click.echo(crd_yaml(), nl=False)

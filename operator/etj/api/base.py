@@ -1,0 +1,49 @@
+"""The base every API model derives from: camelCase on the wire, unknown fields refused.
+
+Pure: no I/O, no environment, no kopf or Kubernetes client.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from etj.api.quantity import QUANTITY_PATTERN, parse_quantity
+
+
+class ApiModel(BaseModel):
+    """Base of every spec/status model.
+
+    ``extra="forbid"`` so that a typo in a job (``vocabSize``) is an error from ``etj
+    validate`` instead of a silently ignored field; the API server prunes unknown fields
+    anyway, so the CRD schema does not need it.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_default=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase JSON form, without unset optional fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _check_quantity(value: object) -> object:
+    if isinstance(value, str):
+        parse_quantity(value)  # raises ValueError with a readable message
+    return value
+
+
+# A Kubernetes resource quantity: an integer or a string such as "512Mi" or "1.5G".
+# The schema marker becomes ``x-kubernetes-int-or-string`` in the CRD.
+Quantity = Annotated[
+    int | str,
+    BeforeValidator(_check_quantity),
+    Field(json_schema_extra={"x-etj-quantity": True, "pattern": QUANTITY_PATTERN}),
+]

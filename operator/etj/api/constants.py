@@ -1,0 +1,34 @@
+"""Names fixed by the design: API group, kind, labels, ports. Pure constants."""
+
+from __future__ import annotations
+
+GROUP = "training.etj.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "EmbeddingTrainingJob"
+PLURAL = "embeddingtrainingjobs"
+SINGULAR = "embeddingtrainingjob"
+SHORT_NAMES = ["etj"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# The value of spec.runPolicy.managedBy that this operator acts on.
+MANAGED_BY = "training.etj.dev/operator"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB_NAME = f"{GROUP}/job-name"
+LABEL_REPLICA_TYPE = f"{GROUP}/replica-type"
+LABEL_REPLICA_INDEX = f"{GROUP}/replica-index"
+APP_NAME = "etj"
+MANAGED_BY_VALUE = "etj"
+
+TF_PORT = 2222
+METRICS_PORT = 9102
+TRAINER_CONFIG_MOUNT = "/etc/etj"
+TRAINER_CONFIG_FILE = "trainer.json"
+DEFAULT_CHECKPOINT_MOUNT = "/var/lib/etj/checkpoints"
+DEFAULT_IMAGE = "ghcr.io/etj-dev/etj-trainer:0.1.0"
+CONTAINER_NAME = "trainer"
+
+# Hostnames are DNS labels (63 chars): "<job>-worker-<index>" must fit.
+MAX_JOB_NAME_LENGTH = 45

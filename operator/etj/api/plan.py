@@ -1,0 +1,60 @@
+"""The shard plan as data: how tables are split and where each shard lives.
+
+Computed by ``etj.planner``; written to ``status.shardPlan`` and into the trainer config,
+so the operator, the trainer and the user all read the same plan. Pure data.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from etj.api.base import ApiModel
+
+
+class TablePlan(ApiModel):
+    """How one embedding table is split."""
+
+    name: str = Field(description="Table name.")
+    rows: int = Field(ge=1, description="Rows of the table (its vocabulary size).")
+    dimension: int = Field(ge=1, description="Embedding width.")
+    dtype: str = Field(description="Storage dtype.")
+    optimizer: str = Field(description="The optimizer that updates this table.")
+    bytes: int = Field(ge=0, description="Bytes of the table with its optimizer slots.")
+    shards: int = Field(ge=1, description="Number of shards (partitions along the rows).")
+    rows_per_shard: list[int] = Field(description="Rows of each shard, in shard order.")
+    ps_of_shard: list[int] = Field(
+        description="Index of the ps task holding each shard (empty without ps)."
+    )
+
+    @property
+    def bytes_per_row(self) -> float:
+        return self.bytes / self.rows
+
+    def shard_bytes(self, shard: int) -> int:
+        """Bytes of one shard, with its optimizer slots."""
+        return self.bytes * self.rows_per_shard[shard] // self.rows
+
+
+class PsPlan(ApiModel):
+    """What one parameter server holds."""
+
+    index: int = Field(ge=0, description="ps task index.")
+    bytes: int = Field(ge=0, description="Bytes of the shards it holds, with optimizer slots.")
+    memory_request_bytes: int = Field(
+        ge=0, description="Memory the ps pod requests: shard bytes x headroom + base memory."
+    )
+    shards: list[str] = Field(description="Shards it holds, as table/shard.")
+
+
+class ShardPlan(ApiModel):
+    """How the embedding tables are sharded over parameter servers."""
+
+    strategy: str = Field(description="The strategy the plan is for (Auto resolved).")
+    ps_replicas: int = Field(ge=0, description="Number of ps tasks (0 under MultiWorkerMirrored).")
+    total_bytes: int = Field(ge=0, description="Bytes of all tables with optimizer slots.")
+    tables: list[TablePlan] = Field(description="Per-table sharding.")
+    ps: list[PsPlan] = Field(description="Per-ps contents and memory.")
+    replica_memory_bytes: int | None = Field(
+        default=None,
+        description="Under MultiWorkerMirrored: memory each worker needs for its table copies.",
+    )

@@ -1,0 +1,491 @@
+"""The ``spec`` of an EmbeddingTrainingJob: what a user writes.
+
+These models are the single source of truth for the API: the CRD's OpenAPI schema is
+generated from them (``etj.crd``), ``etj validate`` uses them, and the trainer reads the
+model/data/training parts from the rendered trainer config. Validation that a schema can
+express lives here as field constraints (or as CEL rules under ``x-kubernetes-validations``
+for cross-field rules) so the API server rejects a bad job before the operator sees it;
+checks only code can make (does the plan fit?) live in ``etj.validation``.
+
+Pure: no I/O, no environment, no kopf or Kubernetes client.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from etj.api.base import ApiModel, Quantity
+
+
+def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    """Schema extra carrying CEL rules (rule, message) into the CRD."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+
+
+class Strategy(str, Enum):
+    PARAMETER_SERVER = "ParameterServer"
+    MULTI_WORKER_MIRRORED = "MultiWorkerMirrored"
+    AUTO = "Auto"
+
+
+class Optimizer(str, Enum):
+    SGD = "sgd"
+    ADAGRAD = "adagrad"
+    FTRL = "ftrl"
+    ADAM = "adam"
+
+
+# Optimizer slot variables per table row: each slot is a table-shaped variable that
+# lives next to the table shard, so it counts against the ps memory as much as the table.
+OPTIMIZER_SLOTS: dict[str, int] = {"sgd": 0, "adagrad": 1, "ftrl": 2, "adam": 2}
+
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+class RestartPolicy(str, Enum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    EXIT_CODE = "ExitCode"
+
+
+class CleanPodPolicy(str, Enum):
+    ALL = "All"
+    RUNNING = "Running"
+    NONE = "None"
+
+
+class ResourceRequirements(ApiModel):
+    """Compute resources of one replica, as in a Pod's container ``resources``."""
+
+    requests: dict[str, Quantity] | None = Field(
+        default=None, description="Minimum resources (cpu, memory, ...) the scheduler reserves."
+    )
+    limits: dict[str, Quantity] | None = Field(
+        default=None,
+        description="Maximum resources; exceeding the memory limit OOM-kills the replica.",
+    )
+
+    def memory(self) -> Quantity | None:
+        """The memory limit, else the memory request, else None."""
+        for source in (self.limits, self.requests):
+            if source and "memory" in source:
+                return source["memory"]
+        return None
+
+
+class ReplicaSpec(ApiModel):
+    """How many replicas of one role, and what each gets."""
+
+    replicas: int = Field(default=1, ge=0, le=1024, description="Number of replicas of this role.")
+    resources: ResourceRequirements | None = Field(
+        default=None, description="Resources of each replica of this role."
+    )
+
+
+class ChiefSpec(ReplicaSpec):
+    """The chief: the coordinator under ParameterServer, worker 0's peer under MultiWorkerMirrored."""
+
+    replicas: int = Field(default=1, ge=0, le=1, description="0 or 1 chief.")
+
+
+class PsSpec(ApiModel):
+    """Parameter servers: they hold the embedding table shards."""
+
+    replicas: int | Literal["auto"] = Field(
+        default="auto",
+        description=(
+            "Number of parameter servers, or 'auto' for the fewest whose memory holds the "
+            "shard plan."
+        ),
+        json_schema_extra={"x-etj-int-or-auto": True, "minimum": 1},
+    )
+    max_replicas: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="Upper bound for 'auto'.",
+    )
+    resources: ResourceRequirements | None = Field(
+        default=None,
+        description=(
+            "Resources of each ps. Its memory limit (else request) is the memory budget the "
+            "planner fits shards into; the memory request is raised to what the plan needs."
+        ),
+    )
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas_non_negative(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(
+                "must be 'auto' or an integer >= 1 (leave replicas.ps out for a job without ps)"
+            )
+        return v
+
+
+class ReplicasSpec(ApiModel):
+    """Replicas per role."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": _cel(
+            (
+                "(has(self.chief) && self.chief.replicas > 0) || !has(self.worker) || self.worker.replicas > 0",
+                "a job needs a chief or at least one worker",
+            ),
+        )
+    }
+
+    chief: ChiefSpec | None = Field(
+        default=None, description="The chief (default: one; required by ParameterServer)."
+    )
+    worker: ReplicaSpec = Field(
+        default_factory=lambda: ReplicaSpec(replicas=2), description="The workers."
+    )
+    ps: PsSpec | None = Field(
+        default=None,
+        description="Parameter servers (ParameterServer strategy only; default: auto).",
+    )
+    evaluator: ReplicaSpec | None = Field(
+        default=None,
+        description="An optional side-car evaluator (0 or 1) reading checkpoints.",
+    )
+
+    @field_validator("evaluator")
+    @classmethod
+    def _one_evaluator(cls, v: ReplicaSpec | None) -> ReplicaSpec | None:
+        if v is not None and v.replicas > 1:
+            raise ValueError("at most one evaluator is supported")
+        return v
+
+
+class EmbeddingTable(ApiModel):
+    """One embedding table: one categorical feature's id → vector map."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="Table name; also the input feature's name (lowercase, digits, '_').",
+    )
+    vocabulary_size: int = Field(
+        ge=1,
+        le=2**40,
+        description="Number of rows (distinct ids); ids are taken modulo this size.",
+    )
+    dimension: int = Field(ge=1, le=8192, description="Embedding vector width.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="Storage dtype of the table and its optimizer slots."
+    )
+    combiner: Literal["sum", "mean"] = Field(
+        default="mean", description="How the vectors of a multi-valued feature are combined."
+    )
+    ids_per_example: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Ids per example for this feature (its valency).",
+    )
+    optimizer: Optimizer | None = Field(
+        default=None,
+        description="Optimizer for this table only (default: training.optimizer).",
+    )
+
+
+class ModelSpec(ApiModel):
+    """The CTR model: embedding tables, dense features and an MLP tower."""
+
+    embeddings: list[EmbeddingTable] = Field(
+        min_length=1,
+        max_length=256,
+        description="The embedding tables, one per categorical feature; names are unique.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    dense_features: int = Field(default=13, ge=0, le=10000, description="Number of dense inputs.")
+    hidden_units: list[int] = Field(
+        default_factory=lambda: [256, 128],
+        max_length=16,
+        description="Widths of the MLP's hidden layers.",
+        json_schema_extra={"items": {"minimum": 1, "maximum": 65536}},
+    )
+
+    @field_validator("hidden_units")
+    @classmethod
+    def _positive_units(cls, v: list[int]) -> list[int]:
+        if any(u < 1 or u > 65536 for u in v):
+            raise ValueError("every hidden layer width must be between 1 and 65536")
+        return v
+
+    @field_validator("embeddings")
+    @classmethod
+    def _unique_names(cls, v: list[EmbeddingTable]) -> list[EmbeddingTable]:
+        seen: set[str] = set()
+        for t in v:
+            if t.name in seen:
+                raise ValueError(f"table name {t.name!r} appears twice; names must be unique")
+            seen.add(t.name)
+        return v
+
+
+class SyntheticData(ApiModel):
+    """Generated data: Zipf-distributed ids with a learnable click signal."""
+
+    zipf_exponent: float = Field(
+        default=1.1,
+        gt=1.0,
+        le=5.0,
+        description="Skew of id frequencies (Zipf exponent, > 1).",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the generator.")
+
+
+class FileData(ApiModel):
+    """Training data read from files (a mounted volume or any TensorFlow filesystem path)."""
+
+    pattern: str = Field(
+        min_length=1, description="Glob of the input files, e.g. /data/train-*.tfrecord."
+    )
+    format: Literal["tfrecord", "csv"] = Field(default="tfrecord", description="File format.")
+    label_key: str = Field(default="label", min_length=1, description="Name of the label column.")
+    volume: dict[str, Any] | None = Field(
+        default=None,
+        description="A Pod volume source holding the files, mounted read-only at /data.",
+    )
+
+
+class DataSpec(ApiModel):
+    """Where training examples come from."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": _cel(
+            (
+                "self.source != 'files' || has(self.files)",
+                "data.files is required when source is files",
+            ),
+        )
+    }
+
+    source: Literal["synthetic", "files"] = Field(
+        default="synthetic", description="synthetic (generated) or files."
+    )
+    synthetic: SyntheticData | None = Field(
+        default=None, description="Settings of the synthetic generator."
+    )
+    files: FileData | None = Field(default=None, description="Settings of file input.")
+
+    @model_validator(mode="after")
+    def _files_given(self) -> DataSpec:
+        if self.source == "files" and self.files is None:
+            raise ValueError("data.files is required when data.source is 'files'")
+        return self
+
+
+class TrainingSpec(ApiModel):
+    """The training loop."""
+
+    batch_size_per_replica: int = Field(
+        default=1024, ge=1, le=1 << 20, description="Examples per step per worker."
+    )
+    steps: int = Field(default=1000, ge=1, description="Total training steps.")
+    optimizer: Optimizer = Field(
+        default=Optimizer.ADAGRAD,
+        description="sgd, adagrad, ftrl, or adam (a lazy Adam that only updates the rows in the batch).",
+    )
+    learning_rate: float = Field(default=0.05, gt=0, le=100, description="Learning rate.")
+    steps_per_execution: int = Field(
+        default=10,
+        ge=1,
+        le=10000,
+        description="Steps run per scheduled function (fewer round-trips to the workers).",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed for initialisers and the data order.")
+
+
+class ShardingSpec(ApiModel):
+    """How embedding tables are split over parameter servers."""
+
+    max_shard_bytes: Quantity = Field(
+        default="512Mi",
+        description="Largest shard, counting its optimizer slots.",
+    )
+    ps_memory_headroom: float = Field(
+        default=1.3,
+        ge=1.0,
+        le=10.0,
+        description="Factor over the shard bytes a ps requests (for copies during updates and checkpoints).",
+    )
+    ps_base_memory: Quantity = Field(
+        default="768Mi",
+        description="Memory of a ps process before any shard (the TensorFlow runtime).",
+    )
+    default_ps_memory: Quantity = Field(
+        default="4Gi",
+        description="Memory budget of a ps when replicas.ps.resources gives none.",
+    )
+    mirrored_max_bytes: Quantity = Field(
+        default="1Gi",
+        description="strategy Auto picks MultiWorkerMirrored when all tables fit in this; else ParameterServer.",
+    )
+
+
+class CheckpointSpec(ApiModel):
+    """Where and how often training state is saved."""
+
+    volume: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "A Pod volume source (e.g. {persistentVolumeClaim: {claimName: ckpt}}) mounted on "
+            "every replica; each ps writes its own shards. Default: an emptyDir (lost with the pod)."
+        ),
+    )
+    mount_path: str = Field(
+        default="/var/lib/etj/checkpoints",
+        pattern=r"^/.*",
+        description="Where the volume is mounted in every replica.",
+    )
+    every_steps: int = Field(default=1000, ge=1, description="Checkpoint interval in steps.")
+    keep: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
+
+
+class RunPolicy(ApiModel):
+    """Restarts, deadlines and clean-up."""
+
+    restart_policy: RestartPolicy = Field(
+        default=RestartPolicy.ON_FAILURE,
+        description=(
+            "Never; OnFailure (restart failed replicas); ExitCode (exit codes 1-127 are "
+            "permanent, 128+ i.e. signals and OOM kills are retried)."
+        ),
+    )
+    backoff_limit: int = Field(
+        default=6, ge=0, le=10000, description="Restarts of the job before it is Failed."
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, description="Fail the job after this long running."
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete the finished job after this long."
+    )
+    suspend: bool = Field(
+        default=False,
+        description="true deletes the pods and keeps status and checkpoints; false resumes.",
+    )
+    clean_pod_policy: CleanPodPolicy = Field(
+        default=CleanPodPolicy.RUNNING,
+        description="Pods deleted when the job finishes: All, Running (those still running, e.g. ps), or None.",
+    )
+    managed_by: str = Field(
+        default="training.etj.dev/operator",
+        min_length=1,
+        max_length=63,
+        description="The controller that runs this job; any other value makes etj leave it alone (e.g. for MultiKueue).",
+    )
+    max_memory_on_o_o_m: Quantity | None = Field(
+        default=None,
+        description=(
+            "An OOM-killed replica is recreated with 1.5x its memory limit, up to this cap "
+            "(default: the operator's setting)."
+        ),
+    )
+
+
+class EnvVar(ApiModel):
+    """An environment variable added to every replica."""
+
+    name: str = Field(
+        min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
+    )
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: dict[str, Any] | None = Field(
+        default=None, description="A Kubernetes EnvVarSource."
+    )
+
+
+class PodTemplateOverrides(ApiModel):
+    """Fields merged into every replica's Pod."""
+
+    labels: dict[str, str] | None = Field(default=None, description="Extra labels.")
+    annotations: dict[str, str] | None = Field(default=None, description="Extra annotations.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node selector.")
+    tolerations: list[dict[str, Any]] | None = Field(default=None, description="Tolerations.")
+    affinity: dict[str, Any] | None = Field(default=None, description="Affinity rules.")
+    priority_class_name: str | None = Field(default=None, description="Priority class.")
+    service_account_name: str | None = Field(
+        default=None, description="Service account of the pods."
+    )
+    image_pull_secrets: list[dict[str, Any]] | None = Field(
+        default=None, description="Image pull secrets."
+    )
+    env: list[EnvVar] | None = Field(default=None, description="Extra environment variables.")
+
+
+class EmbeddingTrainingJobSpec(ApiModel):
+    """The desired training job."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": _cel(
+            (
+                "!(self.strategy == 'MultiWorkerMirrored' && has(self.replicas) && has(self.replicas.ps))",
+                "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
+            ),
+            (
+                "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.chief) && self.replicas.chief.replicas != 1)",
+                "strategy ParameterServer needs exactly one chief (the coordinator)",
+            ),
+            (
+                "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.worker) && self.replicas.worker.replicas < 1)",
+                "strategy ParameterServer needs at least one worker",
+            ),
+        )
+    }
+
+    strategy: Strategy = Field(
+        default=Strategy.AUTO,
+        description=(
+            "ParameterServer (tables sharded over ps), MultiWorkerMirrored (tables mirrored on "
+            "every worker), or Auto (chosen from the table sizes)."
+        ),
+    )
+    image: str | None = Field(
+        default=None, min_length=1, description="Trainer image (default: the operator's setting)."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Image pull policy of every replica."
+    )
+    replicas: ReplicasSpec = Field(default_factory=ReplicasSpec, description="Replicas per role.")
+    model: ModelSpec = Field(description="The model to train.")
+    data: DataSpec = Field(default_factory=DataSpec, description="Training data.")
+    training: TrainingSpec = Field(
+        default_factory=TrainingSpec, description="Training loop settings."
+    )
+    sharding: ShardingSpec = Field(
+        default_factory=ShardingSpec, description="Embedding sharding over parameter servers."
+    )
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy, description="Restarts, deadlines, clean-up."
+    )
+    pod_template: PodTemplateOverrides | None = Field(
+        default=None, description="Overrides merged into every replica's Pod."
+    )
+
+    @model_validator(mode="after")
+    def _strategy_replicas(self) -> EmbeddingTrainingJobSpec:
+        r = self.replicas
+        if self.strategy == Strategy.MULTI_WORKER_MIRRORED and r.ps is not None:
+            raise ValueError(
+                "replicas.ps is only for strategy ParameterServer (or Auto); "
+                "remove it for MultiWorkerMirrored"
+            )
+        if self.strategy == Strategy.PARAMETER_SERVER:
+            if r.chief is not None and r.chief.replicas != 1:
+                raise ValueError(
+                    "strategy ParameterServer needs exactly one chief (the coordinator)"
+                )
+            if r.worker.replicas < 1:
+                raise ValueError("strategy ParameterServer needs at least one worker")
+        if (r.chief is None or r.chief.replicas == 0) and r.worker.replicas == 0:
+            raise ValueError("a job needs a chief or at least one worker")
+        return self

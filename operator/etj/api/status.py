@@ -1,0 +1,103 @@
+"""The ``status`` of an EmbeddingTrainingJob: what the operator observed and decided.
+
+Written once per reconcile by the operator; read by ``kubectl get etj``. Pure data.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import Field
+
+from etj.api.base import ApiModel
+from etj.api.plan import ShardPlan
+
+
+class Phase(str, Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+FINISHED_PHASES = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
+
+
+class Condition(ApiModel):
+    """A Kubernetes-shaped condition (as metav1.Condition)."""
+
+    type: str = Field(description="Created, Running, Restarting, Suspended, Succeeded or Failed.")
+    status: str = Field(pattern=r"^(True|False|Unknown)$", description="True, False or Unknown.")
+    reason: str = Field(default="", description="CamelCase reason for the last transition.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str | None = Field(
+        default=None, description="When the status last changed (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation this condition was set from."
+    )
+
+
+class ReplicaStatus(ApiModel):
+    """Counts for one role."""
+
+    active: int = Field(default=0, ge=0, description="Pods pending or running.")
+    ready: int = Field(default=0, ge=0, description="Pods running.")
+    succeeded: int = Field(default=0, ge=0, description="Pods that exited 0.")
+    failed: int = Field(default=0, ge=0, description="Pods that failed.")
+    restarts: int = Field(
+        default=0, ge=0, description="Times a replica of this role was recreated."
+    )
+
+
+class ReplicaStatuses(ApiModel):
+    """Counts per role."""
+
+    chief: ReplicaStatus | None = Field(default=None, description="The chief.")
+    worker: ReplicaStatus | None = Field(default=None, description="The workers.")
+    ps: ReplicaStatus | None = Field(default=None, description="The parameter servers.")
+    evaluator: ReplicaStatus | None = Field(default=None, description="The evaluator.")
+
+
+class Progress(ApiModel):
+    """Training progress as last reported by the chief."""
+
+    step: int = Field(default=0, ge=0, description="Last completed training step.")
+    examples_per_second: float | None = Field(default=None, description="Recent throughput.")
+    loss: float | None = Field(default=None, description="Recent training loss.")
+    auc: float | None = Field(default=None, description="Recent training AUC.")
+    last_checkpoint_step: int | None = Field(
+        default=None, description="Step of the newest checkpoint."
+    )
+    update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
+
+
+class EmbeddingTrainingJobStatus(ApiModel):
+    """The observed state of a job."""
+
+    phase: Phase | None = Field(default=None, description="Summary of the job's state.")
+    strategy: str | None = Field(default=None, description="The strategy in use (Auto resolved).")
+    workers: str | None = Field(
+        default=None, description="Workers ready/desired, as shown by kubectl get."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Conditions, one per type.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replica_statuses: ReplicaStatuses | None = Field(default=None, description="Counts per role.")
+    shard_plan: ShardPlan | None = Field(default=None, description="The shard plan in effect.")
+    progress: Progress | None = Field(default=None, description="Training progress.")
+    restarts: int = Field(default=0, ge=0, description="Restarts counted against backoffLimit.")
+    start_time: str | None = Field(
+        default=None, description="When the job first started (RFC 3339)."
+    )
+    completion_time: str | None = Field(
+        default=None, description="When the job finished (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation the status reflects."
+    )
+    message: str | None = Field(default=None, description="The last notable event, for people.")

@@ -1,0 +1,43 @@
+"""The trainer config: the document the operator renders for the trainer in every pod.
+
+The operator builds it (``etj.render.build_trainer_config``) and mounts it as JSON; the
+trainer (``etj_trainer``) parses it with this model. It reuses the spec's model, data and
+training sections unchanged, so there is one definition of each. Pure data.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from etj.api.base import ApiModel
+from etj.api.plan import ShardPlan
+from etj.api.spec import DataSpec, ModelSpec, TrainingSpec
+
+
+class TrainerCheckpoint(ApiModel):
+    """Where the trainer keeps checkpoints."""
+
+    directory: str = Field(min_length=1, description="Checkpoint directory (on every replica).")
+    every_steps: int = Field(ge=1, description="Checkpoint interval in steps.")
+    keep: int = Field(ge=1, description="Checkpoints kept.")
+
+
+class TrainerConfig(ApiModel):
+    """Everything the trainer needs beyond TF_CONFIG."""
+
+    job_name: str = Field(min_length=1, description="Name of the job.")
+    strategy: Literal["ParameterServer", "MultiWorkerMirrored"] = Field(
+        description="Resolved strategy."
+    )
+    model: ModelSpec = Field(description="The model.")
+    data: DataSpec = Field(description="Training data.")
+    training: TrainingSpec = Field(description="The training loop.")
+    checkpoint: TrainerCheckpoint | None = Field(default=None, description="Checkpoints.")
+    shard_plan: ShardPlan = Field(description="The shard plan the variables must follow.")
+    metrics_port: int = Field(ge=1, le=65535, description="Port of the chief's metrics.")
+    export_dir: str | None = Field(default=None, description="Where the final export goes.")
+    watchdog_seconds: int = Field(
+        default=600, ge=10, description="The chief fails if no step completes for this long."
+    )

@@ -1,0 +1,341 @@
+"""Pure ``build_*`` functions: a job and its shard plan in, Kubernetes objects out.
+
+The jinja2 templates next to this module give the manifests their shape; every value is
+inserted as JSON (``tojson``), and TF_CONFIG is built by ``etj.tfconfig`` with ``json``,
+never by text templating. Nothing here talks to the API server or reads the environment:
+the operator's settings come in as ``RenderSettings``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import jinja2
+import yaml
+
+from etj.api.constants import (
+    API_VERSION,
+    APP_NAME,
+    CONTAINER_NAME,
+    DEFAULT_IMAGE,
+    KIND,
+    LABEL_JOB_NAME,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    MANAGED_BY_VALUE,
+    METRICS_PORT,
+    TF_PORT,
+    TRAINER_CONFIG_FILE,
+    TRAINER_CONFIG_MOUNT,
+)
+from etj.api.job import EmbeddingTrainingJob
+from etj.api.plan import ShardPlan
+from etj.api.quantity import format_bytes, quantity_bytes
+from etj.api.spec import ResourceRequirements, Strategy
+from etj.api.trainer import TrainerCheckpoint, TrainerConfig
+from etj.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
+
+# Annotation carrying the memory limit an OOM-killed replica was recreated with.
+ANNOTATION_MEMORY_LIMIT = "training.etj.dev/memory-limit"
+ANNOTATION_SPEC_HASH = "training.etj.dev/spec-generation"
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """What the operator (or ``etj render``) decides beyond the job itself."""
+
+    default_image: str = DEFAULT_IMAGE
+    tf_port: int = TF_PORT
+    metrics_port: int = METRICS_PORT
+    grace_seconds: int = 60
+    watchdog_seconds: int = 600
+    command: tuple[str, ...] = ("python", "-m", "etj_trainer")
+    # Per-replica memory limit overrides (after OOM kills), keyed by pod name.
+    memory_limits: dict[str, int] = field(default_factory=dict)
+
+
+@cache
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("etj.render", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+
+
+def _render(template: str, **values: Any) -> dict[str, Any]:
+    text = _env().get_template(template).render(**values)
+    obj = yaml.safe_load(text)
+    assert isinstance(obj, dict)
+    return obj
+
+
+def replica_set(job: EmbeddingTrainingJob, plan: ShardPlan) -> ReplicaSet:
+    """The tasks a job runs: chief defaults to one under ParameterServer, none otherwise."""
+    r = job.spec.replicas
+    ps_strategy = plan.strategy == Strategy.PARAMETER_SERVER.value
+    chief = r.chief.replicas if r.chief is not None else (1 if ps_strategy else 0)
+    return ReplicaSet(
+        chief=chief,
+        worker=r.worker.replicas,
+        ps=plan.ps_replicas,
+        evaluator=r.evaluator.replicas if r.evaluator is not None else 0,
+    )
+
+
+def common_labels(job: EmbeddingTrainingJob) -> dict[str, str]:
+    return {
+        LABEL_NAME: APP_NAME,
+        "app.kubernetes.io/instance": job.name,
+        LABEL_MANAGED_BY: MANAGED_BY_VALUE,
+        LABEL_JOB_NAME: job.name,
+    }
+
+
+def job_selector(job_name: str) -> dict[str, str]:
+    """Labels that select every object of one job."""
+    return {LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_JOB_NAME: job_name}
+
+
+def owner_reference(job: EmbeddingTrainingJob) -> dict[str, Any] | None:
+    """The controller reference to the job; None when the job has no uid yet (``etj render``)."""
+    if not job.metadata.uid:
+        return None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job.name,
+        "uid": job.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def config_map_name(job_name: str) -> str:
+    return f"{job_name}-trainer-config"
+
+
+def checkpoint_dir(job: EmbeddingTrainingJob) -> str:
+    # A per-job directory: one checkpoint volume may be shared by several jobs.
+    return f"{job.spec.checkpoint.mount_path.rstrip('/')}/{job.name}"
+
+
+def build_trainer_config(
+    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings
+) -> TrainerConfig:
+    spec = job.spec
+    return TrainerConfig(
+        job_name=job.name,
+        strategy=plan.strategy,
+        model=spec.model,
+        data=spec.data,
+        training=spec.training,
+        checkpoint=TrainerCheckpoint(
+            directory=checkpoint_dir(job),
+            every_steps=spec.checkpoint.every_steps,
+            keep=spec.checkpoint.keep,
+        ),
+        shard_plan=plan,
+        metrics_port=settings.metrics_port,
+        export_dir=f"{checkpoint_dir(job)}/export",
+        watchdog_seconds=settings.watchdog_seconds,
+    )
+
+
+def build_service(job: EmbeddingTrainingJob, settings: RenderSettings) -> dict[str, Any]:
+    return _render(
+        "service.yaml.j2",
+        job=job.name,
+        namespace=job.namespace,
+        labels=common_labels(job),
+        owner=owner_reference(job),
+        selector=job_selector(job.name),
+        tf_port=settings.tf_port,
+    )
+
+
+def build_config_map(
+    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings
+) -> dict[str, Any]:
+    config = build_trainer_config(job, plan, settings)
+    return _render(
+        "configmap.yaml.j2",
+        name=config_map_name(job.name),
+        namespace=job.namespace,
+        labels=common_labels(job),
+        owner=owner_reference(job),
+        file_name=TRAINER_CONFIG_FILE,
+        trainer_config=json.dumps(config.to_wire(), indent=1, sort_keys=True),
+    )
+
+
+def _role_resources(job: EmbeddingTrainingJob, role: str) -> ResourceRequirements | None:
+    r = job.spec.replicas
+    spec = {"chief": r.chief, "worker": r.worker, "ps": r.ps, "evaluator": r.evaluator}[role]
+    return spec.resources if spec is not None else None
+
+
+def replica_resources(
+    job: EmbeddingTrainingJob,
+    plan: ShardPlan,
+    role: str,
+    index: int,
+    settings: RenderSettings,
+) -> dict[str, Any]:
+    """A replica's container resources: the user's, with memory raised to what the plan needs."""
+    given = _role_resources(job, role)
+    requests: dict[str, Any] = dict(given.requests or {}) if given else {}
+    limits: dict[str, Any] = dict(given.limits or {}) if given else {}
+    need: int | None = None
+    if role == "ps" and plan.ps:
+        need = plan.ps[index].memory_request_bytes
+        if "memory" not in limits:
+            # The budget the plan was fitted into is the ps's limit.
+            limits["memory"] = job.spec.sharding.default_ps_memory
+    elif role in ("chief", "worker") and plan.replica_memory_bytes is not None:
+        need = plan.replica_memory_bytes
+    if need is not None:
+        current = quantity_bytes(requests["memory"]) if "memory" in requests else 0
+        if need > current:
+            requests["memory"] = format_bytes(need)
+    override = settings.memory_limits.get(pod_name(job.name, role, index))
+    if override is not None:
+        limits["memory"] = format_bytes(override)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _volumes(job: EmbeddingTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    spec = job.spec
+    checkpoint_source = spec.checkpoint.volume or {"emptyDir": {}}
+    volumes = [
+        {"name": "trainer-config", "configMap": {"name": config_map_name(job.name)}},
+        {"name": "checkpoints", **checkpoint_source},
+        # TensorFlow writes temporary files; the root filesystem is read-only.
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "trainer-config", "mountPath": TRAINER_CONFIG_MOUNT, "readOnly": True},
+        {"name": "checkpoints", "mountPath": spec.checkpoint.mount_path},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    files = spec.data.files
+    if spec.data.source == "files" and files is not None and files.volume:
+        volumes.append({"name": "data", **files.volume})
+        mounts.append({"name": "data", "mountPath": "/data", "readOnly": True})
+    return volumes, mounts
+
+
+def _pod_overrides(job: EmbeddingTrainingJob) -> dict[str, Any]:
+    t = job.spec.pod_template
+    if t is None:
+        return {}
+    wire = t.to_wire()
+    keys = (
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "priorityClassName",
+        "serviceAccountName",
+        "imagePullSecrets",
+    )
+    return {k: wire[k] for k in keys if k in wire}
+
+
+def build_pod(
+    job: EmbeddingTrainingJob,
+    plan: ShardPlan,
+    role: str,
+    index: int,
+    settings: RenderSettings,
+    address: AddressFn | None = None,
+) -> dict[str, Any]:
+    """The Pod of one replica."""
+    replicas = replica_set(job, plan)
+    address = address or dns_address(job.name, job.namespace, settings.tf_port)
+    name = pod_name(job.name, role, index)
+    template = job.spec.pod_template
+    labels = {
+        **(template.labels or {} if template else {}),
+        **common_labels(job),
+        "app.kubernetes.io/component": role,
+        LABEL_REPLICA_TYPE: role,
+        LABEL_REPLICA_INDEX: str(index),
+    }
+    annotations = dict(template.annotations or {}) if template else {}
+    if job.metadata.generation is not None:
+        annotations[ANNOTATION_SPEC_HASH] = str(job.metadata.generation)
+    env: list[dict[str, Any]] = [
+        {"name": "TF_CONFIG", "value": tf_config(replicas, role, index, address)},
+        {"name": "ETJ_TRAINER_CONFIG", "value": f"{TRAINER_CONFIG_MOUNT}/{TRAINER_CONFIG_FILE}"},
+        {"name": "ETJ_JOB_NAME", "value": job.name},
+        {"name": "ETJ_REPLICA_TYPE", "value": role},
+        {"name": "ETJ_REPLICA_INDEX", "value": str(index)},
+        {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    env += [e.to_wire() for e in (template.env or [])] if template else []
+    ports = [{"name": "tf", "containerPort": settings.tf_port, "protocol": "TCP"}]
+    if role == "chief" or (role == "worker" and index == 0 and replicas.chief == 0):
+        ports.append({"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"})
+    # ps and PS-strategy workers serve gRPC on the TF port as soon as they are up.
+    serves_tf = role == "ps" or (
+        role == "worker" and plan.strategy == Strategy.PARAMETER_SERVER.value
+    )
+    readiness = {"tcpSocket": {"port": settings.tf_port}, "periodSeconds": 5} if serves_tf else None
+    volumes, mounts = _volumes(job)
+    return _render(
+        "pod.yaml.j2",
+        name=name,
+        job=job.name,
+        namespace=job.namespace,
+        labels=labels,
+        annotations=annotations,
+        owner=owner_reference(job),
+        grace_seconds=settings.grace_seconds,
+        pod_overrides=_pod_overrides(job),
+        container=CONTAINER_NAME,
+        image=job.spec.image or settings.default_image,
+        image_pull_policy=job.spec.image_pull_policy,
+        command=list(settings.command),
+        env=env,
+        ports=ports,
+        resources=replica_resources(job, plan, role, index, settings),
+        volume_mounts=mounts,
+        readiness=readiness,
+        volumes=volumes,
+    )
+
+
+def build_pods(
+    job: EmbeddingTrainingJob,
+    plan: ShardPlan,
+    settings: RenderSettings,
+    address: AddressFn | None = None,
+) -> list[dict[str, Any]]:
+    return [
+        build_pod(job, plan, role, index, settings, address)
+        for role, index in replica_set(job, plan).tasks()
+    ]
+
+
+def build_objects(
+    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings | None = None
+) -> list[dict[str, Any]]:
+    """Every object the operator creates for a job: Service, ConfigMap, then the Pods."""
+    settings = settings or RenderSettings()
+    return [
+        build_service(job, settings),
+        build_config_map(job, plan, settings),
+        *build_pods(job, plan, settings),
+    ]
