@@ -7,8 +7,9 @@ Sizes. A table costs ``rows x dimension x dtype bytes x (1 + optimizer slots)``:
 SGD has no slot, Adagrad one accumulator, FTRL two, (lazy) Adam two moments. Slots are
 table-shaped and live on the same ps as their table shard.
 
-Shard counts. A table gets ``ceil(bytes / maxShardBytes)`` shards, so no shard with its
-slots exceeds ``maxShardBytes``. When that is more than one shard it is rounded up to a
+Shard counts. A table gets ``ceil(rows / rows that fit in maxShardBytes)`` shards, so
+no shard with its slots exceeds ``maxShardBytes`` (counted in rows because TensorFlow gives
+the leftover rows to the first shards). When that is more than one shard it is rounded up to a
 multiple of the ps count, so every ps holds the same number of shards of the table and the
 memory is balanced (small tables stay whole). A shard never has fewer than one row.
 
@@ -117,7 +118,10 @@ def rows_per_shard(rows: int, shards: int) -> list[int]:
 
 def shard_count(table: _Table, max_shard_bytes: int, num_ps: int) -> int:
     """Shards of one table: under the shard size, balanced over ``num_ps`` when split."""
-    shards = max(1, math.ceil(table.bytes / max_shard_bytes))
+    # Count by rows, not bytes: TF gives the leftover rows to the first shards, so the
+    # largest shard has ceil(rows / shards) rows and that is what must fit.
+    max_rows = max_shard_bytes // table.bytes_per_row
+    shards = max(1, math.ceil(table.rows / max_rows))
     if shards > 1 and num_ps > 1:
         shards = math.ceil(shards / num_ps) * num_ps
     return min(shards, table.rows)

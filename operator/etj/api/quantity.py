@@ -60,13 +60,12 @@ def quantity_bytes(value: int | float | str) -> int:
 
 
 def format_bytes(n: int) -> str:
-    """A byte count as the shortest exact-or-rounded-up binary quantity ("1536Mi")."""
-    for suffix, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if n >= factor and n % factor == 0:
-            return f"{n // factor}{suffix}"
+    """A byte count as a quantity people read: whole Gi when exact, else rounded up to Mi."""
+    if n >= 2**30 and n % 2**30 == 0:
+        return f"{n // 2**30}Gi"
     if n >= 2**20:
         return f"{math.ceil(n / 2**20)}Mi"
-    return str(n)
+    return f"{math.ceil(n / 2**10)}Ki" if n >= 2**10 else str(n)
 
 
 def human_bytes(n: float) -> str:

@@ -13,7 +13,7 @@ Pure: no I/O, no environment, no kopf or Kubernetes client.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -204,19 +204,11 @@ class ModelSpec(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     dense_features: int = Field(default=13, ge=0, le=10000, description="Number of dense inputs.")
-    hidden_units: list[int] = Field(
+    hidden_units: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
         default_factory=lambda: [256, 128],
         max_length=16,
         description="Widths of the MLP's hidden layers.",
-        json_schema_extra={"items": {"minimum": 1, "maximum": 65536}},
     )
-
-    @field_validator("hidden_units")
-    @classmethod
-    def _positive_units(cls, v: list[int]) -> list[int]:
-        if any(u < 1 or u > 65536 for u in v):
-            raise ValueError("every hidden layer width must be between 1 and 65536")
-        return v
 
     @field_validator("embeddings")
     @classmethod
