@@ -374,8 +374,9 @@ class RunPolicy(ApiModel):
         max_length=63,
         description="The controller that runs this job; any other value makes etj leave it alone (e.g. for MultiKueue).",
     )
-    max_memory_on_o_o_m: Quantity | None = Field(
+    max_memory_on_oom: Quantity | None = Field(
         default=None,
+        alias="maxMemoryOnOOM",
         description=(
             "An OOM-killed replica is recreated with 1.5x its memory limit, up to this cap "
             "(default: the operator's setting)."

@@ -101,3 +101,14 @@ class EmbeddingTrainingJobStatus(ApiModel):
         default=None, description="The spec generation the status reflects."
     )
     message: str | None = Field(default=None, description="The last notable event, for people.")
+    restarting_pods: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Pods the operator deleted to restart and has not recreated yet; kept here so an "
+            "operator restart neither loses nor double-counts a restart."
+        ),
+    )
+    memory_limits: dict[str, int] = Field(
+        default_factory=dict,
+        description="Memory limits (bytes) raised after OOM kills, by pod name.",
+    )

@@ -1,0 +1,343 @@
+"""One reconcile pass as a pure function: the observed world in, a Decision out.
+
+The order of the rules: not ours → nothing; invalid spec → Failed; finished → clean up and
+honour the TTL; suspended → delete pods; deadline → Failed; leader succeeded → Succeeded;
+failed replicas → restart their group (or fail the job when the policy or backoffLimit
+says so); then create whatever is missing. The whole new status comes out once, for one
+status write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from etj.api.constants import MANAGED_BY
+from etj.api.job import EmbeddingTrainingJob
+from etj.api.plan import ShardPlan
+from etj.api.quantity import human_bytes, quantity_bytes
+from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Phase, Progress
+from etj.reconcile.conditions import set_condition
+from etj.reconcile.observe import PodState
+from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
+from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
+from etj.reconcile.policies.oom import raised_limit
+from etj.reconcile.policies.restart import Failure, classify, restart_group
+from etj.reconcile.policies.suspend import pods_to_suspend
+from etj.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
+from etj.reconcile.status import all_running, replica_statuses, workers_column
+from etj.render.objects import replica_set
+from etj.tfconfig import ReplicaSet, pod_name
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class World:
+    """What one reconcile observed."""
+
+    job: EmbeddingTrainingJob
+    plan: ShardPlan | None
+    plan_error: str | None
+    pods: list[PodState]
+    has_service: bool
+    has_config_map: bool
+    now: datetime
+    progress: Progress | None = None
+    # The operator's cap for memory limits raised after OOM kills (bytes).
+    default_max_memory: int = 64 * 2**30
+
+
+@dataclass
+class Decision:
+    """What to do: apply in order — create Service/ConfigMap, delete pods, create pods,
+    write status, post events, delete the job."""
+
+    status: EmbeddingTrainingJobStatus | None = None
+    create_service: bool = False
+    create_config_map: bool = False
+    delete_pods: list[str] = field(default_factory=list)
+    create_pods: list[tuple[str, int]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    delete_job: bool = False
+    requeue_after: float | None = None
+    skipped: str | None = None  # why nothing was done
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class _Pass:
+    """The mutable state of one decision, so each rule is a short method."""
+
+    def __init__(self, world: World):
+        self.w = world
+        self.job = world.job
+        self.st = (world.job.status or EmbeddingTrainingJobStatus()).model_copy(deep=True)
+        self.d = Decision()
+        self.now = iso(world.now)
+        self.gen = world.job.metadata.generation
+        self.pods = {p.key: p for p in world.pods}
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.d.events.append(Event(type_, reason, message))
+        self.st.message = message
+
+    def condition(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+        self.st.conditions = set_condition(
+            self.st.conditions, type_, status, reason, message, self.now, self.gen
+        )
+
+    def finish(self, phase: Phase, reason: str, message: str) -> None:
+        self.st.phase = phase
+        self.st.completion_time = self.st.completion_time or self.now
+        self.st.restarting_pods = []
+        self.condition(phase.value, True, reason, message)
+        self.condition("Running", False, reason, message)
+        self.condition("Restarting", False, reason, "")
+        self.event("Normal" if phase == Phase.SUCCEEDED else "Warning", reason, message)
+        self.d.delete_pods = pods_to_clean(
+            self.w.pods, str(self.job.spec.run_policy.clean_pod_policy)
+        )
+
+    def done(self, replicas: ReplicaSet | None = None) -> Decision:
+        if replicas is not None:
+            self.st.replica_statuses = replica_statuses(
+                self.w.pods, replicas, self.st.replica_statuses
+            )
+            self.st.workers = workers_column(self.st.replica_statuses, replicas)
+        if self.w.progress is not None:
+            self.st.progress = self.w.progress
+        self.st.observed_generation = self.gen
+        self.d.status = self.st
+        return self.d
+
+
+def decide(world: World) -> Decision:
+    job = world.job
+    if job.spec.run_policy.managed_by != MANAGED_BY:
+        return Decision(skipped=f"managed by {job.spec.run_policy.managed_by}")
+    if job.metadata.deletionTimestamp:
+        return Decision(skipped="being deleted")
+    p = _Pass(world)
+    if world.plan is None:
+        return _invalid(p, world.plan_error or "the job cannot be planned")
+    p.st.strategy = world.plan.strategy
+    p.st.shard_plan = world.plan
+    replicas = replica_set(job, world.plan)
+    if p.st.phase in FINISHED_PHASES:
+        return _finished(p, replicas)
+    if job.spec.run_policy.suspend:
+        return _suspend(p, replicas)
+    if p.st.phase == Phase.SUSPENDED.value:
+        p.condition(
+            "Suspended",
+            False,
+            "Resumed",
+            "pods recreated; training resumes from the last checkpoint",
+        )
+        p.event(
+            "Normal",
+            "Resumed",
+            "job resumed: recreating pods; training resumes from the last checkpoint",
+        )
+        p.st.phase = Phase.PENDING
+    p.st.start_time = p.st.start_time or p.now
+    rp = job.spec.run_policy
+    if deadline_exceeded(parse_time(p.st.start_time), rp.active_deadline_seconds, world.now):
+        p.finish(
+            Phase.FAILED,
+            "DeadlineExceeded",
+            f"the job ran longer than activeDeadlineSeconds ({rp.active_deadline_seconds})",
+        )
+        return p.done(replicas)
+    if leader_succeeded(p.pods, replicas):
+        p.finish(
+            Phase.SUCCEEDED,
+            "JobSucceeded",
+            "the chief finished training; parameter servers stopped",
+        )
+        p.d.requeue_after = seconds_to_expiry(world.now, rp.ttl_seconds_after_finished, world.now)
+        return p.done(replicas)
+    if _handle_failures(p, replicas):
+        return p.done(replicas)
+    _create_missing(p, replicas)
+    _summarise(p, replicas)
+    p.d.requeue_after = seconds_to_deadline(
+        parse_time(p.st.start_time), rp.active_deadline_seconds, world.now
+    )
+    return p.done(replicas)
+
+
+def _invalid(p: _Pass, error: str) -> Decision:
+    if p.st.phase != Phase.FAILED.value:
+        p.finish(Phase.FAILED, "InvalidSpec", error)
+        p.d.delete_pods = pods_to_suspend(p.w.pods)  # nothing may run for an invalid job
+    return p.done()
+
+
+def _finished(p: _Pass, replicas: ReplicaSet) -> Decision:
+    rp = p.job.spec.run_policy
+    p.d.delete_pods = pods_to_clean(p.w.pods, str(rp.clean_pod_policy))
+    finished = parse_time(p.st.completion_time)
+    if ttl_expired(finished, rp.ttl_seconds_after_finished, p.w.now):
+        p.d.delete_job = True
+        p.event(
+            "Normal",
+            "TTLExpired",
+            f"deleting the job {rp.ttl_seconds_after_finished}s after it finished",
+        )
+    else:
+        p.d.requeue_after = seconds_to_expiry(finished, rp.ttl_seconds_after_finished, p.w.now)
+    return p.done(replicas)
+
+
+def _suspend(p: _Pass, replicas: ReplicaSet) -> Decision:
+    p.d.delete_pods = pods_to_suspend(p.w.pods)
+    p.st.restarting_pods = []
+    if p.st.phase != Phase.SUSPENDED.value:
+        p.st.phase = Phase.SUSPENDED
+        p.condition("Suspended", True, "Suspended", "pods deleted; status and checkpoints kept")
+        p.condition("Running", False, "Suspended", "")
+        p.event("Normal", "Suspended", "job suspended: pods deleted; status and checkpoints kept")
+    return p.done(replicas)
+
+
+def _failures(p: _Pass) -> list[Failure]:
+    restarting = set(p.st.restarting_pods)
+    policy = str(p.job.spec.run_policy.restart_policy)
+    return [
+        classify(pod, policy)
+        for pod in p.w.pods
+        if pod.name not in restarting
+        and (pod.phase == "Failed" or (pod.terminating and not pod.finished))
+    ]
+
+
+def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
+    """Restart what failed; True when the job itself failed."""
+    failures = _failures(p)
+    if not failures:
+        return False
+    rp = p.job.spec.run_policy
+    permanent = [f for f in failures if f.permanent]
+    if permanent:
+        p.finish(Phase.FAILED, "ReplicaFailed", permanent[0].why)
+        return True
+    whys = "; ".join(f.why for f in failures)
+    if p.st.restarts >= rp.backoff_limit:
+        p.finish(
+            Phase.FAILED,
+            "BackoffLimitExceeded",
+            f"{whys}; backoffLimit {rp.backoff_limit} reached after {p.st.restarts} restarts",
+        )
+        return True
+    assert p.w.plan is not None
+    group: set[tuple[str, int]] = set()
+    for f in failures:
+        group |= restart_group(p.w.plan.strategy, replicas, f.pod.role, f.pod.index)
+        _oom(p, f)
+    p.st.restarts += 1
+    names = sorted(pod_name(p.job.name, r, i) for r, i in group)
+    _count_role_restarts(p, group, replicas)
+    p.st.restarting_pods = sorted(set(p.st.restarting_pods) | set(names))
+    p.d.delete_pods = sorted(
+        pod.name for key, pod in p.pods.items() if key in group and not pod.terminating
+    )
+    p.event(
+        "Warning",
+        "Restarting",
+        f"{whys}; restarting {', '.join(names)} (restart {p.st.restarts} of backoffLimit {rp.backoff_limit})",
+    )
+    p.st.phase = Phase.RESTARTING
+    p.condition("Restarting", True, "ReplicaFailed", whys)
+    return False
+
+
+def _count_role_restarts(p: _Pass, group: set[tuple[str, int]], replicas: ReplicaSet) -> None:
+    statuses = replica_statuses(p.w.pods, replicas, p.st.replica_statuses)
+    for role in {r for r, _ in group}:
+        current = getattr(statuses, role)
+        if current is not None:
+            current.restarts += sum(1 for r, _ in group if r == role)
+    p.st.replica_statuses = statuses
+
+
+def _oom(p: _Pass, f: Failure) -> None:
+    if not f.pod.oom_killed:
+        return
+    cap_q = p.job.spec.run_policy.max_memory_on_oom
+    cap = quantity_bytes(cap_q) if cap_q is not None else p.w.default_max_memory
+    current = p.st.memory_limits.get(f.pod.name, f.pod.memory_limit)
+    new = raised_limit(current, cap)
+    if new is None:
+        p.event(
+            "Warning",
+            "OOMKilled",
+            f"{f.pod.name} was OOM-killed; its memory limit cannot grow (limit {current}, cap {human_bytes(cap)})",
+        )
+        return
+    p.st.memory_limits = {**p.st.memory_limits, f.pod.name: new}
+    p.event(
+        "Warning",
+        "OOMKilled",
+        f"{f.pod.name} was OOM-killed; recreating it with memory limit {human_bytes(new)} (was {human_bytes(current or 0)})",
+    )
+
+
+def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
+    p.d.create_service = not p.w.has_service
+    p.d.create_config_map = not p.w.has_config_map
+    restarting = set(p.st.restarting_pods)
+    deleting = set(p.d.delete_pods)
+    desired = set(replicas.tasks())
+    first_time = not p.w.pods and not restarting
+    for key in replicas.tasks():
+        pod = p.pods.get(key)
+        name = pod_name(p.job.name, *key)
+        if pod is None and name not in deleting:
+            p.d.create_pods.append(key)
+            restarting.discard(name)
+        elif (
+            pod is not None and name in restarting and not pod.terminating and name not in deleting
+        ):
+            # Still the old pod: its deletion did not go through; ask again.
+            p.d.delete_pods.append(name)
+    # Pods of tasks the spec no longer has (the job was scaled down).
+    p.d.delete_pods += sorted(
+        pod.name for key, pod in p.pods.items() if key not in desired and not pod.terminating
+    )
+    p.st.restarting_pods = sorted(restarting)
+    if first_time and p.d.create_pods:
+        p.condition("Created", True, "PodsCreated", f"{len(p.d.create_pods)} pods created")
+        p.event(
+            "Normal",
+            "Created",
+            f"created {len(p.d.create_pods)} pods ({p.w.plan.strategy if p.w.plan else ''}, {replicas.ps} ps)",
+        )
+
+
+def _summarise(p: _Pass, replicas: ReplicaSet) -> None:
+    if p.st.restarting_pods:
+        p.st.phase = Phase.RESTARTING
+        return
+    if all_running(p.pods, replicas) and not p.d.create_pods:
+        if p.st.phase != Phase.RUNNING.value:
+            p.event("Normal", "Running", "all replicas are running")
+        p.st.phase = Phase.RUNNING
+        p.condition("Running", True, "AllReplicasRunning", "")
+        p.condition("Restarting", False, "AllReplicasRunning", "")
+    elif p.st.phase not in (Phase.RUNNING.value, Phase.RESTARTING.value):
+        p.st.phase = Phase.PENDING

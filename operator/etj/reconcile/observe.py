@@ -1,0 +1,97 @@
+"""What the operator needs to know of a Pod, read from the Pod object the API returns.
+
+Pure: a Pod dict in, a ``PodState`` out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from etj.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from etj.api.quantity import quantity_bytes
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One replica's pod as observed."""
+
+    name: str
+    role: str
+    index: int
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool = False
+    exit_code: int | None = None
+    reason: str | None = None  # OOMKilled, Error, Evicted, ...
+    terminating: bool = False
+    memory_limit: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.role, self.index)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
+
+    @property
+    def oom_killed(self) -> bool:
+        return self.reason == "OOMKilled"
+
+    def describe(self) -> str:
+        """How the pod ended, for events and messages."""
+        if self.terminating and not self.finished:
+            return f"{self.name} was deleted"
+        parts = [f"{self.name} {self.phase.lower()}"]
+        if self.exit_code is not None:
+            parts.append(f"with exit code {self.exit_code}")
+        if self.reason:
+            parts.append(f"({self.reason})")
+        return " ".join(parts)
+
+
+def _container_termination(pod: dict[str, Any]) -> tuple[int | None, str | None]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        last = cs.get("lastState") or {}
+        term = state.get("terminated") or last.get("terminated")
+        if term:
+            return term.get("exitCode"), term.get("reason")
+    return None, None
+
+
+def _memory_limit(pod: dict[str, Any]) -> int | None:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+        if limit is not None:
+            return quantity_bytes(limit)
+    return None
+
+
+def observe_pod(pod: dict[str, Any]) -> PodState | None:
+    """The state of one of a job's pods; None for a pod that is not a replica."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    role = labels.get(LABEL_REPLICA_TYPE)
+    index = labels.get(LABEL_REPLICA_INDEX)
+    if role is None or index is None or not str(index).isdigit():
+        return None
+    status = pod.get("status") or {}
+    exit_code, reason = _container_termination(pod)
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return PodState(
+        name=meta.get("name", ""),
+        role=role,
+        index=int(index),
+        phase=status.get("phase") or "Pending",
+        ready=conditions.get("Ready") == "True",
+        exit_code=exit_code,
+        # The pod-level reason (Evicted, DeadlineExceeded) wins over the container's.
+        reason=status.get("reason") or reason,
+        terminating=meta.get("deletionTimestamp") is not None,
+        memory_limit=_memory_limit(pod),
+    )

@@ -1,0 +1,57 @@
+"""Which failures are retried, and which replicas restart together (DESIGN.md's table).
+
+restartPolicy: ``Never`` — every failure is permanent; ``OnFailure`` — every failure is
+retried; ``ExitCode`` — exit codes 1-127 are permanent (the program said it cannot go on),
+128+ (signals, OOM kills) and failures with no exit code (deleted, evicted, node lost)
+are retried.
+
+Restart groups — ParameterServer: a worker alone (the coordinator keeps training on the
+others and takes it back); a ps together with the chief (the chief restores every shard
+from the last checkpoint); the chief alone. MultiWorkerMirrored: any worker or the chief
+restarts all of them (collectives cannot lose a member). An evaluator restarts alone.
+
+Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from etj.api.spec import RestartPolicy, Strategy
+from etj.reconcile.observe import PodState
+from etj.tfconfig import ReplicaSet
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A replica that failed, and whether the policy lets it be retried."""
+
+    pod: PodState
+    permanent: bool
+    why: str
+
+
+def classify(pod: PodState, restart_policy: str) -> Failure:
+    what = pod.describe()
+    if restart_policy == RestartPolicy.NEVER.value:
+        return Failure(pod, True, f"{what}; restartPolicy Never")
+    if restart_policy == RestartPolicy.EXIT_CODE.value:
+        code = pod.exit_code
+        if code is not None and 1 <= code <= 127 and not pod.oom_killed:
+            return Failure(
+                pod, True, f"{what}; exit codes 1-127 are permanent under restartPolicy ExitCode"
+            )
+    return Failure(pod, False, what)
+
+
+def restart_group(
+    strategy: str, replicas: ReplicaSet, role: str, index: int
+) -> set[tuple[str, int]]:
+    """The replicas that restart when (role, index) fails."""
+    if role == "evaluator":
+        return {(role, index)}
+    if strategy == Strategy.MULTI_WORKER_MIRRORED.value:
+        return {(r, i) for r, i in replicas.tasks() if r in ("chief", "worker")}
+    if role == "ps":
+        return {(role, index)} | {("chief", i) for i in range(replicas.chief)}
+    return {(role, index)}

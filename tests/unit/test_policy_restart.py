@@ -1,0 +1,64 @@
+"""policies/restart: which failures are retried; which replicas restart together."""
+
+from __future__ import annotations
+
+import pytest
+
+from etj.reconcile.policies.restart import classify, restart_group
+from etj.tfconfig import ReplicaSet
+
+from .reconcile_helpers import pod
+
+PS = ReplicaSet(chief=1, worker=3, ps=2, evaluator=1)
+MW = ReplicaSet(chief=0, worker=3)
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "reason", "terminating", "permanent"),
+    [
+        ("OnFailure", 1, None, False, False),
+        ("OnFailure", 137, None, False, False),
+        ("Never", 137, None, False, True),
+        ("Never", None, None, True, True),
+        ("ExitCode", 1, None, False, True),
+        ("ExitCode", 127, None, False, True),
+        ("ExitCode", 128, None, False, False),
+        ("ExitCode", 137, "OOMKilled", False, False),
+        ("ExitCode", None, "Evicted", False, False),
+        ("ExitCode", None, None, True, False),
+        ("ExitCode", 0, None, False, False),
+    ],
+)
+def test_classify(policy, code, reason, terminating, permanent):
+    p = pod(
+        "worker",
+        0,
+        "Failed" if not terminating else "Running",
+        exit_code=code,
+        reason=reason,
+        terminating=terminating,
+    )
+    failure = classify(p, policy)
+    assert failure.permanent is permanent
+    assert "j-worker-0" in failure.why
+
+
+def test_parameter_server_groups():
+    assert restart_group("ParameterServer", PS, "worker", 2) == {("worker", 2)}
+    assert restart_group("ParameterServer", PS, "ps", 1) == {("ps", 1), ("chief", 0)}
+    assert restart_group("ParameterServer", PS, "chief", 0) == {("chief", 0)}
+    assert restart_group("ParameterServer", PS, "evaluator", 0) == {("evaluator", 0)}
+
+
+def test_mirrored_groups_take_every_worker():
+    assert restart_group("MultiWorkerMirrored", MW, "worker", 1) == {
+        ("worker", 0),
+        ("worker", 1),
+        ("worker", 2),
+    }
+    with_chief = ReplicaSet(chief=1, worker=2)
+    assert restart_group("MultiWorkerMirrored", with_chief, "chief", 0) == {
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+    }

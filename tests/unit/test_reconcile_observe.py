@@ -1,0 +1,46 @@
+"""observe_pod: a Pod object as the API returns it, read into a PodState."""
+
+from etj.reconcile.observe import observe_pod
+
+
+def pod_obj(**status):
+    return {
+        "metadata": {
+            "name": "j-worker-1",
+            "labels": {
+                "training.etj.dev/replica-type": "worker",
+                "training.etj.dev/replica-index": "1",
+            },
+        },
+        "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"memory": "2Gi"}}}]},
+        "status": status,
+    }
+
+
+def test_failed_with_oom():
+    p = observe_pod(
+        pod_obj(
+            phase="Failed",
+            containerStatuses=[{"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}],
+        )
+    )
+    assert p and p.role == "worker" and p.index == 1
+    assert p.exit_code == 137 and p.oom_killed and p.memory_limit == 2 * 2**30
+    assert p.finished and not p.active
+
+
+def test_evicted_reason_from_pod_status():
+    p = observe_pod(pod_obj(phase="Failed", reason="Evicted"))
+    assert p and p.reason == "Evicted" and p.exit_code is None
+
+
+def test_running_ready_and_terminating():
+    obj = pod_obj(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    obj["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:00Z"
+    p = observe_pod(obj)
+    assert p and p.ready and p.terminating and not p.active
+    assert "was deleted" in p.describe()
+
+
+def test_foreign_pod_is_ignored():
+    assert observe_pod({"metadata": {"name": "x", "labels": {}}}) is None
