@@ -35,6 +35,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "cluster": "etj.localcluster.cli:cluster",
+        "operator": "etj.controller.cli:operator",
     },
 )
 @click.version_option(package_name="etj")

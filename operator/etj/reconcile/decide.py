@@ -181,6 +181,21 @@ def decide(world: World) -> Decision:
     return p.done(replicas)
 
 
+def failed_status(
+    status: EmbeddingTrainingJobStatus, reason: str, message: str, now: str, generation: int | None
+) -> EmbeddingTrainingJobStatus:
+    """The status of a job that cannot even be parsed: Failed with the reason, nothing else."""
+    if status.phase == Phase.FAILED.value:
+        return status
+    st = status.model_copy(deep=True)
+    st.phase = Phase.FAILED
+    st.completion_time = st.completion_time or now
+    st.message = message
+    st.observed_generation = generation
+    st.conditions = set_condition(st.conditions, "Failed", True, reason, message, now, generation)
+    return st
+
+
 def _invalid(p: _Pass, error: str) -> Decision:
     if p.st.phase != Phase.FAILED.value:
         p.finish(Phase.FAILED, "InvalidSpec", error)

@@ -1,0 +1,137 @@
+"""``etj operator``: run the operator (kopf) against the cluster KUBECONFIG points to."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+
+from etj.api.constants import DEFAULT_IMAGE
+from etj.api.quantity import quantity_bytes
+
+
+@click.command()
+@click.option(
+    "--namespace",
+    "-n",
+    "namespaces",
+    multiple=True,
+    envvar="ETJ_NAMESPACES",
+    help="Watch only these namespaces (repeatable). Default: cluster-wide.",
+)
+@click.option(
+    "--default-image",
+    default=DEFAULT_IMAGE,
+    envvar="ETJ_DEFAULT_IMAGE",
+    show_default=True,
+    help="Trainer image for jobs that name none.",
+)
+@click.option(
+    "--kubeconfig", default=None, envvar="KUBECONFIG", help="Like kubectl's; else in-cluster."
+)
+@click.option(
+    "--liveness",
+    default="http://0.0.0.0:8081/healthz",
+    envvar="ETJ_LIVENESS",
+    show_default=True,
+    help="Liveness endpoint URL ('' to disable).",
+)
+@click.option(
+    "--metrics-port",
+    default=8080,
+    type=int,
+    envvar="ETJ_METRICS_PORT",
+    show_default=True,
+    help="Port of the Prometheus metrics (0 to disable).",
+)
+@click.option(
+    "--peering",
+    default=None,
+    envvar="ETJ_PEERING",
+    help="kopf peering name for HA (several replicas, one active); default: standalone.",
+)
+@click.option("--priority", default=0, type=int, envvar="ETJ_PRIORITY", help="Peering priority.")
+@click.option(
+    "--resync-seconds", default=30.0, type=float, envvar="ETJ_RESYNC_SECONDS", show_default=True
+)
+@click.option(
+    "--progress-seconds",
+    default=10.0,
+    type=float,
+    envvar="ETJ_PROGRESS_SECONDS",
+    show_default=True,
+    help="How often the chief's progress is read into status.",
+)
+@click.option(
+    "--max-memory-on-oom",
+    default="64Gi",
+    envvar="ETJ_MAX_MEMORY_ON_OOM",
+    show_default=True,
+    help="Cap for memory limits raised after OOM kills.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "plain"]),
+    default="json",
+    envvar="ETJ_LOG_FORMAT",
+    show_default=True,
+)
+@click.option("--verbose", "-v", is_flag=True)
+def operator(
+    namespaces: tuple[str, ...],
+    default_image: str,
+    kubeconfig: str | None,
+    liveness: str,
+    metrics_port: int,
+    peering: str | None,
+    priority: int,
+    resync_seconds: float,
+    progress_seconds: float,
+    max_memory_on_oom: str,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Run the etj operator."""
+    import kopf
+    from prometheus_client import start_http_server
+
+    import etj.controller.handlers  # noqa: F401  (registers the handlers)
+    from etj.controller.handlers import post_event
+    from etj.controller.reconciler import Reconciler
+    from etj.controller.settings import OperatorSettings
+    from etj.k8s import Kube, load_config
+
+    _configure_logging(log_format, verbose)
+    settings = OperatorSettings(
+        default_image=default_image,
+        resync_seconds=resync_seconds,
+        progress_seconds=progress_seconds,
+        max_memory_on_oom=quantity_bytes(max_memory_on_oom),
+        metrics_port=metrics_port,
+    )
+    if metrics_port:
+        start_http_server(metrics_port)
+    reconciler = Reconciler(Kube(load_config(kubeconfig)), settings, post_event)
+    memo = kopf.Memo(reconciler=reconciler, settings=settings, wakeups={})
+    kopf.configure(
+        verbose=verbose,
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+            standalone=peering is None,
+            peering_name=peering,
+            priority=priority,
+            liveness_endpoint=liveness or None,
+            memo=memo,
+        )
+    )
+    sys.exit(0)
+
+
+def _configure_logging(log_format: str, verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr)

@@ -1,0 +1,226 @@
+"""One reconcile pass of one job: read the world, call the pure core, apply the Decision.
+
+Reads go through ``etj.k8s``; the decision is ``etj.reconcile.decide``; objects come from
+``etj.render``. The status is written at most once per pass, and only when it changed, so
+the operator's own writes do not wake it into a loop. Every create is idempotent (fixed
+names: "already exists" is success), so an operator restart or a second pass never
+duplicates a pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from etj.api.job import EmbeddingTrainingJob
+from etj.api.plan import ShardPlan
+from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Progress
+from etj.controller import metrics
+from etj.controller.settings import OperatorSettings
+from etj.k8s import Kube
+from etj.reconcile import Decision, World, decide, observe_pod
+from etj.reconcile.decide import Event, failed_status, iso
+from etj.reconcile.progress import parse_progress
+from etj.render import RenderSettings, build_config_map, build_pod, build_service
+from etj.validation import validate_manifest
+
+log = logging.getLogger("etj.controller")
+
+# Annotation a pod may carry to say where its metrics are served (the local process
+# runner sets it, since its pods share 127.0.0.1); otherwise podIP:metricsPort is used.
+ANNOTATION_METRICS_ADDRESS = "training.etj.dev/metrics-address"
+
+PostEvent = Callable[[dict[str, Any], Event], None]
+Scrape = Callable[[str], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    gone: bool = False
+    requeue_after: float | None = None
+
+
+async def scrape_http(address: str) -> str | None:
+    """GET http://address/metrics; None when it does not answer."""
+
+    def get() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=2) as resp:
+                return str(resp.read().decode())
+        except OSError:
+            return None
+
+    return await asyncio.to_thread(get)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: OperatorSettings,
+        post_event: PostEvent,
+        scrape: Scrape = scrape_http,
+    ):
+        self.kube = kube
+        self.settings = settings
+        self.post_event = post_event
+        self.scrape = scrape
+        self._last_scrape: dict[tuple[str, str], float] = {}
+
+    async def reconcile(self, namespace: str, name: str) -> Outcome:
+        started = time.monotonic()
+        try:
+            outcome = await self._reconcile(namespace, name)
+        except Exception:
+            metrics.RECONCILES.labels("error").inc()
+            raise
+        metrics.RECONCILES.labels("ok").inc()
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        return outcome
+
+    async def _reconcile(self, namespace: str, name: str) -> Outcome:
+        obj = await self.kube.get_job(namespace, name)
+        if obj is None:
+            self._last_scrape.pop((namespace, name), None)
+            return Outcome(gone=True)
+        now = datetime.now(UTC)
+        status = _status_of(obj)
+        validated = validate_manifest({k: v for k, v in obj.items() if k != "status"})
+        if validated.job is None:
+            # The schema normally stops these; an old CRD or a CEL-less server may not.
+            problems = "; ".join(str(p) for p in validated.problems)
+            new = failed_status(
+                status, "InvalidSpec", problems, iso(now), obj["metadata"].get("generation")
+            )
+            await self._write_status(obj, new)
+            if status.phase != "Failed":
+                self.post_event(obj, Event("Warning", "InvalidSpec", problems))
+            return Outcome()
+        job = validated.job.model_copy(update={"status": status})
+        raw_pods = await self.kube.list_job_pods(namespace, name)
+        pods = [p for p in (observe_pod(r) for r in raw_pods) if p is not None]
+        plan = validated.plan
+        has_service = plan is not None and await self.kube.exists("Service", namespace, name)
+        has_cm = plan is not None and await self.kube.exists(
+            "ConfigMap", namespace, f"{name}-trainer-config"
+        )
+        world = World(
+            job=job,
+            plan=plan,
+            plan_error="; ".join(str(p) for p in validated.problems) or None,
+            pods=pods,
+            has_service=has_service,
+            has_config_map=has_cm,
+            now=now,
+            progress=await self._progress(job, raw_pods, now),
+            default_max_memory=self.settings.max_memory_on_oom,
+        )
+        decision = decide(world)
+        if decision.skipped:
+            return Outcome()
+        await self._apply(obj, job, plan, decision)
+        return Outcome(requeue_after=self._requeue(decision))
+
+    def _requeue(self, d: Decision) -> float | None:
+        candidates = [d.requeue_after]
+        if d.status is not None and d.status.phase not in FINISHED_PHASES:
+            candidates.append(self.settings.progress_seconds)
+        values = [c for c in candidates if c is not None]
+        return min(values) if values else None
+
+    async def _progress(
+        self, job: EmbeddingTrainingJob, raw_pods: list[dict[str, Any]], now: datetime
+    ) -> Progress | None:
+        """The chief's progress, read at most every ``progress_seconds``."""
+        key = (job.namespace, job.name)
+        if time.monotonic() - self._last_scrape.get(key, 0.0) < self.settings.progress_seconds:
+            return None
+        address = _metrics_address(raw_pods, self.settings)
+        if address is None:
+            return None
+        self._last_scrape[key] = time.monotonic()
+        text = await self.scrape(address)
+        return parse_progress(text, iso(now)) if text else None
+
+    async def _apply(
+        self, obj: dict[str, Any], job: EmbeddingTrainingJob, plan: ShardPlan | None, d: Decision
+    ) -> None:
+        ns, name = job.namespace, job.name
+        render = RenderSettings(
+            default_image=self.settings.default_image,
+            memory_limits=dict(d.status.memory_limits) if d.status else {},
+        )
+        if plan is not None and d.create_service:
+            await self.kube.create(build_service(job, render))
+        if plan is not None and d.create_config_map:
+            await self.kube.create(build_config_map(job, plan, render))
+        for pod in d.delete_pods:
+            await self.kube.delete_pod(ns, pod)
+        if plan is not None and d.create_pods:
+            created = await asyncio.gather(
+                *(self.kube.create(build_pod(job, plan, r, i, render)) for r, i in d.create_pods)
+            )
+            metrics.PODS_CREATED.inc(sum(created))
+        if d.status is not None:
+            _count_restarts(job.status, d.status)
+            await self._write_status(obj, d.status)
+        for event in d.events:
+            self.post_event(obj, event)
+        if (
+            d.status is not None
+            and d.status.phase in FINISHED_PHASES
+            and ((job.status.phase if job.status else None) != d.status.phase)
+        ):
+            metrics.JOBS_FINISHED.labels(str(d.status.phase)).inc()
+        if d.delete_job:
+            await self.kube.delete_job(ns, name)
+
+    async def _write_status(self, obj: dict[str, Any], status: EmbeddingTrainingJobStatus) -> None:
+        wire = status.to_wire()
+        if wire != (obj.get("status") or {}):
+            meta = obj["metadata"]
+            await self.kube.patch_job_status(meta["namespace"], meta["name"], wire)
+
+
+def _status_of(obj: dict[str, Any]) -> EmbeddingTrainingJobStatus:
+    try:
+        return EmbeddingTrainingJobStatus.model_validate(obj.get("status") or {})
+    except ValidationError:
+        # A status written by another version: start afresh rather than fail the job.
+        log.warning("unreadable status of %s; starting from an empty one", obj["metadata"]["name"])
+        return EmbeddingTrainingJobStatus()
+
+
+def _metrics_address(raw_pods: list[dict[str, Any]], settings: OperatorSettings) -> str | None:
+    for pod in raw_pods:
+        for port in ((pod.get("spec") or {}).get("containers") or [{}])[0].get("ports") or []:
+            if port.get("name") != "metrics":
+                continue
+            annotated = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_METRICS_ADDRESS)
+            if annotated:
+                return str(annotated)
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip and (pod.get("status") or {}).get("phase") == "Running":
+                return f"{ip}:{port['containerPort']}"
+    return None
+
+
+def _count_restarts(
+    old: EmbeddingTrainingJobStatus | None, new: EmbeddingTrainingJobStatus
+) -> None:
+    if new.replica_statuses is None:
+        return
+    for role in ("chief", "worker", "ps", "evaluator"):
+        after = getattr(new.replica_statuses, role)
+        before = getattr(old.replica_statuses, role) if old and old.replica_statuses else None
+        delta = (after.restarts if after else 0) - (before.restarts if before else 0)
+        if delta > 0:
+            metrics.RESTARTS.labels(role).inc(delta)

@@ -1,0 +1,18 @@
+"""The operator's settings, filled from ``etj operator``'s options (and their env vars)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from etj.api.constants import DEFAULT_IMAGE
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    default_image: str = DEFAULT_IMAGE
+    # A full pass at least this often even without events (TTL, deadlines, missed events).
+    resync_seconds: float = 30.0
+    # How often the chief's metrics are read into status.progress.
+    progress_seconds: float = 10.0
+    max_memory_on_oom: int = 64 * 2**30
+    metrics_port: int = 8080

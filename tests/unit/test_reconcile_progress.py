@@ -1,0 +1,27 @@
+"""parse_progress: the chief's Prometheus page into status.progress."""
+
+from etj.reconcile.progress import parse_progress
+
+PAGE = """# HELP etj_trainer_step Last completed step
+# TYPE etj_trainer_step gauge
+etj_trainer_step 1234.0
+etj_trainer_examples_per_second{job="x"} 51234.5
+etj_trainer_loss 0.4321
+etj_trainer_auc NaN
+etj_trainer_last_checkpoint_step 1000.0
+python_gc_objects_collected_total{generation="0"} 12.0
+"""
+
+
+def test_parses_known_gauges_and_skips_nan():
+    p = parse_progress(PAGE, "2026-11-22T12:00:00Z")
+    assert p is not None
+    assert p.step == 1234 and p.last_checkpoint_step == 1000
+    assert p.examples_per_second == 51234.5 and p.loss == 0.4321
+    assert p.auc is None
+    assert p.update_time == "2026-11-22T12:00:00Z"
+
+
+def test_no_step_no_progress():
+    assert parse_progress("etj_trainer_loss 1.0\n", "t") is None
+    assert parse_progress("", "t") is None
