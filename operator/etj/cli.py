@@ -36,6 +36,7 @@ class LazyGroup(click.Group):
     lazy={
         "cluster": "etj.localcluster.cli:cluster",
         "operator": "etj.controller.cli:operator",
+        "run": "etj.local.cli:run",
     },
 )
 @click.version_option(package_name="etj")

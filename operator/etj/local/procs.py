@@ -1,0 +1,82 @@
+"""Start, poll and stop local processes so that none outlives its supervisor.
+
+Each process gets its own session (a signal to the group reaches its children) and,
+on Linux, PR_SET_PDEATHSIG so it is killed if the supervisor dies without cleaning up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Not on Linux (no libc.so.6): the supervisor's own cleanup has to do.
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class Proc:
+    """One running (or finished) process and what the supervisor knows about it."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    started: float = field(default_factory=time.monotonic)
+    stopping: bool = False
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code as a kubelet reports it: 128 + signal for a killed process."""
+        code = self.popen.poll()
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM the process group; SIGKILL it if it is still there after ``grace``."""
+        self.stopping = True
+        if self.popen.poll() is not None:
+            return
+        _signal_group(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def kill(self) -> None:
+        _signal_group(self.popen.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def start(name: str, command: list[str], env: dict[str, str], log_path: Path, cwd: Path) -> Proc:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        popen = subprocess.Popen(
+            command,
+            env=env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    finally:
+        log.close()
+    return Proc(name=name, popen=popen, log_path=log_path)

@@ -1,0 +1,276 @@
+"""``etj run``: a job's replicas as local processes, supervised by the operator's rules.
+
+The job is planned and rendered exactly as the operator would (``etj.render``), with
+TF_CONFIG peers mapped to free 127.0.0.1 ports and volumes to directories under the work
+directory. Each pass turns the processes into ``PodState``s and calls the operator's pure
+``etj.reconcile.decide``; its Decision is applied by starting and stopping processes. So
+a killed worker is replaced alone under ParameterServer, all workers restart under
+MultiWorkerMirrored, ``backoffLimit`` counts, and the ps are stopped when the chief is
+done — the same code path as in a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from etj.api.job import EmbeddingTrainingJob
+from etj.api.plan import ShardPlan
+from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Progress
+from etj.local.process import pod_process
+from etj.local.procs import Proc, start
+from etj.reconcile import PodState, World, decide
+from etj.reconcile.decide import Event, iso
+from etj.render import RenderSettings, build_config_map, build_pod, replica_set
+from etj.tfconfig import pod_name
+
+POLL_SECONDS = 0.5
+PROGRESS_SECONDS = 1.0
+STOP_GRACE_SECONDS = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def progress_from_log(path: Path, now: str) -> Progress | None:
+    """The last ``{"event": "progress", ...}`` line the trainer wrote to its log."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
+            lines = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if '"progress"' not in line:
+            continue
+        try:
+            doc = json.loads(line[line.index("{") :])
+        except ValueError:
+            continue
+        if doc.get("event") == "progress" and "step" in doc:
+            return Progress(
+                step=int(doc["step"]),
+                examples_per_second=doc.get("examplesPerSecond"),
+                loss=doc.get("loss"),
+                auc=doc.get("auc"),
+                last_checkpoint_step=doc.get("lastCheckpointStep"),
+                update_time=now,
+            )
+    return None
+
+
+@dataclass
+class RunResult:
+    status: EmbeddingTrainingJobStatus
+    seconds: float
+    workdir: Path
+
+
+@dataclass
+class Reporter:
+    """Where the runner tells what happens (the CLI shows it; tests collect it)."""
+
+    on_event: Callable[[str], None] = lambda msg: None
+    on_status: Callable[[EmbeddingTrainingJobStatus], None] = lambda st: None
+    events: list[str] = field(default_factory=list)
+
+    def event(self, message: str) -> None:
+        self.events.append(message)
+        self.on_event(message)
+
+
+class LocalRunner:
+    def __init__(
+        self,
+        job: EmbeddingTrainingJob,
+        plan: ShardPlan,
+        workdir: Path,
+        *,
+        python: str = sys.executable,
+        kill_worker_at: int | None = None,
+        reporter: Reporter | None = None,
+        fresh: bool = True,
+    ):
+        self.workdir = workdir.resolve()
+        if fresh and self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        for sub in ("config", "checkpoints", "tmp", "logs"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        spec = job.spec.model_copy(deep=True)
+        spec.checkpoint.mount_path = str(self.workdir / "checkpoints")
+        meta = job.metadata.model_copy(update={"namespace": "local", "uid": None, "generation": 1})
+        self.job = job.model_copy(update={"spec": spec, "metadata": meta, "status": None})
+        self.plan = plan
+        self.replicas = replica_set(self.job, plan)
+        self.ports = {task: free_port() for task in self.replicas.tasks()}
+        self.metrics_port = free_port()
+        self.settings = RenderSettings(metrics_port=self.metrics_port)
+        self.python = python
+        self.kill_worker_at = kill_worker_at
+        self.killed: str | None = None
+        self.restarted_at_step: int | None = None
+        self.rejoined = False
+        self.reporter = reporter or Reporter()
+        self.procs: dict[tuple[str, int], Proc] = {}
+        self.status = EmbeddingTrainingJobStatus()
+        self._last_progress = 0.0
+        self._write_trainer_config()
+
+    # ---- rendering ---------------------------------------------------------------------
+
+    def _address(self, role: str, index: int) -> str:
+        return f"127.0.0.1:{self.ports[(role, index)]}"
+
+    def _write_trainer_config(self) -> None:
+        cm = build_config_map(self.job, self.plan, self.settings)
+        for file_name, text in cm["data"].items():
+            (self.workdir / "config" / file_name).write_text(text)
+
+    def _start(self, role: str, index: int) -> None:
+        pod = build_pod(self.job, self.plan, role, index, self.settings, self._address)
+        volumes = {
+            "trainer-config": str(self.workdir / "config"),
+            "checkpoints": str(self.workdir / "checkpoints"),
+            "tmp": str(self.workdir / "tmp"),
+        }
+        spec = pod_process(pod, volumes, command=[self.python, "-m", "etj_trainer"])
+        env = {**os.environ, **spec.env, "ETJ_METRICS_PORT": str(self.metrics_port)}
+        log = self.workdir / "logs" / f"{spec.name}.log"
+        self.procs[(role, index)] = start(spec.name, spec.command, env, log, self.workdir)
+
+    # ---- observing ---------------------------------------------------------------------
+
+    def _pod_states(self) -> list[PodState]:
+        states = []
+        for (role, index), proc in list(self.procs.items()):
+            code = proc.exit_code
+            if proc.stopping and code is not None:
+                del self.procs[(role, index)]  # a stopped process is a deleted pod: gone
+                continue
+            phase = "Running" if code is None else "Succeeded" if code == 0 else "Failed"
+            states.append(
+                PodState(
+                    name=proc.name,
+                    role=role,
+                    index=index,
+                    phase=phase,
+                    ready=code is None,
+                    exit_code=code,
+                    terminating=proc.stopping,
+                )
+            )
+        return states
+
+    def _progress(self, now: datetime) -> Progress | None:
+        """The chief's last progress line (its log outlives it, for the summary)."""
+        if time.monotonic() - self._last_progress < PROGRESS_SECONDS:
+            return None
+        self._last_progress = time.monotonic()
+        leader = "chief" if self.replicas.chief else "worker"
+        return progress_from_log(
+            self.workdir / "logs" / f"{pod_name(self.job.name, leader, 0)}.log", iso(now)
+        )
+
+    # ---- applying ----------------------------------------------------------------------
+
+    def _apply_event(self, event: Event) -> None:
+        self.reporter.event(f"{event.reason}: {event.message}")
+
+    def _pass(self) -> bool:
+        """One supervision pass; True when the job has finished."""
+        now = datetime.now(UTC)
+        world = World(
+            job=self.job.model_copy(update={"status": self.status}),
+            plan=self.plan,
+            plan_error=None,
+            pods=self._pod_states(),
+            has_service=True,
+            has_config_map=True,
+            now=now,
+            progress=self._progress(now),
+        )
+        d = decide(world)
+        for name in d.delete_pods:
+            for proc in self.procs.values():
+                if proc.name == name and not proc.stopping:
+                    self._delete(proc)
+        for role, index in d.create_pods:
+            self._start(role, index)
+            if self.killed == pod_name(self.job.name, role, index):
+                self.restarted_at_step = self._step()
+                self.reporter.event(f"{self.killed} restarted at step {self.restarted_at_step}")
+        assert d.status is not None
+        self.status = d.status
+        for event in d.events:
+            self._apply_event(event)
+        self._maybe_kill_worker()
+        self._report_rejoin()
+        self.reporter.on_status(self.status)
+        return str(self.status.phase) in FINISHED_PHASES
+
+    def _delete(self, proc: Proc) -> None:
+        if proc.name.endswith("-chief-0"):
+            proc.stop(grace=STOP_GRACE_SECONDS)  # SIGTERM: the chief checkpoints first
+        else:
+            # ps and workers hold no state worth a graceful stop: a prompt kill frees the port.
+            proc.stopping = True
+            proc.kill()
+
+    def _step(self) -> int:
+        return self.status.progress.step if self.status.progress else 0
+
+    def _report_rejoin(self) -> None:
+        """Say when the replaced worker is back and training has gone on past its restart."""
+        if self.killed is None or self.rejoined or self.restarted_at_step is None:
+            return
+        proc = self.procs.get(("worker", self.replicas.worker - 1))
+        if proc is None or proc.exit_code is not None or time.monotonic() - proc.started < 5:
+            return
+        if self._step() > self.restarted_at_step:
+            self.rejoined = True
+            self.reporter.event(
+                f"{self.killed} is running again and training went on to step {self._step()}"
+            )
+
+    def _maybe_kill_worker(self) -> None:
+        at = self.kill_worker_at
+        step = self._step()
+        if at is None or self.killed is not None or step < at or self.replicas.worker == 0:
+            return
+        key = ("worker", self.replicas.worker - 1)
+        proc = self.procs.get(key)
+        if proc is None or proc.exit_code is not None:
+            return
+        proc.kill()
+        self.killed = proc.name
+        self.reporter.event(f"killed {proc.name} at step {step} (--kill-worker-at {at})")
+
+    def run(self) -> RunResult:
+        started = time.monotonic()
+        try:
+            while not self._pass():
+                time.sleep(POLL_SECONDS)  # the supervisor's poll interval
+            # A last look at the chief's progress, for the summary.
+            self._last_progress = 0.0
+            final = self._progress(datetime.now(UTC))
+            if final is not None:
+                self.status.progress = final
+        finally:
+            self.stop_all()
+        return RunResult(self.status, time.monotonic() - started, self.workdir)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.stop(grace=STOP_GRACE_SECONDS if proc.name.endswith("-chief-0") else 1.0)
+        self.procs.clear()
