@@ -1,0 +1,55 @@
+{{- define "etj.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "etj.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: operator
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "etj.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "etj.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "etj.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's permissions: exactly what etj.k8s, kopf's watches, events and
+     peering use. Shared by the ClusterRole and the per-namespace Roles. */}}
+{{- define "etj.rules" -}}
+- apiGroups: [training.etj.dev]
+  resources: [embeddingtrainingjobs]
+  verbs: [get, list, watch, patch, delete]
+- apiGroups: [training.etj.dev]
+  resources: [embeddingtrainingjobs/status]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [services, configmaps]
+  verbs: [get, create]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create]
+{{- if gt (int .Values.replicaCount) 1 }}
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end -}}
