@@ -71,3 +71,7 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+images:
+	docker build -f operator/Dockerfile -t etj-operator:dev .
+	docker build -f trainer_image/Dockerfile -t etj-trainer:dev .
