@@ -103,7 +103,6 @@ def operator(
     from etj.controller.settings import OperatorSettings
     from etj.k8s import Kube, load_config
 
-    _configure_logging(log_format, verbose)
     settings = OperatorSettings(
         default_image=default_image,
         resync_seconds=resync_seconds,
@@ -119,6 +118,7 @@ def operator(
         verbose=verbose,
         log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
     )
+    _configure_logging(verbose)
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,
@@ -133,5 +133,8 @@ def operator(
     sys.exit(0)
 
 
-def _configure_logging(log_format: str, verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr)
+def _configure_logging(verbose: bool) -> None:
+    # kopf.configure installed the handler; only levels are set here. Every event
+    # handler's "succeeded" line would flood the log: those stay at debug.
+    if not verbose:
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)

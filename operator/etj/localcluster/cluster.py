@@ -312,6 +312,11 @@ class LocalCluster:
             "-p",
             json.dumps(status),
         )
+        # Admission taints a new node not-ready; the node-lifecycle controller (off here)
+        # would lift it once the node reports Ready, so lift it ourselves.
+        self.kubectl(
+            "taint", "node", NODE_NAME, "node.kubernetes.io/not-ready:NoSchedule-", check=False
+        )
 
     # ---- use ---------------------------------------------------------------------------
 

@@ -1,0 +1,251 @@
+"""Run the real operator as a separate process, and play the kubelet's part for its pods.
+
+There is no kubelet on the local cluster (until the process-backed node runs pods), so
+``KubeletStandIn`` does what a kubelet does to the API: marks scheduled pods Running,
+writes a container's termination when a test says a replica exits, and confirms the
+deletion of terminating pods (the final grace-0 delete). Everything goes through the real
+API server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from etj.localcluster import LocalCluster
+
+from .conftest import wait_for
+
+ETJ = str(Path(sys.executable).parent / "etj")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """``etj operator`` watching one namespace, with its log in a file."""
+
+    def __init__(
+        self, cluster: LocalCluster, namespace: str, log: Path, extra: tuple[str, ...] = ()
+    ):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.log = log
+        self.extra = extra
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    ETJ,
+                    "operator",
+                    "--namespace",
+                    self.namespace,
+                    "--liveness",
+                    f"http://127.0.0.1:{self.liveness_port}/healthz",
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    "--resync-seconds",
+                    "5",
+                    "--progress-seconds",
+                    "1",
+                    "--log-format",
+                    "plain",
+                    *self.extra,
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_for(self._live, 60, "the operator's liveness endpoint")
+        return self
+
+    def _live(self) -> bool:
+        import urllib.request
+
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1
+            ) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: the operator gets no chance to clean up (as when its pod is evicted)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2
+        ) as r:
+            return str(r.read().decode())
+
+    def tail(self, lines: int = 60) -> str:
+        return (
+            "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            if self.log.exists()
+            else ""
+        )
+
+
+class KubeletStandIn:
+    """Writes pod status as a kubelet would, for the pods of one namespace."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, run_pods: bool = True):
+        from kubernetes import client
+
+        from etj.k8s import load_config
+
+        self.namespace = namespace
+        self.core = client.CoreV1Api(load_config(str(cluster.kubeconfig)))
+        self.run_pods = run_pods
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.metrics_address: str | None = None
+
+    def __enter__(self) -> KubeletStandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.2):  # the kubelet's sync period, shortened
+            try:
+                self.sync()
+            except Exception:  # the API may be briefly unavailable; the next sync retries
+                pass
+
+    def sync(self) -> None:
+        for pod in self.core.list_namespaced_pod(self.namespace).items:
+            name = pod.metadata.name
+            if pod.metadata.deletion_timestamp is not None:
+                self._confirm_deletion(name)
+            elif self.run_pods and pod.status.phase == "Pending" and pod.spec.node_name:
+                self.set_running(name)
+            if self.metrics_address and name.endswith("-chief-0"):
+                annotations = pod.metadata.annotations or {}
+                if annotations.get("training.etj.dev/metrics-address") != self.metrics_address:
+                    body = {
+                        "metadata": {
+                            "annotations": {
+                                "training.etj.dev/metrics-address": self.metrics_address
+                            }
+                        }
+                    }
+                    self.core.patch_namespaced_pod(name, self.namespace, body)
+
+    def _confirm_deletion(self, name: str) -> None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _patch_status(self, name: str, status: dict[str, Any]) -> None:
+        self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+
+    def set_running(self, name: str) -> None:
+        self._patch_status(
+            name,
+            {
+                "phase": "Running",
+                "podIP": "127.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [_container(running=True)],
+            },
+        )
+
+    def terminate(self, name: str, exit_code: int, reason: str = "Error") -> None:
+        """The replica's process exited: phase and container state as a kubelet writes them."""
+        self._patch_status(
+            name,
+            {
+                "phase": "Succeeded" if exit_code == 0 else "Failed",
+                "conditions": [{"type": "Ready", "status": "False"}],
+                "containerStatuses": [
+                    _container(running=False, exit_code=exit_code, reason=reason)
+                ],
+            },
+        )
+
+
+def _container(running: bool, exit_code: int = 0, reason: str = "") -> dict[str, Any]:
+    state: dict[str, Any] = (
+        {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+        if running
+        else {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": reason,
+                "startedAt": "2026-01-01T00:00:00Z",
+                "finishedAt": "2026-01-01T00:00:01Z",
+            }
+        }
+    )
+    return {
+        "name": "trainer",
+        "ready": running,
+        "restartCount": 0,
+        "image": "etj-trainer",
+        "imageID": "",
+        "state": state,
+    }
+
+
+def job_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    out = cluster.kubectl("get", "etj", name, "-n", namespace, "-o", "json", check=False)
+    if out.returncode != 0:
+        return {}
+    return dict(json.loads(out.stdout).get("status") or {})
+
+
+def pods(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]]:
+    items = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)[
+        "items"
+    ]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def live_pods(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]]:
+    return {
+        n: p
+        for n, p in pods(cluster, namespace).items()
+        if not p["metadata"].get("deletionTimestamp")
+    }
