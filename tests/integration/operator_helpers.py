@@ -9,6 +9,7 @@ API server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -145,10 +146,9 @@ class KubeletStandIn:
 
     def _loop(self) -> None:
         while not self._stop.wait(0.2):  # the kubelet's sync period, shortened
-            try:
+            # The API may be briefly unavailable; the next sync retries.
+            with contextlib.suppress(Exception):
                 self.sync()
-            except Exception:  # the API may be briefly unavailable; the next sync retries
-                pass
 
     def sync(self) -> None:
         for pod in self.core.list_namespaced_pod(self.namespace).items:
