@@ -153,6 +153,12 @@ class ReplicasSpec(ApiModel):
         description="An optional side-car evaluator (0 or 1) reading checkpoints.",
     )
 
+    @model_validator(mode="after")
+    def _someone_trains(self) -> ReplicasSpec:
+        if (self.chief is None or self.chief.replicas == 0) and self.worker.replicas == 0:
+            raise ValueError("a job needs a chief or at least one worker")
+        return self
+
     @field_validator("evaluator")
     @classmethod
     def _one_evaluator(cls, v: ReplicaSpec | None) -> ReplicaSpec | None:
@@ -479,6 +485,4 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 )
             if r.worker.replicas < 1:
                 raise ValueError("strategy ParameterServer needs at least one worker")
-        if (r.chief is None or r.chief.replicas == 0) and r.worker.replicas == 0:
-            raise ValueError("a job needs a chief or at least one worker")
         return self

@@ -1,0 +1,427 @@
+"""A corpus of malformed EmbeddingTrainingJobs, each with what must reject it.
+
+Layers:
+- ``schema``: the CRD's structural OpenAPI schema rejects it (types, enums, minimums,
+  patterns, required fields; unknown fields under kubectl's strict field validation);
+- ``cel``: only an ``x-kubernetes-validations`` CEL rule of the CRD rejects it (cross-field
+  rules);
+- ``plan``: only the operator's code can see it (the shard plan does not fit); the API
+  server stores it, and the operator marks it Failed/InvalidSpec.
+
+Every case must also be rejected by ``etj validate`` naming ``field`` with a message that
+contains ``message``. Pure data: used by unit tests and by the integration test that
+sends every schema/cel case to the real API server.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+BASE: dict[str, Any] = {
+    "apiVersion": "training.etj.dev/v1alpha1",
+    "kind": "EmbeddingTrainingJob",
+    "metadata": {"name": "bad"},
+    "spec": {
+        "strategy": "ParameterServer",
+        "replicas": {
+            "chief": {"replicas": 1},
+            "worker": {"replicas": 2},
+            "ps": {"replicas": 2, "resources": {"limits": {"memory": "4Gi"}}},
+        },
+        "model": {
+            "embeddings": [
+                {"name": "user_id", "vocabularySize": 100000, "dimension": 16},
+                {"name": "item_id", "vocabularySize": 5000, "dimension": 16},
+            ],
+            "hiddenUnits": [64, 32],
+        },
+        "training": {"steps": 100, "optimizer": "adagrad", "learningRate": 0.05},
+    },
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    layer: str  # schema | cel | plan
+    field: str
+    message: str
+    change: Callable[[dict[str, Any]], None]
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        doc = copy.deepcopy(BASE)
+        self.change(doc)
+        return doc
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = doc
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node.setdefault(p, {})
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return change
+
+
+def _delete(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = doc
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        del node[last]
+
+    return change
+
+
+def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        for c in changes:
+            c(doc)
+
+    return change
+
+
+E0 = "spec.model.embeddings.0"
+F0 = "spec.model.embeddings[0]"
+
+CASES: list[Case] = [
+    # ---- schema: types -------------------------------------------------------------------
+    Case(
+        "vocab-string",
+        "schema",
+        f"{F0}.vocabularySize",
+        "valid integer",
+        _set(f"{E0}.vocabularySize", "many"),
+    ),
+    Case(
+        "dimension-float",
+        "schema",
+        f"{F0}.dimension",
+        "valid integer",
+        _set(f"{E0}.dimension", 1.5),
+    ),
+    Case("model-is-list", "schema", "spec.model", "valid dictionary", _set("spec.model", [1, 2])),
+    Case("image-number", "schema", "spec.image", "valid string", _set("spec.image", 42)),
+    Case(
+        "steps-string",
+        "schema",
+        "spec.training.steps",
+        "valid integer",
+        _set("spec.training.steps", "lots"),
+    ),
+    Case(
+        "suspend-string",
+        "schema",
+        "spec.runPolicy.suspend",
+        "valid boolean",
+        _set("spec.runPolicy", {"suspend": "maybe"}),
+    ),
+    # ---- schema: sizes -------------------------------------------------------------------
+    Case(
+        "vocab-negative",
+        "schema",
+        f"{F0}.vocabularySize",
+        "greater than or equal to 1",
+        _set(f"{E0}.vocabularySize", -5),
+    ),
+    Case(
+        "vocab-zero",
+        "schema",
+        f"{F0}.vocabularySize",
+        "greater than or equal to 1",
+        _set(f"{E0}.vocabularySize", 0),
+    ),
+    Case(
+        "dimension-zero",
+        "schema",
+        f"{F0}.dimension",
+        "greater than or equal to 1",
+        _set(f"{E0}.dimension", 0),
+    ),
+    Case(
+        "workers-negative",
+        "schema",
+        "spec.replicas.worker.replicas",
+        "greater than or equal to 0",
+        _set("spec.replicas.worker.replicas", -1),
+    ),
+    Case(
+        "ps-zero",
+        "schema",
+        "spec.replicas.ps.replicas",
+        "integer >= 1",
+        _set("spec.replicas.ps.replicas", 0),
+    ),
+    Case(
+        "ps-many",
+        "schema",
+        "spec.replicas.ps.replicas",
+        "auto",
+        _set("spec.replicas.ps.replicas", "many"),
+    ),
+    Case(
+        "chief-two",
+        "schema",
+        "spec.replicas.chief.replicas",
+        "less than or equal to 1",
+        _set("spec.replicas.chief.replicas", 2),
+    ),
+    Case(
+        "hidden-zero",
+        "schema",
+        "spec.model.hiddenUnits[1]",
+        "greater than or equal to 1",
+        _set("spec.model.hiddenUnits", [64, 0]),
+    ),
+    Case(
+        "learning-rate-zero",
+        "schema",
+        "spec.training.learningRate",
+        "greater than 0",
+        _set("spec.training.learningRate", 0),
+    ),
+    Case(
+        "steps-zero",
+        "schema",
+        "spec.training.steps",
+        "greater than or equal to 1",
+        _set("spec.training.steps", 0),
+    ),
+    Case(
+        "batch-zero",
+        "schema",
+        "spec.training.batchSizePerReplica",
+        "greater than or equal to 1",
+        _set("spec.training.batchSizePerReplica", 0),
+    ),
+    Case(
+        "backoff-negative",
+        "schema",
+        "spec.runPolicy.backoffLimit",
+        "greater than or equal to 0",
+        _set("spec.runPolicy", {"backoffLimit": -1}),
+    ),
+    Case(
+        "keep-zero",
+        "schema",
+        "spec.checkpoint.keep",
+        "greater than or equal to 1",
+        _set("spec.checkpoint", {"keep": 0}),
+    ),
+    Case(
+        "zipf-one",
+        "schema",
+        "spec.data.synthetic.zipfExponent",
+        "greater than 1",
+        _set("spec.data", {"source": "synthetic", "synthetic": {"zipfExponent": 1.0}}),
+    ),
+    Case(
+        "headroom-below-one",
+        "schema",
+        "spec.sharding.psMemoryHeadroom",
+        "greater than or equal to 1",
+        _set("spec.sharding", {"psMemoryHeadroom": 0.5}),
+    ),
+    Case(
+        "deadline-zero",
+        "schema",
+        "spec.runPolicy.activeDeadlineSeconds",
+        "greater than or equal to 1",
+        _set("spec.runPolicy", {"activeDeadlineSeconds": 0}),
+    ),
+    # ---- schema: enums and patterns -----------------------------------------------------
+    Case(
+        "strategy-unknown",
+        "schema",
+        "spec.strategy",
+        "ParameterServer",
+        _set("spec.strategy", "Sideways"),
+    ),
+    Case(
+        "optimizer-unknown",
+        "schema",
+        "spec.training.optimizer",
+        "adagrad",
+        _set("spec.training.optimizer", "rmsprop"),
+    ),
+    Case("dtype-unknown", "schema", f"{F0}.dtype", "float32", _set(f"{E0}.dtype", "int8")),
+    Case("combiner-unknown", "schema", f"{F0}.combiner", "mean", _set(f"{E0}.combiner", "max")),
+    Case(
+        "restart-policy-unknown",
+        "schema",
+        "spec.runPolicy.restartPolicy",
+        "ExitCode",
+        _set("spec.runPolicy", {"restartPolicy": "Always"}),
+    ),
+    Case(
+        "clean-pod-policy-unknown",
+        "schema",
+        "spec.runPolicy.cleanPodPolicy",
+        "Running",
+        _set("spec.runPolicy", {"cleanPodPolicy": "Some"}),
+    ),
+    Case(
+        "data-source-unknown",
+        "schema",
+        "spec.data.source",
+        "synthetic",
+        _set("spec.data", {"source": "bigquery"}),
+    ),
+    Case("table-name-pattern", "schema", f"{F0}.name", "pattern", _set(f"{E0}.name", "User-ID")),
+    Case(
+        "quantity-words",
+        "schema",
+        "spec.sharding.maxShardBytes",
+        "not a Kubernetes quantity",
+        _set("spec.sharding", {"maxShardBytes": "lots"}),
+    ),
+    Case(
+        "quantity-unit",
+        "schema",
+        "spec.replicas.ps.resources.limits.memory",
+        "not a Kubernetes quantity",
+        _set("spec.replicas.ps.resources.limits.memory", "12XB"),
+    ),
+    Case(
+        "mount-relative",
+        "schema",
+        "spec.checkpoint.mountPath",
+        "pattern",
+        _set("spec.checkpoint", {"mountPath": "checkpoints"}),
+    ),
+    # ---- schema: required and unknown ----------------------------------------------------
+    Case(
+        "model-missing", "schema", "spec.model", "required field is missing", _delete("spec.model")
+    ),
+    Case(
+        "embeddings-missing",
+        "schema",
+        "spec.model.embeddings",
+        "required field is missing",
+        _delete("spec.model.embeddings"),
+    ),
+    Case(
+        "embeddings-empty",
+        "schema",
+        "spec.model.embeddings",
+        "at least 1 item",
+        _set("spec.model.embeddings", []),
+    ),
+    Case(
+        "dimension-missing",
+        "schema",
+        f"{F0}.dimension",
+        "required field is missing",
+        _delete(f"{E0}.dimension"),
+    ),
+    Case(
+        "unknown-field", "schema", f"{F0}.vocabSize", "unknown field", _set(f"{E0}.vocabSize", 10)
+    ),
+    Case(
+        "duplicate-table",
+        "schema",
+        "spec.model.embeddings",
+        "appears twice",
+        _set("spec.model.embeddings.1.name", "user_id"),
+    ),
+    # ---- cel: cross-field rules ----------------------------------------------------------
+    Case(
+        "ps-for-mirrored",
+        "cel",
+        "spec",
+        "replicas.ps is only for strategy ParameterServer",
+        _set("spec.strategy", "MultiWorkerMirrored"),
+    ),
+    Case(
+        "ps-strategy-no-chief",
+        "cel",
+        "spec",
+        "exactly one chief",
+        _set("spec.replicas.chief.replicas", 0),
+    ),
+    Case(
+        "ps-strategy-no-workers",
+        "cel",
+        "spec",
+        "at least one worker",
+        _set("spec.replicas.worker.replicas", 0),
+    ),
+    Case(
+        "files-without-files",
+        "cel",
+        "spec.data",
+        "data.files is required",
+        _set("spec.data", {"source": "files"}),
+    ),
+    Case(
+        "no-chief-no-workers",
+        "cel",
+        "spec.replicas",
+        "a chief or at least one worker",
+        _both(
+            _set("spec.strategy", "MultiWorkerMirrored"),
+            _delete("spec.replicas.ps"),
+            _set("spec.replicas.chief.replicas", 0),
+            _set("spec.replicas.worker.replicas", 0),
+        ),
+    ),
+    Case("name-too-long", "cel", "metadata.name", "at most 45", _set("metadata.name", "a" * 50)),
+    # ---- plan: only code can tell ----------------------------------------------------------
+    Case(
+        "table-fits-no-ps",
+        "plan",
+        "spec.replicas.ps",
+        "fit no set of up to 2 ps",
+        _both(
+            _set(f"{E0}.vocabularySize", 50_000_000),
+            _set(f"{E0}.dimension", 64),
+            _set(
+                "spec.replicas.ps",
+                {"replicas": "auto", "maxReplicas": 2, "resources": {"limits": {"memory": "2Gi"}}},
+            ),
+        ),
+    ),
+    Case(
+        "fixed-ps-too-small",
+        "plan",
+        "spec.replicas.ps",
+        "would need",
+        _both(_set(f"{E0}.vocabularySize", 20_000_000), _set(f"{E0}.dimension", 64)),
+    ),
+    Case(
+        "ps-budget-below-base",
+        "plan",
+        "spec.replicas.ps.resources",
+        "empty ps",
+        _set("spec.replicas.ps.resources.limits.memory", "256Mi"),
+    ),
+    Case(
+        "row-over-max-shard",
+        "plan",
+        "spec.sharding.maxShardBytes",
+        "one row of table",
+        _both(_set(f"{E0}.dimension", 4096), _set("spec.sharding", {"maxShardBytes": "16Ki"})),
+    ),
+    Case(
+        "mirrored-over-worker-memory",
+        "plan",
+        "spec.replicas.worker.resources",
+        "every worker holds all tables",
+        _both(
+            _set("spec.strategy", "MultiWorkerMirrored"),
+            _delete("spec.replicas.ps"),
+            _set(f"{E0}.vocabularySize", 10_000_000),
+            _set("spec.replicas.worker.resources", {"limits": {"memory": "1Gi"}}),
+        ),
+    ),
+]
