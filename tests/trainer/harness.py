@@ -1,0 +1,306 @@
+"""Test harness: real trainer processes (``python -m etj_trainer``) on 127.0.0.1.
+
+A ``LocalJob`` starts every task of a job with its own TF_CONFIG on free loopback ports,
+captures each process's output in a log file, reads the chief's JSON event lines, and
+kills every process it started when it is closed (tests use it as a context manager, so
+that happens even when an assertion fails). Waiting is always polling a condition with a
+deadline, never a bare sleep.
+
+Used by the trainer tests and by ``benchmarks/trainer_throughput.py``. It never imports
+TensorFlow itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from etj.api.spec import EmbeddingTrainingJobSpec
+from etj.api.trainer import TrainerCheckpoint, TrainerConfig
+from etj.planner import build_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = os.pathsep.join([str(ROOT / "operator"), str(ROOT / "trainer_image")])
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def job_spec(**overrides: Any) -> EmbeddingTrainingJobSpec:
+    """A small job spec (camelCase overrides merged at the top level)."""
+    doc: dict[str, Any] = {
+        "strategy": "ParameterServer",
+        "replicas": {"chief": {"replicas": 1}, "worker": {"replicas": 2}, "ps": {"replicas": 2}},
+        "model": {
+            "embeddings": [
+                {"name": "user_id", "vocabularySize": 5000, "dimension": 8},
+                {"name": "item_id", "vocabularySize": 2000, "dimension": 8, "idsPerExample": 3},
+            ],
+            "denseFeatures": 4,
+            "hiddenUnits": [16],
+        },
+        "data": {"source": "synthetic", "synthetic": {"seed": 1}},
+        "training": {
+            "batchSizePerReplica": 256,
+            "steps": 400,
+            "optimizer": "adagrad",
+            "learningRate": 0.1,
+            "stepsPerExecution": 10,
+        },
+        "sharding": {"maxShardBytes": "64Ki"},
+    }
+    doc.update(overrides)
+    return EmbeddingTrainingJobSpec.model_validate(doc)
+
+
+def trainer_config(
+    spec: EmbeddingTrainingJobSpec,
+    checkpoint_dir: Path | None = None,
+    every_steps: int = 100,
+    keep: int = 3,
+    export_dir: Path | None = None,
+    watchdog_seconds: int = 120,
+) -> TrainerConfig:
+    plan = build_plan(spec)
+    return TrainerConfig(
+        job_name="test",
+        strategy=plan.strategy,  # type: ignore[arg-type]
+        model=spec.model,
+        data=spec.data,
+        training=spec.training,
+        checkpoint=(
+            TrainerCheckpoint(directory=str(checkpoint_dir), every_steps=every_steps, keep=keep)
+            if checkpoint_dir
+            else None
+        ),
+        shard_plan=plan,
+        metrics_port=9102,
+        export_dir=str(export_dir) if export_dir else None,
+        watchdog_seconds=watchdog_seconds,
+    )
+
+
+def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYTHONPATH + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["TF_USE_LEGACY_KERAS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["ETJ_PROGRESS_SECONDS"] = env.get("ETJ_PROGRESS_SECONDS", "1")
+    env.update(extra or {})
+    return env
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The JSON event lines a trainer wrote to its log."""
+    events = []
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    for line in text.splitlines():
+        if line.startswith('{"') and '"event"' in line:
+            with contextlib.suppress(json.JSONDecodeError):
+                events.append(json.loads(line))
+    return events
+
+
+class LocalJob:
+    """Every task of a job as a local process; ``close()`` kills them all."""
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        workdir: Path,
+        workers: int,
+        ps: int,
+        chief: bool = True,
+        env: dict[str, str] | None = None,
+    ):
+        self.config = config
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / "trainer.json"
+        self.config_path.write_text(json.dumps(config.to_wire()))
+        roles = {"chief": 1 if chief else 0, "worker": workers, "ps": ps}
+        ports = iter(free_ports(sum(roles.values()) + 1))
+        self.cluster = {
+            role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in roles.items() if n
+        }
+        self.metrics_port = next(ports)
+        self.env = trainer_env(env)
+        self.procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self.starts: dict[tuple[str, int], int] = {}
+
+    # --- processes --------------------------------------------------------------------
+
+    def tf_config(self, role: str, index: int) -> str:
+        return json.dumps({"cluster": self.cluster, "task": {"type": role, "index": index}})
+
+    def log_path(self, role: str, index: int, start: int | None = None) -> Path:
+        n = self.starts.get((role, index), 0) if start is None else start
+        return self.workdir / f"{role}-{index}.{n}.log"
+
+    def start(self, role: str, index: int) -> subprocess.Popen[bytes]:
+        key = (role, index)
+        old = self.procs.get(key)
+        if old is not None and old.poll() is None:
+            raise RuntimeError(f"{role}/{index} is still running")
+        self.starts[key] = self.starts.get(key, -1) + 1
+        env = dict(self.env)
+        env["TF_CONFIG"] = self.tf_config(role, index)
+        env["ETJ_TRAINER_CONFIG"] = str(self.config_path)
+        env["ETJ_METRICS_PORT"] = str(
+            self.metrics_port
+            if role == "chief" or (role == "worker" and index == 0 and "chief" not in self.cluster)
+            else 0
+        )
+        log = self.log_path(role, index).open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "etj_trainer"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+            start_new_session=True,
+        )
+        log.close()
+        self.procs[key] = proc
+        return proc
+
+    def start_all(self) -> LocalJob:
+        # Servers first: the chief connects to them.
+        for role in ("ps", "worker", "chief"):
+            for i in range(len(self.cluster.get(role, []))):
+                self.start(role, i)
+        return self
+
+    def kill(self, role: str, index: int, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.get((role, index))
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=60)
+
+    def wait_exit(self, role: str, index: int, timeout: float) -> int:
+        proc = self.procs[(role, index)]
+        return proc.wait(timeout=timeout)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+
+    def __enter__(self) -> LocalJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- observing ----------------------------------------------------------------------
+
+    @property
+    def chief_key(self) -> tuple[str, int]:
+        return ("chief", 0) if "chief" in self.cluster else ("worker", 0)
+
+    def events(
+        self, role: str | None = None, index: int = 0, start: int | None = None
+    ) -> list[dict[str, Any]]:
+        if role is None:
+            role, index = self.chief_key
+        return read_events(self.log_path(role, index, start))
+
+    def all_events(self, role: str | None = None, index: int = 0) -> list[dict[str, Any]]:
+        """Events of every start of a task, in order."""
+        if role is None:
+            role, index = self.chief_key
+        out: list[dict[str, Any]] = []
+        for n in range(self.starts.get((role, index), 0) + 1):
+            out += read_events(self.log_path(role, index, n))
+        return out
+
+    def last(self, event: str, role: str | None = None, index: int = 0) -> dict[str, Any] | None:
+        found = [e for e in self.events(role, index) if e["event"] == event]
+        return found[-1] if found else None
+
+    def step(self) -> int:
+        progress = self.last("progress")
+        return int(progress["step"]) if progress else 0
+
+    def wait_step(self, step: int, timeout: float) -> int:
+        def reached() -> int:
+            self.check_chief_alive()
+            s = self.step()
+            return s if s >= step else 0
+
+        return int(wait_for(reached, timeout, f"step {step} (at {self.step()})"))
+
+    def check_chief_alive(self) -> None:
+        proc = self.procs[self.chief_key]
+        code = proc.poll()
+        if code is not None and self.last("done") is None:
+            tail = self.log_path(*self.chief_key).read_text(errors="replace")[-3000:]
+            raise AssertionError(f"chief exited with {code} before finishing:\n{tail}")
+
+    def wait_done(self, timeout: float) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            self.check_chief_alive()
+            return self.last("done")
+
+        result = wait_for(done, timeout, "the chief to finish")
+        code = self.wait_exit(*self.chief_key, timeout=60)
+        assert code == 0, f"chief exited with {code}"
+        return dict(result)
+
+    def log_tail(self, role: str, index: int, chars: int = 3000) -> str:
+        return self.log_path(role, index).read_text(errors="replace")[-chars:]
+
+
+@contextlib.contextmanager
+def local_job(
+    config: TrainerConfig, workdir: Path, workers: int, ps: int, **kw: Any
+) -> Iterator[LocalJob]:
+    job = LocalJob(config, workdir, workers, ps, **kw)
+    try:
+        yield job.start_all()
+    finally:
+        job.close()

@@ -1,0 +1,116 @@
+"""What this process is in the training cluster, read from ``TF_CONFIG``.
+
+Pure parsing and validation of the standard TF_CONFIG JSON; no TensorFlow import, so it
+is cheap and testable. It must not guess: a TF_CONFIG that names a task the cluster does
+not have is a usage error (exit 2), not something to paper over.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+ROLES = ("chief", "worker", "ps", "evaluator")
+
+
+class ClusterError(ValueError):
+    """TF_CONFIG is malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """This process's role, and the cluster it belongs to."""
+
+    type: str
+    index: int
+    cluster: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.cluster)
+
+    def count(self, role: str) -> int:
+        return len(self.cluster.get(role, []))
+
+    @property
+    def num_workers(self) -> int:
+        return self.count("worker")
+
+    @property
+    def num_ps(self) -> int:
+        return self.count("ps")
+
+    @property
+    def address(self) -> str | None:
+        tasks = self.cluster.get(self.type, [])
+        return tasks[self.index] if self.index < len(tasks) else None
+
+    def is_chief(self) -> bool:
+        """The task that reports progress, serves metrics and exports: the chief, else worker 0."""
+        if self.type == "chief":
+            return True
+        return self.type == "worker" and self.index == 0 and self.count("chief") == 0
+
+    def __str__(self) -> str:
+        return f"{self.type}/{self.index}"
+
+
+LOCAL = Task(type="chief", index=0, cluster={})
+
+
+def parse_tf_config(text: str | None) -> Task:
+    """The task described by a TF_CONFIG value; no TF_CONFIG means one local process."""
+    if text is None or not text.strip():
+        return LOCAL
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ClusterError(f"TF_CONFIG is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise ClusterError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+    cluster = _cluster(doc.get("cluster"))
+    task = doc.get("task")
+    if not isinstance(task, dict):
+        raise ClusterError("TF_CONFIG has no 'task' object")
+    role, index = task.get("type"), task.get("index", 0)
+    if role not in ROLES:
+        raise ClusterError(f"TF_CONFIG task.type {role!r} is not one of {', '.join(ROLES)}")
+    if not isinstance(index, int) or index < 0:
+        raise ClusterError(f"TF_CONFIG task.index {index!r} is not a non-negative integer")
+    # TensorFlow's convention: the evaluator is not part of the cluster dict.
+    if role != "evaluator" and index >= len(cluster.get(role, [])):
+        raise ClusterError(
+            f"TF_CONFIG task {role}/{index} is not in the cluster "
+            f"({len(cluster.get(role, []))} {role} task(s) listed)"
+        )
+    return Task(type=role, index=index, cluster=cluster)
+
+
+def _cluster(value: object) -> dict[str, list[str]]:
+    if not isinstance(value, dict) or not value:
+        raise ClusterError("TF_CONFIG has no 'cluster' object")
+    cluster: dict[str, list[str]] = {}
+    for role, addresses in value.items():
+        if role not in ROLES or role == "evaluator":
+            raise ClusterError(f"TF_CONFIG cluster has an unknown role {role!r}")
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise ClusterError(f"TF_CONFIG cluster.{role} must be a list of host:port strings")
+        cluster[role] = list(addresses)
+    return cluster
+
+
+def check_strategy(task: Task, strategy: str) -> None:
+    """The cluster must have the roles the strategy needs."""
+    if not task.distributed:
+        return
+    if strategy == "ParameterServer":
+        missing = [r for r in ("chief", "worker", "ps") if task.count(r) == 0]
+        if missing:
+            raise ClusterError(
+                f"strategy ParameterServer needs chief, worker and ps tasks; TF_CONFIG has no "
+                f"{', '.join(missing)}"
+            )
+        if task.count("chief") != 1:
+            raise ClusterError("strategy ParameterServer needs exactly one chief")
+    elif task.count("ps"):
+        raise ClusterError("strategy MultiWorkerMirrored takes no ps tasks; TF_CONFIG lists some")

@@ -1,0 +1,93 @@
+"""Loading the trainer config the operator renders (``etj.api.trainer.TrainerConfig``).
+
+Resolves where the config comes from (``--config`` wins over ``ETJ_TRAINER_CONFIG``) and
+turns every problem into a ``ConfigError`` with a message a person can act on (exit 2).
+No TensorFlow import: the checks here must be cheap and must run before TF starts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from etj.api.trainer import TrainerConfig
+
+CONFIG_ENV = "ETJ_TRAINER_CONFIG"
+METRICS_PORT_ENV = "ETJ_METRICS_PORT"
+
+
+class ConfigError(ValueError):
+    """The trainer config is missing or invalid."""
+
+
+def config_path(flag: str | None, environ: dict[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    value = flag or env.get(CONFIG_ENV)
+    if not value:
+        raise ConfigError(f"no trainer config: pass --config PATH or set {CONFIG_ENV}")
+    return Path(value)
+
+
+def parse_config(text: str, source: str = "trainer config") -> TrainerConfig:
+    try:
+        config = TrainerConfig.model_validate_json(text)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+            for err in e.errors()
+        )
+        raise ConfigError(f"{source} is invalid: {problems}") from e
+    check_consistent(config)
+    return config
+
+
+def load_config(flag: str | None = None, environ: dict[str, str] | None = None) -> TrainerConfig:
+    """The validated trainer config, from ``--config`` or ``ETJ_TRAINER_CONFIG``."""
+    path = config_path(flag, environ)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read the trainer config {path}: {e.strerror or e}") from e
+    return parse_config(text, source=str(path))
+
+
+def metrics_port(config: TrainerConfig, environ: dict[str, str] | None = None) -> int:
+    """The chief's metrics port: ``ETJ_METRICS_PORT`` (local runs) over the config."""
+    env = os.environ if environ is None else environ
+    value = env.get(METRICS_PORT_ENV)
+    if not value:
+        return config.metrics_port
+    try:
+        port = int(value)
+    except ValueError:
+        raise ConfigError(f"{METRICS_PORT_ENV}={value!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{METRICS_PORT_ENV}={value!r} is not a port number")
+    return port
+
+
+def check_consistent(config: TrainerConfig) -> None:
+    """Cross-field checks: the plan must describe exactly the model's tables."""
+    plan = config.shard_plan
+    names = [t.name for t in config.model.embeddings]
+    planned = [t.name for t in plan.tables]
+    if names != planned:
+        raise ConfigError(
+            f"shardPlan.tables {planned} do not match model.embeddings {names} (same order)"
+        )
+    for table, tp in zip(config.model.embeddings, plan.tables, strict=True):
+        if tp.rows != table.vocabulary_size or tp.dimension != table.dimension:
+            raise ConfigError(
+                f"shardPlan table {tp.name!r} is {tp.rows}x{tp.dimension} but the model says "
+                f"{table.vocabulary_size}x{table.dimension}"
+            )
+        if len(tp.rows_per_shard) != tp.shards or sum(tp.rows_per_shard) != tp.rows:
+            raise ConfigError(f"shardPlan table {tp.name!r}: rowsPerShard does not add up")
+        if plan.ps_replicas and any(not 0 <= p < plan.ps_replicas for p in tp.ps_of_shard):
+            raise ConfigError(f"shardPlan table {tp.name!r}: psOfShard names a missing ps")
+    if config.strategy != plan.strategy:
+        raise ConfigError(f"strategy {config.strategy} but the shard plan is for {plan.strategy}")
+    if config.data.source == "files" and config.data.files is None:
+        raise ConfigError("data.source is files but data.files is missing")

@@ -1,0 +1,238 @@
+"""Training input as ``tf.data`` pipelines: synthetic CTR data, or TFRecord / CSV files.
+
+Every batch is a dict: one int64 ``[batch, idsPerExample]`` tensor per embedding table
+(keyed by the table name), ``dense`` float32 ``[batch, denseFeatures]`` (when the model
+has dense features) and ``label`` float32 ``[batch]``.
+
+Synthetic data has Zipf-distributed ids (a few ids are very frequent, as in click logs),
+scattered over the id space so the popular ids do not all land in one shard, and a
+learnable signal: each id has a fixed hidden score (a hash of the id), and the click
+probability is a logistic function of the example's id scores and dense features, so a
+model that learns its embeddings sees the loss really fall.
+
+File layout (what ``etj_trainer.datagen`` writes):
+- TFRecord: ``tf.train.Example`` with an int64 list of ``idsPerExample`` ids per table
+  (feature = table name), a float list ``dense`` and a float ``<labelKey>``.
+- CSV with a header: ``<labelKey>``, ``dense_0 .. dense_{n-1}``, and per table either
+  ``<name>`` (one id) or ``<name>_0 .. <name>_{k-1}``; columns may come in any order.
+
+This module builds pipelines; it does not know about strategies or workers beyond the
+shard index it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tensorflow as tf
+
+from etj.api.spec import DataSpec, ModelSpec
+
+DENSE_KEY = "dense"
+LABEL_KEY = "label"
+# Prime multiplier that scatters Zipf ranks over the id space (the popular ids would
+# otherwise all be in the first shard of every table).
+_SCATTER = 1_000_003
+_SHUFFLE_RECORDS = 10_000
+
+
+class DataError(ValueError):
+    """The data source cannot be read as configured (e.g. no file matches)."""
+
+
+def zipf_ids(shape: Any, vocab: int, exponent: float, seed: tf.Tensor, salt: int) -> tf.Tensor:
+    """Ids in ``[0, vocab)`` whose rank r has probability ~ r^-exponent (inverse CDF)."""
+    u = tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float64)
+    one_minus_s = 1.0 - exponent
+    top = math.pow(vocab + 1.0, one_minus_s)
+    rank = tf.floor(tf.pow(u * (top - 1.0) + 1.0, 1.0 / one_minus_s)) - 1.0
+    rank = tf.clip_by_value(tf.cast(rank, tf.int64), 0, vocab - 1)
+    return tf.math.floormod(rank * _SCATTER + salt * 7919, vocab)
+
+
+def hidden_score(ids: tf.Tensor, salt: int) -> tf.Tensor:
+    """A fixed pseudo-random score in [-1, 1] per id: the signal the model can learn."""
+    # Integer mixing (wrapping multiply, shifts) is far cheaper than string hashing.
+    h = ids * 0x9E3779B1 + salt * 0x85EBCA6B
+    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, 29))
+    h = tf.math.floormod(h, 2001)
+    return tf.cast(h, tf.float32) / 1000.0 - 1.0
+
+
+def synthetic_batch_fn(model: ModelSpec, data: DataSpec, batch_size: int, stream: Any) -> Any:
+    """A function of the batch counter returning one generated batch (vectorised).
+
+    ``stream`` (an int or a scalar tensor) selects an independent stream of batches.
+    """
+    settings = data.synthetic
+    exponent = settings.zipf_exponent if settings else 1.1
+    seed = settings.seed if settings else 0
+    tables = list(model.embeddings)
+    n_dense = model.dense_features
+    # Total signal of comparable size whatever the number of tables.
+    table_scale = 2.5 / math.sqrt(len(tables))
+    dense_weights = tf.constant([math.sin(1.7 * (i + 1)) for i in range(n_dense)], tf.float32)
+
+    def make_batch(counter: tf.Tensor) -> dict[str, tf.Tensor]:
+        base = tf.stack([tf.cast(stream, tf.int64) + seed * 1_000_003, counter])
+        features: dict[str, tf.Tensor] = {}
+        logit = tf.fill([batch_size], -0.3)
+        for i, t in enumerate(tables):
+            key = base + tf.constant([7 * (i + 1), 0], tf.int64)
+            ids = zipf_ids([batch_size, t.ids_per_example], t.vocabulary_size, exponent, key, i)
+            features[t.name] = ids
+            logit += table_scale * tf.reduce_mean(hidden_score(ids, i), axis=1)
+        if n_dense:
+            dense = tf.random.stateless_normal(
+                [batch_size, n_dense], seed=base + tf.constant([5, 0], tf.int64)
+            )
+            features[DENSE_KEY] = dense
+            logit += tf.linalg.matvec(dense, dense_weights) / math.sqrt(n_dense)
+        u = tf.random.stateless_uniform([batch_size], seed=base + tf.constant([3, 0], tf.int64))
+        features[LABEL_KEY] = tf.cast(u < tf.sigmoid(logit), tf.float32)
+        return features
+
+    return make_batch
+
+
+def synthetic_dataset(
+    model: ModelSpec, data: DataSpec, batch_size: int, stream: Any = 0
+) -> tf.data.Dataset:
+    """An endless stream of generated batches; ``stream`` picks an independent stream."""
+    make_batch = synthetic_batch_fn(model, data, batch_size, stream)
+    ds = tf.data.Dataset.counter().map(make_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _files(data: DataSpec) -> list[str]:
+    assert data.files is not None
+    files = sorted(tf.io.gfile.glob(data.files.pattern))
+    if not files:
+        raise DataError(f"data.files.pattern {data.files.pattern!r} matches no file")
+    return files
+
+
+def _tfrecord_parser(model: ModelSpec, label_key: str) -> Any:
+    spec = {t.name: tf.io.FixedLenFeature([t.ids_per_example], tf.int64) for t in model.embeddings}
+    spec[label_key] = tf.io.FixedLenFeature([], tf.float32)
+    if model.dense_features:
+        spec[DENSE_KEY] = tf.io.FixedLenFeature([model.dense_features], tf.float32)
+
+    def parse(records: tf.Tensor) -> dict[str, tf.Tensor]:
+        parsed = tf.io.parse_example(records, spec)
+        out = {t.name: parsed[t.name] for t in model.embeddings}
+        if model.dense_features:
+            out[DENSE_KEY] = parsed[DENSE_KEY]
+        out[LABEL_KEY] = parsed[label_key]
+        return out
+
+    return parse
+
+
+def csv_columns(model: ModelSpec, label_key: str) -> list[str]:
+    """The columns a CSV file must have (in any order)."""
+    columns = [label_key, *(f"dense_{i}" for i in range(model.dense_features))]
+    for t in model.embeddings:
+        k = t.ids_per_example
+        columns += [t.name] if k == 1 else [f"{t.name}_{j}" for j in range(k)]
+    return columns
+
+
+def _csv_parser(model: ModelSpec, label_key: str, header: list[str]) -> Any:
+    wanted = csv_columns(model, label_key)
+    missing = [c for c in wanted if c not in header]
+    if missing:
+        raise DataError(f"CSV files lack the columns {missing} (header: {header})")
+    # decode_csv wants the selected columns in file order; remember where each one lands.
+    selected = sorted(header.index(c) for c in wanted)
+    slot = {header[i]: n for n, i in enumerate(selected)}
+    defaults = [
+        [0.0] if header[i] == label_key or header[i].startswith("dense_") else [0] for i in selected
+    ]
+    defaults = [[tf.constant(0, tf.int64)] if d == [0] else d for d in defaults]
+
+    def parse(lines: tf.Tensor) -> dict[str, tf.Tensor]:
+        cols = tf.io.decode_csv(lines, record_defaults=defaults, select_cols=selected)
+        out: dict[str, tf.Tensor] = {LABEL_KEY: cols[slot[label_key]]}
+        if model.dense_features:
+            dense = [cols[slot[f"dense_{i}"]] for i in range(model.dense_features)]
+            out[DENSE_KEY] = tf.stack(dense, axis=1)
+        for t in model.embeddings:
+            k = t.ids_per_example
+            names = [t.name] if k == 1 else [f"{t.name}_{j}" for j in range(k)]
+            out[t.name] = tf.stack([cols[slot[n]] for n in names], axis=1)
+        return out
+
+    return parse
+
+
+def _csv_header(path: str) -> list[str]:
+    with tf.io.gfile.GFile(path) as f:
+        return [c.strip() for c in f.readline().strip().split(",")]
+
+
+def file_dataset(
+    model: ModelSpec,
+    data: DataSpec,
+    batch_size: int,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    seed: int | None = None,
+) -> tf.data.Dataset:
+    """Batches read from the files, this worker's shard of them, repeated forever.
+
+    Whole files are sharded when there are enough of them (each worker reads only its own
+    files); otherwise records are. ``seed=None`` shuffles differently in every process.
+    """
+    assert data.files is not None
+    files = _files(data)
+    fmt, label_key = data.files.format, data.files.label_key
+    by_file = len(files) >= num_shards
+    names = tf.data.Dataset.from_tensor_slices(files)
+    if by_file and num_shards > 1:
+        names = names.shard(num_shards, shard_index)
+    names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    if fmt == "tfrecord":
+        records = names.interleave(
+            tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE
+        )
+        parse = _tfrecord_parser(model, label_key)
+    else:
+        records = names.interleave(
+            lambda f: tf.data.TextLineDataset(f).skip(1),
+            cycle_length=4,
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        parse = _csv_parser(model, label_key, _csv_header(files[0]))
+    if not by_file and num_shards > 1:
+        records = records.shard(num_shards, shard_index)
+    records = records.shuffle(_SHUFFLE_RECORDS, seed=seed)
+    # Batch first, then parse whole batches: one vectorised op per batch.
+    ds = records.batch(batch_size, drop_remainder=True)
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.deterministic = False
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def make_dataset(
+    model: ModelSpec,
+    data: DataSpec,
+    batch_size: int,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    seed: int | None = None,
+    stream: Any = None,
+) -> tf.data.Dataset:
+    """This worker's input: shard ``shard_index`` of ``num_shards``.
+
+    ``stream`` overrides the synthetic stream (default: the shard index); ParameterServer
+    workers pass a random one, as TensorFlow builds one identical dataset function for all
+    of them and cannot tell them apart.
+    """
+    if data.source == "files":
+        return file_dataset(model, data, batch_size, num_shards, shard_index, seed)
+    return synthetic_dataset(
+        model, data, batch_size, stream=shard_index if stream is None else stream
+    )

@@ -1,0 +1,148 @@
+"""The final export: a SavedModel of the dense tower, plus every embedding table as a file a
+serving system can memory-map.
+
+Layout of ``export_dir``::
+
+    tables.json              manifest: per table name, rows, dimension, dtype, combiner,
+                             idsPerExample, file; and the tower's input order
+    embeddings/<name>.npy    the table, row-major; np.load(path, mmap_mode="r") maps it
+                             (bfloat16 is stored as its uint16 bit pattern)
+    tower/                   SavedModel; signature "serving_default" maps the pooled
+                             embeddings (one input per table) and "dense" to "probability"
+
+Tables are written shard by shard into a memory-mapped file, so a table larger than the
+exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
+never has to be held whole. ``etj_trainer.serving`` reads this layout back. The export is
+written next to its destination and renamed into place, so a reader never sees half of one.
+
+Runs once, on the chief, after training; it neither trains nor checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from etj_trainer.core import TrainingState
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "tables.json"
+_NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+def _shard_array(shard: Any, dtype: str) -> np.ndarray:
+    value = shard.read_value()
+    if dtype == "bfloat16":
+        return tf.bitcast(value, tf.uint16).numpy()  # type: ignore[no-any-return]
+    return value.numpy()  # type: ignore[no-any-return]
+
+
+def write_table(state: TrainingState, index: int, path: Path) -> None:
+    spec = state.config.model.embeddings[index]
+    target = np.lib.format.open_memmap(
+        path,
+        mode="w+",
+        dtype=_NUMPY_DTYPES[spec.dtype],
+        shape=(spec.vocabulary_size, spec.dimension),
+    )
+    row = 0
+    for shard in state.model.table_components(index):
+        values = _shard_array(shard, spec.dtype)
+        target[row : row + values.shape[0]] = values
+        row += values.shape[0]
+    target.flush()
+    del target
+
+
+class Tower(tf.Module):
+    """The dense part of the model, with its own copies of the trained weights."""
+
+    def __init__(self, state: TrainingState):
+        super().__init__(name="tower")
+        model = state.model
+        self.kernels = [
+            tf.Variable(k.read_value(), name=f"kernel_{i}") for i, k in enumerate(model.kernels)
+        ]
+        self.biases = [
+            tf.Variable(b.read_value(), name=f"bias_{i}") for i, b in enumerate(model.biases)
+        ]
+        self.names = [t.name for t in state.config.model.embeddings]
+        self.dense_features = state.config.model.dense_features
+
+    def __call__(self, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
+        parts = [tf.cast(inputs[n], tf.float32) for n in self.names]
+        if self.dense_features:
+            parts.append(tf.cast(inputs["dense"], tf.float32))
+        x = tf.concat(parts, axis=1)
+        last = len(self.kernels) - 1
+        for i, (k, b) in enumerate(zip(self.kernels, self.biases, strict=True)):
+            x = tf.matmul(x, k) + b
+            if i < last:
+                x = tf.nn.relu(x)
+        return tf.sigmoid(tf.squeeze(x, axis=1))
+
+
+def _signature(tower: Tower, state: TrainingState) -> Any:
+    specs = {
+        t.name: tf.TensorSpec([None, t.dimension], tf.float32, name=t.name)
+        for t in state.config.model.embeddings
+    }
+    if tower.dense_features:
+        specs["dense"] = tf.TensorSpec([None, tower.dense_features], tf.float32, name="dense")
+
+    @tf.function(input_signature=[specs])
+    def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return {"probability": tower(inputs)}
+
+    return serve
+
+
+def manifest(state: TrainingState) -> dict[str, Any]:
+    config = state.config
+    return {
+        "jobName": config.job_name,
+        "step": int(state.step.numpy()),
+        "denseFeatures": config.model.dense_features,
+        "tables": [
+            {
+                "name": t.name,
+                "rows": t.vocabulary_size,
+                "dimension": t.dimension,
+                "dtype": t.dtype,
+                "storage": "uint16-bits" if t.dtype == "bfloat16" else t.dtype,
+                "combiner": t.combiner,
+                "idsPerExample": t.ids_per_example,
+                "file": f"embeddings/{t.name}.npy",
+            }
+            for t in config.model.embeddings
+        ],
+        "tower": "tower",
+    }
+
+
+def export(state: TrainingState, export_dir: str) -> Path:
+    """Write the export to ``export_dir`` (replacing an older one); its path."""
+    final = Path(export_dir)
+    staging = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "embeddings").mkdir(parents=True)
+    for i, t in enumerate(state.config.model.embeddings):
+        write_table(state, i, staging / "embeddings" / f"{t.name}.npy")
+    tower = Tower(state)
+    tf.saved_model.save(
+        tower, str(staging / "tower"), signatures={"serving_default": _signature(tower, state)}
+    )
+    (staging / MANIFEST).write_text(json.dumps(manifest(state), indent=1))
+    if final.exists():
+        shutil.rmtree(final)
+    staging.rename(final)
+    log.info("exported to %s", final)
+    return final

@@ -1,0 +1,104 @@
+"""``python -m etj_trainer [--config PATH]``: what this process is comes from TF_CONFIG,
+what to train from the trainer config (``--config`` wins over ``ETJ_TRAINER_CONFIG``).
+
+Checks everything it can before TensorFlow is imported (bad config or TF_CONFIG: exit 2
+with a message naming the field), then dispatches to the role, and maps whatever escapes
+training to an exit code the operator's restart policy understands (see ``exitcodes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+
+from etj_trainer import exitcodes
+from etj_trainer.cluster import ClusterError, Task, check_strategy, parse_tf_config
+from etj_trainer.config import ConfigError, load_config, metrics_port
+
+log = logging.getLogger("etj_trainer")
+
+
+def _tf_environment() -> None:
+    # tf_keras (never Keras 3) if anything pulls Keras in; TensorFlow's C++ INFO chatter off.
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m etj_trainer",
+        description="etj trainer: one replica (chief, worker, ps) of an EmbeddingTrainingJob.",
+    )
+    parser.add_argument(
+        "--config", help="trainer config JSON (default: $ETJ_TRAINER_CONFIG)", default=None
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except SystemExit as e:  # argparse: --help is 0, a bad flag is a usage error
+        return exitcodes.SUCCESS if e.code == 0 else exitcodes.USAGE
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load_config(args.config)
+        task = parse_tf_config(os.environ.get("TF_CONFIG"))
+        check_strategy(task, config.strategy)
+        port = metrics_port(config)
+    except (ConfigError, ClusterError) as e:
+        print(f"etj_trainer: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    _tf_environment()
+    return run(config, task, port)
+
+
+def run(config: object, task: Task, port: int) -> int:
+    from etj.api.trainer import TrainerConfig
+
+    assert isinstance(config, TrainerConfig)
+    ps = config.strategy == "ParameterServer" and task.distributed
+    try:
+        from etj_trainer import train  # TensorFlow loads here, after the config is known good
+
+        log.info("task %s, strategy %s", task, config.strategy if task.distributed else "local")
+        if ps and task.type in ("ps", "worker"):
+            return train.run_server(task)
+        if task.type == "evaluator":
+            print("etj_trainer: the evaluator role is not supported yet", file=sys.stderr)
+            return exitcodes.USAGE
+        if task.type == "ps":
+            print("etj_trainer: a ps task needs strategy ParameterServer", file=sys.stderr)
+            return exitcodes.USAGE
+        if ps:
+            return train.run_ps_chief(config, task, port)
+        return train.run_synchronous(config, task, port if task.is_chief() else None)
+    except KeyboardInterrupt:
+        return exitcodes.TERMINATED
+    except BaseException as e:
+        return _failed(e, ps)
+
+
+def _failed(error: BaseException, ps: bool) -> int:
+    from etj_trainer import train
+    from etj_trainer.data import DataError
+    from etj_trainer.progress import emit
+
+    if isinstance(error, DataError):
+        print(f"etj_trainer: {error}", file=sys.stderr)
+        return exitcodes.USAGE
+    code = train.classify(error, ps)
+    kind = "retryable" if code == exitcodes.RETRYABLE else "permanent"
+    message = f"{type(error).__name__}: {error}".strip()
+    log.error("training failed (%s, exit %d): %s", kind, code, message[:2000])
+    if code != exitcodes.RETRYABLE:
+        traceback.print_exc()
+    emit("error", reason=type(error).__name__, message=message[:500], exitCode=code)
+    return code

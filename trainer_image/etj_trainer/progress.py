@@ -1,0 +1,234 @@
+"""The chief's progress reporting: Prometheus metrics, JSON progress lines, TensorBoard
+summaries, and the watchdog.
+
+The operator scrapes the metrics (names are part of its contract: ``etj_trainer_step``,
+``_examples_per_second``, ``_loss``, ``_auc``, ``_last_checkpoint_step``,
+``_restarts_seen``); ``etj run`` reads the ``{"event": "progress", ...}`` lines from the
+chief's stdout. The watchdog ends a chief that has completed no step for
+``watchdog_seconds`` (a hung worker can block the coordinator forever) with the retryable
+exit code, so the operator restarts it from the last checkpoint.
+
+No TensorFlow at import time (the summary writer is passed in); this module never decides
+what to train.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from etj_trainer import exitcodes
+from etj_trainer.auc import BINS, auc_from_histogram
+
+log = logging.getLogger(__name__)
+
+# Chunks of steps whose prediction histograms make up the reported AUC.
+AUC_WINDOW = 50
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One structured JSON line on stdout (read by the local runner and log pipelines)."""
+    doc = {"event": event, **{k: v for k, v in fields.items() if v is not None}}
+    sys.stdout.write(json.dumps(doc, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+class Metrics:
+    """The chief's Prometheus gauges on their own registry (no process collectors)."""
+
+    def __init__(self, port: int | None):
+        self.registry = CollectorRegistry()
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, registry=self.registry)
+
+        self.step = gauge("etj_trainer_step", "Global training step.")
+        self.examples_per_second = gauge(
+            "etj_trainer_examples_per_second", "Training examples per second (all workers)."
+        )
+        self.loss = gauge("etj_trainer_loss", "Mean training log-loss of recent steps.")
+        self.auc = gauge("etj_trainer_auc", "Training AUC of recent steps.")
+        self.last_checkpoint_step = gauge(
+            "etj_trainer_last_checkpoint_step", "Step of the last checkpoint written."
+        )
+        self.restarts_seen = gauge(
+            "etj_trainer_restarts_seen", "Times training resumed from a checkpoint."
+        )
+        self.port = port
+        if port:
+            start_http_server(port, registry=self.registry)
+            log.info("metrics on :%d/metrics", port)
+
+
+class Reporter:
+    """Accumulates chunk results and reports every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        examples_per_step: int,
+        interval: float,
+        summary_writer: Any = None,
+        enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.enabled = enabled
+        self.metrics = metrics
+        self.examples_per_step = examples_per_step
+        self.interval = interval
+        self.writer = summary_writer
+        self.clock = clock
+        self.step = 0
+        self.last_checkpoint_step: int | None = None
+        self.restarts = 0
+        self._losses: deque[float] = deque(maxlen=AUC_WINDOW)
+        self._hists: deque[np.ndarray] = deque(maxlen=AUC_WINDOW)
+        self._mark_time = clock()
+        self._mark_step = 0
+        self._last_report = clock()
+
+    def start(self, step: int, restarts: int, last_checkpoint_step: int | None) -> None:
+        self.step = self._mark_step = step
+        self.restarts = restarts
+        self.last_checkpoint_step = last_checkpoint_step
+        self._mark_time = self._last_report = self.clock()
+        self.metrics.step.set(step)
+        self.metrics.restarts_seen.set(restarts)
+        if last_checkpoint_step is not None:
+            self.metrics.last_checkpoint_step.set(last_checkpoint_step)
+
+    def chunk_done(self, steps: int, loss: float, hist: np.ndarray | None) -> None:
+        self.step += steps
+        self._losses.append(loss)
+        if hist is not None:
+            self._hists.append(np.asarray(hist).reshape(2, BINS))
+        if self.enabled and self.clock() - self._last_report >= self.interval:
+            self.report()
+
+    def checkpointed(self, step: int) -> None:
+        self.last_checkpoint_step = step
+        self.metrics.last_checkpoint_step.set(step)
+        if self.enabled:
+            emit("checkpoint", step=step)
+
+    def set_step(self, step: int) -> None:
+        """The exact global step (read from the step variable)."""
+        self.step = step
+
+    def report(self) -> dict[str, Any] | None:
+        if not self.enabled:
+            return None
+        now = self.clock()
+        elapsed = max(now - self._mark_time, 1e-9)
+        eps = (self.step - self._mark_step) * self.examples_per_step / elapsed
+        loss = float(np.mean(self._losses)) if self._losses else None
+        auc = auc_from_histogram(sum(self._hists)) if self._hists else None
+        m = self.metrics
+        m.step.set(self.step)
+        m.examples_per_second.set(eps)
+        if loss is not None:
+            m.loss.set(loss)
+        if auc is not None:
+            m.auc.set(auc)
+        fields = {
+            "step": self.step,
+            "loss": loss,
+            "auc": auc,
+            "examplesPerSecond": round(eps, 1),
+            "lastCheckpointStep": self.last_checkpoint_step,
+            "restartsSeen": self.restarts,
+        }
+        emit("progress", **fields)
+        self._write_summaries(loss, auc, eps)
+        self._mark_time, self._mark_step, self._last_report = now, self.step, now
+        return fields
+
+    def _write_summaries(self, loss: float | None, auc: float | None, eps: float) -> None:
+        if self.writer is None:
+            return
+        values = {"loss": loss, "auc": auc, "examples_per_second": eps}
+        write_scalars(self.writer, self.step, {k: v for k, v in values.items() if v is not None})
+
+
+def write_scalars(writer: Any, step: int, values: dict[str, float]) -> None:
+    """TensorBoard scalar summaries with TensorFlow alone.
+
+    ``tf.summary.scalar`` needs the tensorboard package, which the trainer image does not
+    carry; the generic ``tf.summary.write`` with the scalars plugin's metadata writes the
+    same records.
+    """
+    import tensorflow as tf  # already loaded by the training loop
+    from tensorflow.core.framework import summary_pb2
+
+    metadata = summary_pb2.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    with writer.as_default(step=step):
+        for tag, value in values.items():
+            tf.summary.write(
+                tag, tf.constant(value, tf.float32), metadata=metadata.SerializeToString()
+            )
+    writer.flush()
+
+
+class Watchdog:
+    """Exits the process (retryable) when ``beat()`` is not called for ``seconds``."""
+
+    def __init__(
+        self,
+        seconds: float,
+        on_timeout: Callable[[float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.seconds = seconds
+        self.clock = clock
+        self.on_timeout = on_timeout or _die
+        self._last = clock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="etj-watchdog", daemon=True)
+
+    def start(self) -> Watchdog:
+        self._last = self.clock()
+        self._thread.start()
+        return self
+
+    def beat(self) -> None:
+        self._last = self.clock()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def check(self) -> bool:
+        """True (and ``on_timeout`` called) if no beat came within ``seconds``."""
+        idle = self.clock() - self._last
+        if idle >= self.seconds:
+            self.on_timeout(idle)
+            return True
+        return False
+
+    def _run(self) -> None:
+        poll = min(1.0, self.seconds / 10)
+        while not self._stop.wait(poll):
+            if self.check():
+                return
+
+
+def _die(idle: float) -> None:
+    message = (
+        f"watchdog: no training step completed for {idle:.0f}s (a worker or ps is hung or "
+        "unreachable); exiting so the job restarts from the last checkpoint"
+    )
+    log.error(message)
+    emit("error", reason="WatchdogTimeout", message=message)
+    sys.stderr.flush()
+    # os._exit: the main thread may be blocked inside TensorFlow and never return.
+    os._exit(exitcodes.RETRYABLE)

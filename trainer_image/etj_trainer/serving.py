@@ -1,0 +1,63 @@
+"""Reading an export back for serving: memory-mapped tables + the tower SavedModel.
+
+The tables are mapped, not loaded: a lookup touches only the pages of the rows it reads,
+so a host serves tables larger than its memory ("virtual memory" serving). This is the
+reference reader of the layout ``etj_trainer.export`` writes; it does not train.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from etj_trainer.export import MANIFEST
+
+
+class MappedTable:
+    """One exported table, memory-mapped."""
+
+    def __init__(self, root: Path, entry: dict[str, Any]):
+        self.name = entry["name"]
+        self.dimension = int(entry["dimension"])
+        self.dtype = entry["dtype"]
+        self.combiner = entry["combiner"]
+        self.ids_per_example = int(entry["idsPerExample"])
+        self.rows = np.load(root / entry["file"], mmap_mode="r")
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """float32 rows for ``ids`` (any shape); ids are taken modulo the vocabulary."""
+        flat = np.mod(np.asarray(ids, dtype=np.int64).reshape(-1), self.rows.shape[0])
+        raw = self.rows[flat]
+        if self.dtype == "bfloat16":
+            raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        return np.asarray(raw, dtype=np.float32).reshape(*np.shape(ids), self.dimension)
+
+    def pooled(self, ids: np.ndarray) -> np.ndarray:
+        """The combined vector per example for ids ``[batch, idsPerExample]``."""
+        vectors = self.lookup(np.asarray(ids).reshape(-1, self.ids_per_example))
+        return vectors.sum(axis=1) if self.combiner == "sum" else vectors.mean(axis=1)
+
+
+class MappedModel:
+    """Predicts click probabilities from ids and dense features, tables memory-mapped."""
+
+    def __init__(self, export_dir: str | Path):
+        import tensorflow as tf
+
+        root = Path(export_dir)
+        self.manifest = json.loads((root / MANIFEST).read_text())
+        self.tables = [MappedTable(root, e) for e in self.manifest["tables"]]
+        self._serve = tf.saved_model.load(str(root / self.manifest["tower"])).signatures[
+            "serving_default"
+        ]
+
+    def predict(self, features: dict[str, np.ndarray]) -> np.ndarray:
+        import tensorflow as tf
+
+        inputs = {t.name: tf.constant(t.pooled(features[t.name])) for t in self.tables}
+        if self.manifest["denseFeatures"]:
+            inputs["dense"] = tf.constant(np.asarray(features["dense"], np.float32))
+        return np.asarray(self._serve(**inputs)["probability"])

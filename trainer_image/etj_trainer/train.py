@@ -1,0 +1,323 @@
+"""The roles of a training job and the training loop they share.
+
+- ``run_server``: a ps, or a worker under ParameterServer — a ``tf.distribute.Server``
+  that serves until it is killed (the operator stops it when the job is done).
+- ``run_ps_chief``: the ParameterServer coordinator. It schedules chunks of
+  ``stepsPerExecution`` steps on the workers (input is produced on the workers), keeps a
+  bounded number in flight, joins at checkpoint boundaries, and survives lost workers
+  (``ClusterCoordinator`` re-runs their chunks elsewhere and takes them back).
+- ``run_synchronous``: MultiWorkerMirrored (every worker trains, gradients all-reduced)
+  and the single-process mode (no TF_CONFIG).
+
+Every role restores the newest checkpoint first, checkpoints every ``everySteps`` and on
+SIGTERM, and exits with the codes of ``etj_trainer.exitcodes``: distributed failures a
+restart cures are retryable (138).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from etj.api.trainer import TrainerConfig
+from etj_trainer import exitcodes
+from etj_trainer.checkpoint import Checkpoints
+from etj_trainer.cluster import Task
+from etj_trainer.core import TrainingState
+from etj_trainer.data import make_dataset
+from etj_trainer.export import export
+from etj_trainer.model import TablePartitioner
+from etj_trainer.progress import Metrics, Reporter, Watchdog, emit
+
+log = logging.getLogger(__name__)
+
+# Errors of a peer, a ps or a collective that a restart from the last checkpoint cures.
+RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
+# After a ps restarted empty, reads of its variables fail with these; a chief restart
+# (restoring the checkpoint into the new ps) cures them.
+PS_LOST_ERRORS: tuple[type[Exception], ...] = (
+    tf.errors.NotFoundError,
+    tf.errors.FailedPreconditionError,
+)
+PROGRESS_SECONDS_ENV = "ETJ_PROGRESS_SECONDS"
+TENSORBOARD_ENV = "ETJ_TENSORBOARD_DIR"
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: checkpoint (chief) and exit 143."""
+
+
+class StopFlag:
+    """Set by SIGTERM; the loop checks it between chunks."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> StopFlag:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: self.event.set())
+        return self
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+
+# --- roles --------------------------------------------------------------------------
+
+
+def run_server(task: Task) -> int:
+    """A ps, or a worker under ParameterServer: serve until killed."""
+    cluster = tf.train.ClusterSpec(task.cluster)
+    server = tf.distribute.Server(
+        cluster, job_name=task.type, task_index=task.index, protocol="grpc", start=True
+    )
+    emit("serving", task=str(task), target=server.target)
+    server.join()
+    return exitcodes.SUCCESS
+
+
+@dataclass
+class LoopParts:
+    """What the loop needs beyond the training state."""
+
+    schedule: Callable[[int], Any]  # run a chunk of n steps (maybe asynchronously)
+    result: Callable[[Any], tuple[float, np.ndarray]]  # wait for a chunk's result
+    barrier: Callable[[], None]  # wait until every scheduled chunk is done
+    max_inflight: int
+    examples_per_step: int
+
+
+def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
+    """The ParameterServer coordinator."""
+    stop = StopFlag().install()
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(task.cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
+    partitioner = TablePartitioner()
+    strategy = tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner
+    )
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    state = TrainingState(config, strategy, partitioner)
+    log_placement(state)
+    checkpoints = Checkpoints(state, config.checkpoint)
+    restored = checkpoints.restore()
+    batch = config.training.batch_size_per_replica
+
+    def dataset_fn() -> tf.data.Dataset:
+        # TensorFlow builds one dataset function for every worker and gives it no worker
+        # index; an unseeded random stream id makes each worker's data its own.
+        stream = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
+        return make_dataset(config.model, config.data, batch, stream=stream)
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    parts = LoopParts(
+        schedule=lambda n: coordinator.schedule(
+            state.train_chunk, args=(iterator, tf.constant(n, tf.int64))
+        ),
+        result=lambda rv: _numpy(rv.fetch()),
+        barrier=coordinator.join,
+        # Enough to keep every worker busy while the chief handles results.
+        max_inflight=2 * task.num_workers + 2,
+        examples_per_step=batch,
+    )
+    return train_loop(config, state, checkpoints, parts, restored, stop, metrics_port, True)
+
+
+def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
+    """MultiWorkerMirrored (every chief/worker task) or one local process."""
+    stop = StopFlag().install()
+    replicas = 1
+    if task.distributed:
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(task.cluster),
+            task_type=task.type,
+            task_id=task.index,
+            rpc_layer="grpc",
+        )
+        strategy: tf.distribute.Strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver,
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.RING
+            ),
+        )
+        replicas = strategy.num_replicas_in_sync
+    else:
+        strategy = tf.distribute.get_strategy()
+    is_chief = task.is_chief()
+    state = TrainingState(config, strategy, None, sync_replicas=replicas > 1)
+    scratch = None
+    if config.checkpoint is not None and not is_chief:
+        scratch = tempfile.mkdtemp(prefix=f"etj-ckpt-{task.type}-{task.index}-")
+    checkpoints = Checkpoints(state, config.checkpoint, scratch=scratch)
+    restored = checkpoints.restore()
+    batch = config.training.batch_size_per_replica
+    seed = config.training.seed
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        return make_dataset(
+            config.model,
+            config.data,
+            batch,
+            num_shards=ctx.num_input_pipelines,
+            shard_index=ctx.input_pipeline_id,
+            seed=seed,
+        )
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    parts = LoopParts(
+        schedule=lambda n: state.train_chunk(iterator, tf.constant(n, tf.int64)),
+        result=_numpy,
+        barrier=lambda: None,
+        max_inflight=0,
+        examples_per_step=batch * replicas,
+    )
+    return train_loop(
+        config,
+        state,
+        checkpoints,
+        parts,
+        restored,
+        stop,
+        metrics_port if is_chief else None,
+        is_chief,
+    )
+
+
+def _numpy(result: Any) -> tuple[float, np.ndarray]:
+    loss, hist = result
+    return float(np.asarray(loss)), np.asarray(hist)
+
+
+def log_placement(state: TrainingState) -> None:
+    """One line per table with the device of every shard (compare with the plan)."""
+    for i, spec in enumerate(state.config.model.embeddings):
+        devices = [v.device for v in state.model.table_components(i)]
+        emit("placement", table=spec.name, devices=devices)
+
+
+# --- the loop -----------------------------------------------------------------------
+
+
+def _boundaries(start: int, total: int, every: int | None) -> Iterator[int]:
+    """The steps at which the loop joins and checkpoints, after ``start``, ending at total."""
+    step = start
+    while step < total:
+        step = min(total, (step // every + 1) * every) if every else total
+        yield step
+
+
+def train_loop(
+    config: TrainerConfig,
+    state: TrainingState,
+    checkpoints: Checkpoints,
+    parts: LoopParts,
+    restored: int | None,
+    stop: StopFlag,
+    metrics_port: int | None,
+    is_chief: bool,
+) -> int:
+    """Train from the restored step to ``training.steps``; the exit code."""
+    total = config.training.steps
+    spe = config.training.steps_per_execution
+    every = config.checkpoint.every_steps if config.checkpoint else None
+    start = restored or 0
+    reporter = _reporter(config, parts, metrics_port, is_chief)
+    reporter.start(start, int(state.restarts.numpy()), restored)
+    if is_chief:
+        emit("start", step=start, restoredFrom=restored, steps=total)
+    watchdog = Watchdog(config.watchdog_seconds).start()
+    try:
+        step = start
+        for boundary in _boundaries(start, total, every):
+            step = _run_round(state, parts, reporter, watchdog, step, boundary, spe, stop)
+            # Boundaries are the checkpoint steps (and the last step), or where SIGTERM cut.
+            if checkpoints.enabled:
+                reporter.checkpointed(checkpoints.save())
+            if stop:
+                raise Terminated
+        watchdog.stop()
+        reporter.report()
+        if is_chief and config.export_dir:
+            export(state, config.export_dir)
+        if is_chief:
+            emit("done", step=step)
+        return exitcodes.SUCCESS
+    except Terminated:
+        emit("terminated", step=int(state.step.numpy()))
+        return exitcodes.TERMINATED
+    finally:
+        watchdog.stop()
+
+
+def _run_round(
+    state: TrainingState,
+    parts: LoopParts,
+    reporter: Reporter,
+    watchdog: Watchdog,
+    step: int,
+    boundary: int,
+    spe: int,
+    stop: StopFlag,
+) -> int:
+    """Chunks from ``step`` to ``boundary`` (fewer on SIGTERM); the exact step after."""
+    pending: deque[tuple[int, Any]] = deque()
+
+    def drain_one() -> None:
+        n, handle = pending.popleft()
+        loss, hist = parts.result(handle)
+        watchdog.beat()
+        reporter.chunk_done(n, loss, hist)
+
+    scheduled = step
+    while scheduled < boundary and not stop:
+        n = min(spe, boundary - scheduled)
+        pending.append((n, parts.schedule(n)))
+        scheduled += n
+        while len(pending) > parts.max_inflight:
+            drain_one()
+    while pending:
+        drain_one()
+    parts.barrier()
+    exact = int(state.step.numpy())
+    reporter.set_step(exact)
+    return exact
+
+
+def _reporter(
+    config: TrainerConfig, parts: LoopParts, metrics_port: int | None, is_chief: bool
+) -> Reporter:
+    writer = None
+    logdir = os.environ.get(TENSORBOARD_ENV) or (
+        f"{config.checkpoint.directory}/tensorboard" if config.checkpoint else None
+    )
+    if is_chief and logdir:
+        writer = tf.summary.create_file_writer(logdir)
+    interval = float(os.environ.get(PROGRESS_SECONDS_ENV, "10"))
+    metrics = Metrics(metrics_port if is_chief else None)
+    # Only the chief reports; the other workers' reporters stay silent.
+    return Reporter(metrics, parts.examples_per_step, interval, writer, enabled=is_chief)
+
+
+def classify(error: BaseException, ps_strategy: bool) -> int:
+    """The exit code for an error that escaped training."""
+    if isinstance(error, RETRYABLE_ERRORS):
+        return exitcodes.RETRYABLE
+    if ps_strategy and isinstance(error, PS_LOST_ERRORS):
+        return exitcodes.RETRYABLE
+    return exitcodes.BUG
