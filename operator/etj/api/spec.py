@@ -12,7 +12,7 @@ Pure: no I/O, no environment, no kopf or Kubernetes client.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -25,13 +25,13 @@ def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     PARAMETER_SERVER = "ParameterServer"
     MULTI_WORKER_MIRRORED = "MultiWorkerMirrored"
     AUTO = "Auto"
 
 
-class Optimizer(str, Enum):
+class Optimizer(StrEnum):
     SGD = "sgd"
     ADAGRAD = "adagrad"
     FTRL = "ftrl"
@@ -45,13 +45,13 @@ OPTIMIZER_SLOTS: dict[str, int] = {"sgd": 0, "adagrad": 1, "ftrl": 2, "adam": 2}
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-class RestartPolicy(str, Enum):
+class RestartPolicy(StrEnum):
     NEVER = "Never"
     ON_FAILURE = "OnFailure"
     EXIT_CODE = "ExitCode"
 
 
-class CleanPodPolicy(str, Enum):
+class CleanPodPolicy(StrEnum):
     ALL = "All"
     RUNNING = "Running"
     NONE = "None"

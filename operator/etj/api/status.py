@@ -5,7 +5,7 @@ Written once per reconcile by the operator; read by ``kubectl get etj``. Pure da
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import Field
 
@@ -13,7 +13,7 @@ from etj.api.base import ApiModel
 from etj.api.plan import ShardPlan
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
     RESTARTING = "Restarting"

@@ -72,7 +72,7 @@ def _env() -> jinja2.Environment:
 def _render(template: str, **values: Any) -> dict[str, Any]:
     text = _env().get_template(template).render(**values)
     # libyaml's parser when present: rendering is on the operator's hot path.
-    obj = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    obj = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     assert isinstance(obj, dict)
     return obj
 
