@@ -38,9 +38,15 @@ class OperatorProcess:
     """``etj operator`` watching one namespace, with its log in a file."""
 
     def __init__(
-        self, cluster: LocalCluster, namespace: str, log: Path, extra: tuple[str, ...] = ()
+        self,
+        cluster: LocalCluster,
+        namespace: str,
+        log: Path,
+        extra: tuple[str, ...] = (),
+        kubeconfig: Path | None = None,
     ):
         self.cluster = cluster
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.namespace = namespace
         self.log = log
         self.extra = extra
@@ -49,7 +55,7 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [
