@@ -343,3 +343,26 @@ def test_progress_from_the_chief_metrics_reaches_status_and_kubectl_get(
         assert row[5] == "4200"
     finally:
         server.shutdown()
+
+
+def test_oom_killed_replica_comes_back_with_a_larger_memory_limit(
+    crds: LocalCluster, namespace: str, operator: OperatorProcess, kubelet: KubeletStandIn
+):
+    doc = job()
+    doc["spec"]["replicas"]["worker"]["resources"] = {"limits": {"memory": "1Gi"}}
+    doc["spec"]["runPolicy"]["maxMemoryOnOOM"] = "4Gi"
+    apply(crds, namespace, doc)
+    wait_for(lambda: phase(crds, namespace) == "Running", 60, "Running")
+    before = pods(crds, namespace)["ctr-worker-1"]["metadata"]["uid"]
+    kubelet.terminate("ctr-worker-1", 137, "OOMKilled")
+
+    def limit() -> str | None:
+        pod = live_pods(crds, namespace).get("ctr-worker-1")
+        if pod is None or pod["metadata"]["uid"] == before:
+            return None
+        return str(pod["spec"]["containers"][0]["resources"]["limits"]["memory"])
+
+    assert wait_for(limit, 60, "worker-1 recreated") == "1536Mi"
+    assert live_pods(crds, namespace)["ctr-worker-0"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1Gi"
+    assert job_status(crds, namespace, "ctr")["memoryLimits"] == {"ctr-worker-1": 1536 * 2**20}
+    assert any(e["reason"] == "OOMKilled" and "1.50 GiB" in e["message"] for e in events(crds, namespace))
