@@ -48,7 +48,7 @@ test: venv lint binaries
 	$(PY) -m pytest -q
 
 demo: venv
-	$(VENV)/bin/etj run examples/quickstart.yaml
+	$(VENV)/bin/etj run examples/quickstart.yaml --kill-worker-at 2000
 
 render: venv
 	$(VENV)/bin/etj render examples/quickstart.yaml
