@@ -139,6 +139,16 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return events
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class LocalJob:
     """Every task of a job as a local process; ``close()`` kills them all."""
 
@@ -165,6 +175,11 @@ class LocalJob:
         self.env = trainer_env(env)
         self.procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self.starts: dict[tuple[str, int], int] = {}
+
+    def set_config(self, config: TrainerConfig) -> None:
+        """A new trainer config for the tasks started from now on."""
+        self.config = config
+        self.config_path.write_text(json.dumps(config.to_wire()))
 
     # --- processes --------------------------------------------------------------------
 
@@ -210,22 +225,29 @@ class LocalJob:
         return self
 
     def kill(self, role: str, index: int, sig: int = signal.SIGKILL) -> None:
+        """Signal a task. SIGTERM goes to its main process (a supervised trainer forwards
+        it); other signals to its whole process group, as a container runtime would."""
         proc = self.procs.get((role, index))
-        if proc is not None and proc.poll() is None:
+        if proc is None or proc.poll() is not None:
+            return
+        if sig == signal.SIGTERM:
             proc.send_signal(sig)
-            if sig in (signal.SIGKILL, signal.SIGTERM):
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=60)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.wait(timeout=60)
+            wait_for(lambda: not _group_alive(proc.pid), 30, f"{role}/{index} to be gone")
 
     def wait_exit(self, role: str, index: int, timeout: float) -> int:
         proc = self.procs[(role, index)]
         return proc.wait(timeout=timeout)
 
     def close(self) -> None:
+        # The whole group: a supervised trainer's child goes too, whatever happened before.
         for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)

@@ -84,6 +84,29 @@ class TrainingState:
             model=self.model, slots=self.slots, step=self.step, restarts=self.restarts
         )
 
+    def named_variables(self) -> dict[str, list[Any]]:
+        """Every saved variable by its checkpoint key, as its components (shards)."""
+        out: dict[str, list[Any]] = {}
+        for i in range(len(self.model.tables)):
+            out[f"model/tables/{i}"] = self.model.table_components(i)
+        for i, (k, b) in enumerate(zip(self.model.kernels, self.model.biases, strict=True)):
+            out[f"model/kernels/{i}"] = [k]
+            out[f"model/biases/{i}"] = [b]
+        for name, slots in self.slots.tables.items():
+            for slot, var in slots.items():
+                out[f"slots/tables/{name}/{slot}"] = list(getattr(var, "variables", [var]))
+        for i, slots in enumerate(self.slots.dense):
+            for j, var in enumerate(slots):
+                out[f"slots/dense/{i}/{j}"] = [var]
+        return out
+
+    def digest(self) -> dict[str, float]:
+        """Sum of every saved variable (computed next to each shard; only scalars move)."""
+        return {
+            key: float(sum(tf.reduce_sum(tf.cast(c, tf.float64)).numpy() for c in components))
+            for key, components in self.named_variables().items()
+        }
+
     # --- one step, in replica context -------------------------------------------------
 
     def _replica_step(self, batch: dict[str, tf.Tensor], t: tf.Tensor) -> tuple[Any, Any]:

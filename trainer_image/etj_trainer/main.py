@@ -57,7 +57,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"etj_trainer: {e}", file=sys.stderr)
         return exitcodes.USAGE
     _tf_environment()
+    if _trains(config.strategy, task) and not os.environ.get("ETJ_NO_SUPERVISOR"):
+        parent = os.environ.get("ETJ_SUPERVISOR_PID")
+        if parent is None:
+            from etj_trainer.supervisor import supervise
+
+            # The training process runs under a watchdog parent (see etj_trainer.supervisor).
+            return supervise(
+                [sys.executable, "-m", "etj_trainer", *(argv or sys.argv[1:])],
+                config.watchdog_seconds,
+            )
+        from etj_trainer.supervisor import die_with_parent
+
+        die_with_parent(int(parent))
     return run(config, task, port)
+
+
+def _trains(strategy: str, task: Task) -> bool:
+    """Whether this task runs the training loop (and so needs the watchdog)."""
+    if task.type in ("ps", "evaluator"):
+        return False
+    return not (strategy == "ParameterServer" and task.distributed and task.type == "worker")
 
 
 def run(config: object, task: Task, port: int) -> int:

@@ -1,5 +1,5 @@
-"""The chief's progress reporting: Prometheus metrics, JSON progress lines, TensorBoard
-summaries, and the watchdog.
+"""The chief's progress reporting: Prometheus metrics, JSON progress lines and TensorBoard
+summaries.
 
 The operator scrapes the metrics (names are part of its contract: ``etj_trainer_step``,
 ``_examples_per_second``, ``_loss``, ``_auc``, ``_last_checkpoint_step``,
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,7 +25,6 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from etj_trainer import exitcodes
 from etj_trainer.auc import BINS, auc_from_histogram
 
 log = logging.getLogger(__name__)
@@ -178,57 +175,3 @@ def write_scalars(writer: Any, step: int, values: dict[str, float]) -> None:
                 tag, tf.constant(value, tf.float32), metadata=metadata.SerializeToString()
             )
     writer.flush()
-
-
-class Watchdog:
-    """Exits the process (retryable) when ``beat()`` is not called for ``seconds``."""
-
-    def __init__(
-        self,
-        seconds: float,
-        on_timeout: Callable[[float], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.seconds = seconds
-        self.clock = clock
-        self.on_timeout = on_timeout or _die
-        self._last = clock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="etj-watchdog", daemon=True)
-
-    def start(self) -> Watchdog:
-        self._last = self.clock()
-        self._thread.start()
-        return self
-
-    def beat(self) -> None:
-        self._last = self.clock()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def check(self) -> bool:
-        """True (and ``on_timeout`` called) if no beat came within ``seconds``."""
-        idle = self.clock() - self._last
-        if idle >= self.seconds:
-            self.on_timeout(idle)
-            return True
-        return False
-
-    def _run(self) -> None:
-        poll = min(1.0, self.seconds / 10)
-        while not self._stop.wait(poll):
-            if self.check():
-                return
-
-
-def _die(idle: float) -> None:
-    message = (
-        f"watchdog: no training step completed for {idle:.0f}s (a worker or ps is hung or "
-        "unreachable); exiting so the job restarts from the last checkpoint"
-    )
-    log.error(message)
-    emit("error", reason="WatchdogTimeout", message=message)
-    sys.stderr.flush()
-    # os._exit: the main thread may be blocked inside TensorFlow and never return.
-    os._exit(exitcodes.RETRYABLE)

@@ -37,7 +37,8 @@ from etj_trainer.core import TrainingState
 from etj_trainer.data import make_dataset
 from etj_trainer.export import export
 from etj_trainer.model import TablePartitioner
-from etj_trainer.progress import Metrics, Reporter, Watchdog, emit
+from etj_trainer.progress import Metrics, Reporter, emit
+from etj_trainer.supervisor import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +206,15 @@ def _numpy(result: Any) -> tuple[float, np.ndarray]:
 
 
 def log_placement(state: TrainingState) -> None:
-    """One line per table with the device of every shard (compare with the plan)."""
+    """One line per table: the device of every shard and of its slots (compare with the plan)."""
     for i, spec in enumerate(state.config.model.embeddings):
         devices = [v.device for v in state.model.table_components(i)]
-        emit("placement", table=spec.name, devices=devices)
+        slots = {
+            name: [c.device for c in getattr(var, "variables", [var])]
+            for name, var in state.slots.tables[spec.name].items()
+        }
+        rows = [int(v.shape[0]) for v in state.model.table_components(i)]
+        emit("placement", table=spec.name, devices=devices, rows=rows, slotDevices=slots)
 
 
 # --- the loop -----------------------------------------------------------------------
@@ -240,8 +246,11 @@ def train_loop(
     reporter = _reporter(config, parts, metrics_port, is_chief)
     reporter.start(start, int(state.restarts.numpy()), restored)
     if is_chief:
+        if restored is not None:
+            emit("restored", step=restored, path=checkpoints.latest(), digest=state.digest())
         emit("start", step=start, restoredFrom=restored, steps=total)
-    watchdog = Watchdog(config.watchdog_seconds).start()
+    watchdog = Heartbeat.from_env()
+    watchdog.arm()
     try:
         step = start
         for boundary in _boundaries(start, total, every):
@@ -249,9 +258,10 @@ def train_loop(
             # Boundaries are the checkpoint steps (and the last step), or where SIGTERM cut.
             if checkpoints.enabled:
                 reporter.checkpointed(checkpoints.save())
+                watchdog.beat()
             if stop:
                 raise Terminated
-        watchdog.stop()
+        watchdog.disarm()
         reporter.report()
         if is_chief and config.export_dir:
             export(state, config.export_dir)
@@ -262,14 +272,14 @@ def train_loop(
         emit("terminated", step=int(state.step.numpy()))
         return exitcodes.TERMINATED
     finally:
-        watchdog.stop()
+        watchdog.disarm()
 
 
 def _run_round(
     state: TrainingState,
     parts: LoopParts,
     reporter: Reporter,
-    watchdog: Watchdog,
+    watchdog: Heartbeat,
     step: int,
     boundary: int,
     spe: int,
