@@ -80,6 +80,13 @@ class TrainingState:
                 self.items.append(item)
                 self.slots.dense.append(item.slots)
         self.variables = [item.var for item in self.items]
+        # Most rows a sparse gradient can have: every id of a batch distinct.
+        batch = config.training.batch_size_per_replica
+        self._row_bound = [
+            batch * t.ids_per_example
+            for i, t in enumerate(config.model.embeddings)
+            for _ in self.model.table_components(i)
+        ] + [0] * len(self.model.dense_variables)
         self.checkpoint = tf.train.Checkpoint(
             model=self.model, slots=self.slots, step=self.step, restarts=self.restarts
         )
@@ -119,10 +126,44 @@ class TrainingState:
         grads = tape.gradient(loss, self.variables)
         ctx = tf.distribute.get_replica_context()
         if self.sync_replicas:
-            # Sparse gradients are all-gathered; duplicates are summed before the update.
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+            grads = self._all_reduce(ctx, grads)
         ctx.merge_call(self._apply, args=(grads, t))
         return loss, histogram(tf.sigmoid(logits), labels)
+
+    def _all_reduce(self, ctx: Any, grads: list[Any]) -> list[Any]:
+        """Mean of the gradients over the replicas (MultiWorkerMirrored).
+
+        Dense gradients are all-reduced in one batch. A sparse gradient has a different
+        number of rows on each replica, and collectives need equal shapes: it is padded to
+        its static bound (every id of the batch distinct) with index -1, all-gathered, and
+        the padding dropped; repeated rows are summed by the update (``dedup``).
+        """
+        out = list(grads)
+        dense = [i for i, g in enumerate(grads) if not isinstance(g, tf.IndexedSlices)]
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, [grads[i] for i in dense])
+        for i, g in zip(dense, reduced, strict=True):
+            out[i] = g
+        scale = 1.0 / ctx.num_replicas_in_sync
+        for i, g in enumerate(grads):
+            if isinstance(g, tf.IndexedSlices):
+                out[i] = self._gather_sparse(ctx, g, self._row_bound[i], scale)
+        return out
+
+    @staticmethod
+    def _gather_sparse(ctx: Any, g: tf.IndexedSlices, bound: int, scale: float) -> Any:
+        pad = bound - tf.shape(g.indices)[0]
+        values = tf.pad(g.values, [[0, pad], [0, 0]])
+        indices = tf.pad(tf.cast(g.indices, tf.int64), [[0, pad]], constant_values=-1)
+        values = tf.ensure_shape(values, [bound, g.values.shape[1]])
+        indices = tf.ensure_shape(indices, [bound])
+        values = ctx.all_gather(values, axis=0)
+        indices = ctx.all_gather(indices, axis=0)
+        keep = indices >= 0
+        return tf.IndexedSlices(
+            tf.boolean_mask(values, keep) * tf.cast(scale, values.dtype),
+            tf.boolean_mask(indices, keep),
+            g.dense_shape,
+        )
 
     def _apply(self, strategy: tf.distribute.Strategy, grads: list[Any], t: Any) -> None:
         for item, grad in zip(self.items, grads, strict=True):
