@@ -147,10 +147,11 @@ def _csv_parser(model: ModelSpec, label_key: str, header: list[str]) -> Any:
     # decode_csv wants the selected columns in file order; remember where each one lands.
     selected = sorted(header.index(c) for c in wanted)
     slot = {header[i]: n for n, i in enumerate(selected)}
+    floats = {label_key, *(f"dense_{i}" for i in range(model.dense_features))}
     defaults = [
-        [0.0] if header[i] == label_key or header[i].startswith("dense_") else [0] for i in selected
+        [tf.constant(0.0, tf.float32)] if header[i] in floats else [tf.constant(0, tf.int64)]
+        for i in selected
     ]
-    defaults = [[tf.constant(0, tf.int64)] if d == [0] else d for d in defaults]
 
     def parse(lines: tf.Tensor) -> dict[str, tf.Tensor]:
         cols = tf.io.decode_csv(lines, record_defaults=defaults, select_cols=selected)

@@ -1,0 +1,369 @@
+"""The trainer's parts on their own: config and TF_CONFIG checks, exit codes, the watchdog
+supervisor, AUC, the sparse optimizers, the input pipelines, the export and its reader.
+
+TensorFlow runs in the test process here (no cluster); the distributed behaviour is tested
+in test_placement, test_ps_training and test_mwms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from harness import job_spec, read_events, trainer_config, trainer_env
+
+from etj_trainer import exitcodes
+from etj_trainer.auc import auc_from_histogram
+from etj_trainer.cluster import ClusterError, check_strategy, parse_tf_config
+from etj_trainer.config import ConfigError, load_config, parse_config
+from etj_trainer.supervisor import Supervisor
+
+# --- config, TF_CONFIG, exit codes ------------------------------------------------------
+
+
+def _config_text(**kw: Any) -> str:
+    return json.dumps(trainer_config(job_spec(), **kw).to_wire())
+
+
+def test_config_flag_wins_over_env(tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(_config_text())
+    env = {"ETJ_TRAINER_CONFIG": str(tmp_path / "missing.json")}
+    assert load_config(str(good), env).job_name == "test"
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(None, env)
+    with pytest.raises(ConfigError, match="--config PATH or set ETJ_TRAINER_CONFIG"):
+        load_config(None, {})
+
+
+def test_config_errors_name_the_field() -> None:
+    doc = json.loads(_config_text())
+    doc["training"]["stepsPerExecution"] = 0
+    with pytest.raises(ConfigError, match=r"training\.stepsPerExecution"):
+        parse_config(json.dumps(doc))
+    doc = json.loads(_config_text())
+    doc["shardPlan"]["tables"].reverse()
+    with pytest.raises(ConfigError, match="do not match model.embeddings"):
+        parse_config(json.dumps(doc))
+
+
+def test_tf_config_parsing() -> None:
+    cluster = {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]}
+    task = parse_tf_config(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    assert (task.type, task.index, task.num_workers, task.num_ps) == ("worker", 1, 2, 1)
+    assert not task.is_chief()
+    assert parse_tf_config(None).distributed is False
+    evaluator = parse_tf_config(
+        json.dumps({"cluster": cluster, "task": {"type": "evaluator", "index": 0}})
+    )
+    assert evaluator.type == "evaluator"
+    mwms = parse_tf_config(
+        json.dumps({"cluster": {"worker": ["b:1", "c:1"]}, "task": {"type": "worker", "index": 0}})
+    )
+    assert mwms.is_chief()
+    for bad in (
+        "{",
+        '{"cluster": {"worker": ["x"]}, "task": {"type": "worker", "index": 3}}',
+        '{"cluster": {"boss": ["x"]}, "task": {"type": "boss", "index": 0}}',
+    ):
+        with pytest.raises(ClusterError):
+            parse_tf_config(bad)
+    with pytest.raises(ClusterError, match="needs chief, worker and ps"):
+        check_strategy(mwms, "ParameterServer")
+
+
+def _run_trainer(
+    env: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "etj_trainer", *args],
+        env=trainer_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert _run_trainer({"ETJ_TRAINER_CONFIG": ""}).returncode == exitcodes.USAGE
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"jobName": "x"}')
+    result = _run_trainer({}, "--config", str(bad))
+    assert result.returncode == exitcodes.USAGE and "strategy" in result.stderr
+    good = tmp_path / "good.json"
+    good.write_text(_config_text())
+    result = _run_trainer({"TF_CONFIG": "{not json"}, "--config", str(good))
+    assert result.returncode == exitcodes.USAGE and "TF_CONFIG" in result.stderr
+    assert _run_trainer({}, "--bogus").returncode == exitcodes.USAGE
+
+
+def test_exit_code_classes() -> None:
+    assert not exitcodes.is_retryable(exitcodes.BUG)
+    assert not exitcodes.is_retryable(exitcodes.USAGE)
+    assert exitcodes.is_retryable(exitcodes.RETRYABLE)
+    assert exitcodes.is_retryable(exitcodes.TERMINATED)
+
+
+# --- the supervisor (watchdog) --------------------------------------------------------
+
+_CHILD = """
+import os, sys, time, signal
+fd = int(os.environ["ETJ_HEARTBEAT_FD"])
+mode = sys.argv[1]
+if mode == "hang":
+    os.write(fd, b"A.."); time.sleep(60)
+elif mode == "exit3":
+    os.write(fd, b"A.D"); sys.exit(3)
+elif mode == "term":
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+    os.write(fd, b"A"); print("ready", flush=True)
+    while True:
+        os.write(fd, b"."); time.sleep(0.2)
+"""
+
+
+def test_supervisor_watchdog_kills_a_silent_child() -> None:
+    fired: list[float] = []
+    started = time.monotonic()
+    code = Supervisor([sys.executable, "-c", _CHILD, "hang"], 2, on_timeout=fired.append).run()
+    assert code == exitcodes.RETRYABLE and fired and time.monotonic() - started < 30
+
+
+def test_supervisor_passes_exit_codes_and_sigterm(tmp_path: Path) -> None:
+    assert Supervisor([sys.executable, "-c", _CHILD, "exit3"], 2).run() == 3
+    script = tmp_path / "sup.py"
+    script.write_text(
+        "import sys\nfrom etj_trainer.supervisor import Supervisor\n"
+        f"sys.exit(Supervisor([sys.executable, '-c', {_CHILD!r}, 'term'], 30).run())\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=trainer_env(), stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == exitcodes.TERMINATED
+
+
+# --- AUC --------------------------------------------------------------------------------
+
+
+def test_auc_from_histogram_matches_pairwise_auc() -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.random(5000) < 0.3
+    scores = np.clip(rng.normal(0.4 + 0.2 * labels, 0.15), 0, 0.999)
+    bins = (scores * 200).astype(int)
+    hist = np.stack(
+        [np.bincount(bins[~labels], minlength=200), np.bincount(bins[labels], minlength=200)]
+    )
+    # Exact AUC on the bucketed scores (ties count half).
+    pos, neg = bins[labels], bins[~labels]
+    exact = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (
+        len(pos) * len(neg)
+    )
+    assert auc_from_histogram(hist) == pytest.approx(exact, rel=1e-9)
+    assert auc_from_histogram(np.stack([hist[0], np.zeros(200)])) is None
+
+
+# --- TensorFlow parts ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tf() -> Any:
+    import tensorflow
+
+    return tensorflow
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "ftrl", "adam"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sparse_updates_touch_only_batch_rows(tf: Any, optimizer: str, dtype: str) -> None:
+    from etj_trainer.optim import Slotted, apply_update, create_slots
+
+    strategy = tf.distribute.get_strategy()
+    tdtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[dtype]
+    init = np.random.default_rng(1).uniform(-1, 1, (10, 4)).astype(np.float32)
+    var = tf.Variable(tf.cast(init, tdtype))
+    item = Slotted(var, optimizer, 0.1, create_slots(strategy, var, optimizer))
+    before = [s.numpy().astype(np.float32) for s in item.slots]
+    rows = np.array([1, 4, 7])
+    grad_values = np.full((3, 4), 0.5, np.float32)
+    grad = tf.IndexedSlices(
+        tf.constant(grad_values), tf.constant(rows, tf.int64), tf.constant([10, 4])
+    )
+    apply_update(item, grad, tf.constant(1.0), deduplicate=False)(var, grad, *item.slots)
+    after = var.numpy().astype(np.float32)
+    untouched = np.setdiff1d(np.arange(10), rows)
+    np.testing.assert_allclose(
+        after[untouched], tf.cast(tf.cast(init, tdtype), tf.float32).numpy()[untouched]
+    )
+    for slot, old in zip(item.slots, before, strict=True):
+        np.testing.assert_array_equal(slot.numpy().astype(np.float32)[untouched], old[untouched])
+    base = tf.cast(tf.cast(init, tdtype), tf.float32).numpy()
+    if optimizer == "ftrl":
+        # FTRL-proximal recomputes a touched row from its accumulators.
+        assert (after[rows] != base[rows]).all()
+    else:
+        # The others move the touched rows against the (positive) gradient.
+        assert (after[rows] < base[rows]).all()
+    if optimizer == "adam" and dtype == "float32":
+        # Lazy Adam, first step: m = 0.1 g, v = 0.001 g^2, bias-corrected step = lr * sign(g).
+        np.testing.assert_allclose(after[rows], init[rows] - 0.1, atol=1e-4)
+    if optimizer == "adagrad" and dtype == "float32":
+        expected = init[rows] - 0.1 * 0.5 / (np.sqrt(0.1 + 0.25) + 1e-7)
+        np.testing.assert_allclose(after[rows], expected, rtol=1e-5)
+
+
+def test_dedup_sums_repeated_rows(tf: Any) -> None:
+    from etj_trainer.optim import dedup
+
+    g = dedup(
+        tf.IndexedSlices(tf.constant([[1.0], [2.0], [4.0]]), tf.constant([3, 5, 3], tf.int64))
+    )
+    got = dict(zip(g.indices.numpy().tolist(), g.values.numpy()[:, 0].tolist(), strict=True))
+    assert got == {3: 5.0, 5: 2.0}
+
+
+def _model_spec(**kw: Any) -> Any:
+    return job_spec(**kw)
+
+
+def test_synthetic_data_is_skewed_and_learnable(tf: Any) -> None:
+    from etj_trainer.data import make_dataset
+
+    spec = _model_spec()
+    batch = next(iter(make_dataset(spec.model, spec.data, 4096)))
+    ids = batch["user_id"].numpy()
+    assert ids.shape == (4096, 1) and batch["item_id"].shape == (4096, 3)
+    assert ids.min() >= 0 and ids.max() < 5000
+    counts = np.sort(np.bincount(ids.ravel(), minlength=5000))[::-1]
+    assert counts[:10].sum() > 0.1 * ids.size, "Zipf: the top ids are a large share"
+    assert 0.2 < batch["label"].numpy().mean() < 0.8
+    assert batch["dense"].shape == (4096, 4)
+    other = next(iter(make_dataset(spec.model, spec.data, 4096, num_shards=2, shard_index=1)))
+    assert not np.array_equal(other["user_id"].numpy(), ids), "shards draw different streams"
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "csv"])
+def test_files_roundtrip_and_sharding(tf: Any, tmp_path: Path, fmt: str) -> None:
+    from etj_trainer.data import make_dataset, synthetic_batch_fn
+    from etj_trainer.datagen import write_files
+
+    spec = _model_spec(
+        data={"source": "files", "files": {"pattern": str(tmp_path / "part-*"), "format": fmt}}
+    )
+    write_files(spec.model, spec.data, tmp_path, fmt, files=4, examples_per_file=64)
+    make_batch = synthetic_batch_fn(spec.model, spec.data, 64, stream=0)
+    written = {}
+    for n in range(4):  # what write_files wrote into file n
+        b = make_batch(tf.constant(n, tf.int64))
+        written[n] = {
+            tuple(r) for r in np.concatenate([b["user_id"].numpy(), b["item_id"].numpy()], axis=1)
+        }
+    # Worker 1 of 2 reads files 1 and 3 only.
+    batch = next(iter(make_dataset(spec.model, spec.data, 32, num_shards=2, shard_index=1, seed=0)))
+    assert batch["item_id"].shape == (32, 3) and batch["dense"].dtype == tf.float32
+    assert batch["label"].dtype == tf.float32
+    rows = {
+        tuple(r)
+        for r in np.concatenate([batch["user_id"].numpy(), batch["item_id"].numpy()], axis=1)
+    }
+    assert rows <= written[1] | written[3]
+    assert not rows <= written[0] | written[2]
+
+
+def test_missing_files_are_a_clear_error(tf: Any, tmp_path: Path) -> None:
+    from etj_trainer.data import DataError, make_dataset
+
+    spec = _model_spec(data={"source": "files", "files": {"pattern": str(tmp_path / "nothing-*")}})
+    with pytest.raises(DataError, match="matches no file"):
+        make_dataset(spec.model, spec.data, 8)
+
+
+def test_export_serves_the_trained_model_from_mapped_tables(tf: Any, tmp_path: Path) -> None:
+    from etj_trainer.core import TrainingState
+    from etj_trainer.data import make_dataset
+    from etj_trainer.export import export
+    from etj_trainer.serving import MappedModel
+
+    spec = _model_spec(
+        strategy="MultiWorkerMirrored",
+        replicas={"worker": {"replicas": 1}},
+        model={
+            "embeddings": [
+                {"name": "user_id", "vocabularySize": 500, "dimension": 4, "dtype": "bfloat16"},
+                {
+                    "name": "item_id",
+                    "vocabularySize": 300,
+                    "dimension": 4,
+                    "idsPerExample": 2,
+                    "combiner": "sum",
+                },
+            ],
+            "denseFeatures": 3,
+            "hiddenUnits": [8],
+        },
+    )
+    config = trainer_config(spec)
+    state = TrainingState(config, tf.distribute.get_strategy())
+    it = iter(make_dataset(config.model, config.data, 64))
+    state.train_chunk(it, tf.constant(5, tf.int64))
+    out = export(state, str(tmp_path / "export"))
+    assert json.loads((out / "tables.json").read_text())["step"] == 5
+    batch = next(it)
+    expected = tf.sigmoid(state.model(batch)).numpy()
+    served = MappedModel(out).predict({k: v.numpy() for k, v in batch.items()})
+    np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-5)
+    table = np.load(out / "embeddings" / "user_id.npy", mmap_mode="r")
+    assert isinstance(table, np.memmap) and table.shape == (500, 4)
+
+
+def test_local_run_on_files_trains_and_exits_0(tmp_path: Path) -> None:
+    """No TF_CONFIG: one local process, here reading TFRecord files."""
+    from etj_trainer.datagen import write_files
+
+    spec = _model_spec(
+        strategy="MultiWorkerMirrored",
+        replicas={"worker": {"replicas": 1}},
+        data={"source": "files", "files": {"pattern": str(tmp_path / "data" / "part-*")}},
+        training={
+            "batchSizePerReplica": 128,
+            "steps": 600,
+            "optimizer": "ftrl",
+            "learningRate": 0.1,
+            "stepsPerExecution": 20,
+        },
+    )
+    write_files(
+        spec.model, spec.data, tmp_path / "data", "tfrecord", files=2, examples_per_file=2000
+    )
+    config = trainer_config(spec, checkpoint_dir=tmp_path / "ckpt", every_steps=300)
+    path = tmp_path / "trainer.json"
+    path.write_text(json.dumps(config.to_wire()))
+    env = {"ETJ_METRICS_PORT": "0", "ETJ_PROGRESS_SECONDS": "0.5"}
+    env.pop("TF_CONFIG", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "etj_trainer", "--config", str(path)],
+        env={k: v for k, v in trainer_env(env).items() if k != "TF_CONFIG"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    log = tmp_path / "out.log"
+    log.write_text(result.stdout)
+    events = read_events(log)
+    losses = [e["loss"] for e in events if e["event"] == "progress" and "loss" in e]
+    assert events[-1] == {"event": "done", "step": 600}
+    assert losses[-1] < losses[0] - 0.02
+    assert sorted(
+        int(p.name.split("-")[1].split(".")[0]) for p in (tmp_path / "ckpt").glob("ckpt-*.index")
+    ) == [300, 600]
+    assert os.path.isdir(tmp_path / "ckpt" / "tensorboard")
