@@ -1,11 +1,21 @@
-"""Fixtures for tests against the real local control plane.
+"""Fixtures for tests against the real local control plane (``etj.localcluster``).
 
-``cluster`` (session): a LocalCluster in a temp dir, stopped at the end whatever happens.
-``crds`` (session): the repository's CRDs applied and Established.
-``namespace``: a fresh namespace per test (with its default ServiceAccount ready).
-``kube``: an ``etj.k8s.Kube`` for the cluster. A failing test gets the tails of every
-component's log in its report. Without binaries, tests skip, except in CI (CI=true),
-where `make test` builds them first and their absence is a failure.
+``cluster`` (session): a LocalCluster in a temp dir (never the developer's
+    ``~/.cache/etj/cluster``), stopped at the end of the session whatever happens.
+``crds`` (session): the same cluster with the repository's ``crds/*.yaml`` applied and
+    Established.
+``namespace``: a fresh, uniquely named namespace per test (its default ServiceAccount
+    ready), deleted afterwards.
+``api_client`` (session): a ``kubernetes.client.ApiClient`` for the cluster.
+``kube`` (session): an ``etj.k8s.Kube`` for the cluster.
+
+Helpers: ``wait_for(predicate, timeout, what)`` polls with a deadline;
+``get_json(cluster, *args)`` is ``kubectl get -o json``; ``apply_invalid(cluster, manifest)``
+creates a manifest with a server-side dry run and returns the API server's error text.
+
+A failing test that used the cluster gets the tails of every component's log in its
+report. Without binaries the tests skip with a reason naming ``make binaries``, except in
+CI (``CI`` set), where ``make test`` builds them first and their absence is a failure.
 """
 
 from __future__ import annotations
@@ -38,16 +48,28 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, every: float
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def require_binaries() -> Path:
+    """The binaries' directory; skip (or, in CI, fail) the test when they are missing."""
     bin_dir = default_bin_dir()
     missing = missing_binaries(bin_dir)
     if missing:
-        message = f"no {', '.join(missing)} in {bin_dir}: run `make binaries`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
+        message = (
+            f"no {', '.join(missing)} in {bin_dir}: run `make binaries` "
+            "(or point ETJ_K8S_BIN_DIR at a directory that has them)"
+        )
+        if in_ci():
+            pytest.fail(f"CI: {message}", pytrace=False)
         pytest.skip(message)
-    c = LocalCluster(tmp_path_factory.mktemp("cluster"), bin_dir)
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"), require_binaries())
     c.start()
     try:
         yield c
@@ -57,7 +79,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="session")
 def crds(cluster: LocalCluster) -> LocalCluster:
-    for path in sorted((ROOT / "crds").glob("*.yaml")):
+    paths = sorted((ROOT / "crds").glob("*.yaml"))
+    assert paths, "no CRDs in crds/"
+    for path in paths:
         cluster.kubectl("apply", "--server-side", "-f", str(path))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
     return cluster
@@ -77,7 +101,17 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
         "the default ServiceAccount",
     )
     yield name
+    # Not waited for: the namespace controller finishes it in the background.
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: LocalCluster) -> Iterator[Any]:
+    client = cluster.api_client()
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
@@ -91,9 +125,17 @@ def get_json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
-def apply_invalid(cluster: LocalCluster, manifest: dict[str, Any], namespace: str) -> str:
-    """Create ``manifest`` with a server-side dry run; the API server's error text ('' if accepted)."""
-    doc = {**manifest, "metadata": {**manifest.get("metadata", {}), "namespace": namespace}}
+def apply_invalid(
+    cluster: LocalCluster, manifest: dict[str, Any], namespace: str | None = None
+) -> str:
+    """Create ``manifest`` with a server-side dry run (nothing is stored).
+
+    Returns the API server's own error text, or '' if the server accepted it. The
+    manifest's namespace (else "default") is used unless ``namespace`` is given.
+    """
+    doc = dict(manifest)
+    if namespace is not None:
+        doc["metadata"] = {**manifest.get("metadata", {}), "namespace": namespace}
     result = cluster.kubectl(
         "create", "--dry-run=server", "-f", "-", input=json.dumps(doc), check=False
     )
@@ -104,7 +146,13 @@ def apply_invalid(cluster: LocalCluster, manifest: dict[str, Any], namespace: st
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     outcome = yield
     report = outcome.get_result()
-    if report.failed and "cluster" in getattr(item, "fixturenames", ()):
-        c = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None
-        if isinstance(c, LocalCluster):
-            report.sections.append(("local cluster logs", c.all_log_tails()))
+    if not report.failed:
+        return
+    c = getattr(item, "funcargs", {}).get("cluster")
+    if c is None:
+        # The test used ``crds`` only, or failed in setup after the cluster came up.
+        c = next(
+            (v for v in getattr(item, "funcargs", {}).values() if isinstance(v, LocalCluster)), None
+        )
+    if isinstance(c, LocalCluster):
+        report.sections.append(("local cluster logs", c.all_log_tails()))

@@ -33,6 +33,31 @@ def test_node_is_registered_and_ready(cluster: LocalCluster):
     assert ready["Ready"] == "True"
 
 
+def test_scheduler_binds_a_pod_to_the_node(api_client, namespace: str):
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p"),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="c",
+                    image="busybox",
+                    resources=client.V1ResourceRequirements(requests={"cpu": "1", "memory": "1Gi"}),
+                )
+            ]
+        ),
+    )
+    core.create_namespaced_pod(namespace, pod)
+    node = wait_for(
+        lambda: core.read_namespaced_pod("p", namespace).spec.node_name,
+        30,
+        "the scheduler to bind the pod",
+    )
+    assert node == "etj-local-node"
+
+
 def test_valid_job_is_stored_and_read_back_with_defaults(crds: LocalCluster, namespace: str):
     crds.kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "quickstart.yaml"))
     job = get_json(crds, "etj", "quickstart", "-n", namespace)

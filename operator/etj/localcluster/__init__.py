@@ -1,10 +1,36 @@
 """A local Kubernetes control plane for tests and development, from the real binaries.
 
-Public surface: ``LocalCluster`` (start/stop/kubectl/kubeconfig), ``default_bin_dir``,
-``missing_binaries``, ``ClusterError``. ``etj cluster up|status|down`` runs one in the
-background through a small supervisor process (``python -m etj.localcluster``).
+No mock: etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from Go
+modules by ``tests/cluster/build-binaries.sh`` (``make binaries``), plus one Node object.
+It never runs pods (no kubelet), listens on 127.0.0.1 only and leaves no process behind.
+
+Use from Python::
+
+    from etj.localcluster import LocalCluster
+
+    c = LocalCluster(tmp_dir / "cluster").start()  # bin_dir defaults to default_bin_dir()
+    try:
+        c.kubeconfig                    # Path of an admin kubeconfig
+        c.kubectl("get", "nodes")       # CompletedProcess[str]; ClusterError if it fails
+        c.api_client()                  # kubernetes.client.ApiClient
+        c.logs / "kube-apiserver.log"   # one log file per component
+    finally:
+        c.stop()                        # SIGTERM, then SIGKILL after a deadline
+
+``LocalCluster`` is also a context manager. From the shell: ``etj cluster up`` (prints the
+kubeconfig path), ``etj cluster status``, ``etj cluster down``. In tests, the fixtures of
+``tests/integration/conftest.py``: ``cluster``, ``crds``, ``namespace``, ``api_client``.
+
+Public surface: ``LocalCluster``, ``ClusterError``, ``default_bin_dir``,
+``missing_binaries``, ``K8S_VERSION``.
 """
 
-from etj.localcluster.cluster import ClusterError, LocalCluster, default_bin_dir, missing_binaries
+from etj.localcluster.cluster import (
+    K8S_VERSION,
+    ClusterError,
+    LocalCluster,
+    default_bin_dir,
+    missing_binaries,
+)
 
-__all__ = ["ClusterError", "LocalCluster", "default_bin_dir", "missing_binaries"]
+__all__ = ["K8S_VERSION", "ClusterError", "LocalCluster", "default_bin_dir", "missing_binaries"]

@@ -1,7 +1,16 @@
-"""``etj cluster up|status|down``: a local control plane in the background."""
+"""``etj cluster up|status|down``: a local control plane in the background.
+
+``up`` starts a supervisor process (``python -m etj.localcluster STATE``) in its own
+session, waits until it reports the cluster ready, and prints the kubeconfig path, so
+``export KUBECONFIG=$(etj cluster up)`` works. The supervisor holds the components (they die
+with it) and stops them on SIGTERM. ``down`` sends that SIGTERM, then SIGKILLs whatever is
+left after a deadline. This module only starts, inspects and stops: the cluster itself is
+``etj.localcluster.cluster``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,23 +21,11 @@ from pathlib import Path
 
 import click
 
-from etj.localcluster.cluster import cache_dir
+from etj.localcluster.cluster import cache_dir, process_alive
 
 
 def _state(state_dir: str | None) -> Path:
     return Path(state_dir) if state_dir else cache_dir() / "cluster"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still "exists"; its /proc status says so.
-    try:
-        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
 
 
 def _supervisor_pid(state: Path) -> int | None:
@@ -36,20 +33,32 @@ def _supervisor_pid(state: Path) -> int | None:
         pid = int((state / "supervisor.pid").read_text())
     except (OSError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    return pid if process_alive(pid) else None
 
 
-def _component_pids(state: Path) -> list[int]:
+def _component_pids(state: Path) -> dict[str, int]:
     try:
-        return list(json.loads((state / "cluster" / "pids.json").read_text()).values())
-    except (OSError, ValueError):
-        return []
+        return {str(k): int(v) for k, v in json.loads((state / "pids.json").read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _running(state: Path) -> bool:
+    """The supervisor lives, reported ready, and every component it started still runs."""
+    components = _component_pids(state / "cluster")
+    return (
+        _supervisor_pid(state) is not None
+        and (state / "ready").exists()
+        and bool(components)
+        and all(process_alive(p) for p in components.values())
+    )
 
 
 state_option = click.option(
     "--state-dir",
     default=None,
-    help="Where the cluster keeps its state (default: ~/.cache/etj/cluster).",
+    envvar="ETJ_CLUSTER_STATE",
+    help="Where the cluster keeps its state and logs (default: ~/.cache/etj/cluster).",
 )
 
 
@@ -65,20 +74,27 @@ def up(state_dir: str | None, timeout: float) -> None:
     """Start the cluster in the background and print its kubeconfig path."""
     state = _state(state_dir)
     kubeconfig = state / "cluster" / "kubeconfig"
-    if _supervisor_pid(state) and (state / "ready").exists():
+    if _running(state):
         click.echo(kubeconfig)
         return
+    if _supervisor_pid(state):
+        raise click.ClickException(
+            f"a cluster in {state} is starting or broken; `etj cluster down` first"
+        )
     state.mkdir(parents=True, exist_ok=True)
-    log = open(state / "supervisor.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "etj.localcluster", str(state)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    log.close()
+    (state / "ready").unlink(missing_ok=True)
+    log_path = state / "supervisor.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "etj.localcluster", str(state)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C in the shell that ran `up` must not reach it.
+            start_new_session=True,
+        )
     (state / "supervisor.pid").write_text(str(proc.pid))
+    click.echo(f"starting the local cluster (logs: {state / 'cluster' / 'logs'})", err=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (state / "ready").exists():
@@ -86,44 +102,48 @@ def up(state_dir: str | None, timeout: float) -> None:
             return
         if proc.poll() is not None:
             raise click.ClickException(
-                f"the cluster did not start:\n{(state / 'supervisor.log').read_text()[-4000:]}"
+                f"the cluster did not start:\n{log_path.read_text(errors='replace')[-4000:]}"
             )
-        time.sleep(0.25)  # poll interval of a deadline-bounded wait
-    proc.terminate()
-    raise click.ClickException(
-        f"the cluster was not ready within {timeout:.0f}s; see {state / 'supervisor.log'}"
-    )
+        time.sleep(0.2)  # poll interval of a deadline-bounded wait
+    _stop(state, 30.0)
+    raise click.ClickException(f"the cluster was not ready within {timeout:.0f}s; see {log_path}")
 
 
 @cluster.command()
 @state_option
 def status(state_dir: str | None) -> None:
-    """Say whether the cluster runs, and print its kubeconfig path."""
+    """Say whether the cluster runs and print its kubeconfig path (exit 1 if it does not)."""
     state = _state(state_dir)
-    if _supervisor_pid(state) and (state / "ready").exists():
+    if _running(state):
         click.echo(f"running: {state / 'cluster' / 'kubeconfig'}")
         return
     click.echo(f"not running (state: {state})")
     raise SystemExit(1)
 
 
+def _stop(state: Path, timeout: float) -> bool:
+    """SIGTERM the supervisor, then SIGKILL anything left; whether anything was running."""
+    supervisor = _supervisor_pid(state)
+    pids = [*([supervisor] if supervisor else []), *_component_pids(state / "cluster").values()]
+    pids = [p for p in pids if process_alive(p)]
+    if supervisor:
+        os.kill(supervisor, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(process_alive(p) for p in pids):
+        time.sleep(0.2)  # poll interval of a deadline-bounded wait
+    for p in pids:
+        if process_alive(p):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+    (state / "supervisor.pid").unlink(missing_ok=True)
+    (state / "ready").unlink(missing_ok=True)
+    return bool(pids)
+
+
 @cluster.command()
 @state_option
-@click.option("--timeout", default=30.0, show_default=True)
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds before SIGKILL.")
 def down(state_dir: str | None, timeout: float) -> None:
     """Stop every process of the cluster."""
     state = _state(state_dir)
-    pid = _supervisor_pid(state)
-    components = _component_pids(state)
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(
-        _alive(p) for p in [*((pid and [pid]) or []), *components]
-    ):
-        time.sleep(0.2)  # poll interval of a deadline-bounded wait
-    for p in [*((pid and [pid]) or []), *components]:
-        if _alive(p):
-            os.kill(p, signal.SIGKILL)
-    (state / "supervisor.pid").unlink(missing_ok=True)
-    click.echo("stopped")
+    click.echo("stopped" if _stop(state, timeout) else f"not running (state: {state})")

@@ -1,16 +1,30 @@
-"""A local Kubernetes control plane made of the real binaries: etcd, kube-apiserver (RBAC,
-service-account keys, an admin client certificate), kube-controller-manager (garbage
-collection, namespaces, service accounts) and kube-scheduler, plus one Node object for
-the scheduler to bind pods to. No kubelet: pods stay Pending-bound unless a process-backed
-node runs them.
+"""A local Kubernetes control plane made of the real binaries, for tests and development.
 
-Every component runs as a child process in its own session with PR_SET_PDEATHSIG, so none
-outlives the process that started it; ``stop()`` ends them all (SIGTERM, then SIGKILL).
-Logs go to ``<state>/logs/<component>.log``. Readiness is polled with a deadline.
+Components: etcd (data in the state directory, loopback, free ports), kube-apiserver on
+127.0.0.1 (RBAC + Node authorization, service-account signing keys, an admin client
+certificate in ``system:masters``), kube-controller-manager (garbage collection, namespace
+deletion, service accounts and the rest, except node lifecycle) and kube-scheduler, plus
+one Node object with allocatable cpu/memory/pods for the scheduler to bind pods to.
+
+What it must not do: it runs no kubelet (pods stay bound but never run unless a
+process-backed stand-in runs them), it never listens beyond 127.0.0.1, never touches
+anything outside its state directory, and never leaves a process behind. Every component
+runs in its own session with PR_SET_PDEATHSIG (see ``etj.local.procs``), so none outlives
+the thread that started it; ``stop()`` ends them all (SIGTERM, then SIGKILL after a
+deadline). Because the death signal follows the starting *thread*, call ``start()`` from
+a thread that lives as long as the cluster (the main thread, a pytest fixture).
+
+Logs go to ``<state>/logs/<component>.log``. Readiness is polled with a deadline:
+``/readyz`` of the API server and ``/healthz`` of the controller-manager and scheduler.
+
+Binaries come from ``default_bin_dir()``: ``ETJ_K8S_BIN_DIR`` or ``KUBEBUILDER_ASSETS``
+when that directory has every control-plane binary, else
+``~/.cache/etj/bin/<K8S_VERSION>/`` where ``tests/cluster/build-binaries.sh`` puts them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,13 +35,18 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from etj.local.procs import Proc, start
 from etj.localcluster.pki import Pki, make_pki
 
+# Keep in step with K8S_VERSION in tests/cluster/build-binaries.sh (a test checks).
 K8S_VERSION = "v1.35.4"
 NODE_NAME = "etj-local-node"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# What a directory needs to run a cluster; helm is a tool some tests use, looked up apart.
+CONTROL_PLANE_BINARIES = (*COMPONENTS, "kubectl")
+BIN_DIR_VARIABLES = ("ETJ_K8S_BIN_DIR", "KUBEBUILDER_ASSETS")
 
 
 class ClusterError(RuntimeError):
@@ -38,33 +57,61 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ETJ_CACHE", str(Path.home() / ".cache" / "etj")))
 
 
-def default_bin_dir() -> Path:
-    """Where build-binaries.sh puts the binaries (or ETJ_K8S_BIN_DIR / KUBEBUILDER_ASSETS)."""
-    for var in ("ETJ_K8S_BIN_DIR", "KUBEBUILDER_ASSETS"):
-        value = os.environ.get(var)
-        if value and (Path(value) / "kube-apiserver").exists():
-            return Path(value)
-    return cache_dir() / "bin" / K8S_VERSION
+def k8s_version() -> str:
+    return os.environ.get("ETJ_K8S_VERSION", K8S_VERSION)
 
 
 def missing_binaries(bin_dir: Path) -> list[str]:
-    return [b for b in (*COMPONENTS, "kubectl") if not (bin_dir / b).exists()]
+    """The control-plane binaries ``bin_dir`` lacks (executable files only count)."""
+    return [b for b in CONTROL_PLANE_BINARIES if not os.access(bin_dir / b, os.X_OK)]
+
+
+def default_bin_dir() -> Path:
+    """``ETJ_K8S_BIN_DIR`` / ``KUBEBUILDER_ASSETS`` if complete, else the build's cache.
+
+    A directory with only some binaries (envtest's assets have no controller-manager or
+    scheduler) is not mixed with the cache: versions would skew.
+    """
+    for var in BIN_DIR_VARIABLES:
+        value = os.environ.get(var)
+        if value and not missing_binaries(Path(value)):
+            return Path(value)
+    return cache_dir() / "bin" / k8s_version()
 
 
 def _free_port() -> int:
+    # The port is free now; a race with another process taking it before the component
+    # binds is possible but shows as a startup failure with a clear log, not a hang.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie still "exists"
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
 @dataclass
 class LocalCluster:
-    """One local control plane rooted at ``state_dir``."""
+    """One local control plane rooted at ``state_dir`` (wiped at ``start()``)."""
 
     state_dir: Path
     bin_dir: Path = field(default_factory=default_bin_dir)
     procs: dict[str, Proc] = field(default_factory=dict)
     api_port: int = 0
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        self.bin_dir = Path(self.bin_dir)
 
     @property
     def kubeconfig(self) -> Path:
@@ -82,14 +129,27 @@ class LocalCluster:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
+    def binary(self, name: str) -> Path:
+        """A binary from ``bin_dir``, else from the build's cache (helm beside envtest assets)."""
+        for directory in (self.bin_dir, cache_dir() / "bin" / k8s_version()):
+            if os.access(directory / name, os.X_OK):
+                return directory / name
+        raise ClusterError(f"no {name} in {self.bin_dir}: run `make binaries`")
+
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start(self, timeout: float = 180.0) -> LocalCluster:
+        """Start every component and return once all are ready (or raise ClusterError)."""
         missing = missing_binaries(self.bin_dir)
         if missing:
             raise ClusterError(
                 f"missing {', '.join(missing)} in {self.bin_dir}: run `make binaries` "
                 "(tests/cluster/build-binaries.sh) first"
+            )
+        running = [p for p in self._recorded_pids() if self._is_ours(p)]
+        if running:
+            raise ClusterError(
+                f"a cluster already runs in {self.state_dir} (pids {running}); stop it first"
             )
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
@@ -101,17 +161,22 @@ class LocalCluster:
             self.api_port = _free_port()
             self._start_apiserver(pki, etcd_url)
             self._write_kubeconfig(pki)
-            self._wait_ready(pki, deadline)
-            self._start_controller_manager(pki)
-            self._start_scheduler()
+            self._wait_healthy("kube-apiserver", self.server + "/readyz", deadline, pki)
+            kcm_port = self._start_controller_manager(pki)
+            scheduler_port = self._start_scheduler()
             self._register_node()
+            for name, port in (
+                ("kube-controller-manager", kcm_port),
+                ("kube-scheduler", scheduler_port),
+            ):
+                self._wait_healthy(name, f"https://127.0.0.1:{port}/healthz", deadline)
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self, grace: float = 10.0) -> None:
-        """Stop every component, newest first; nothing survives."""
+        """Stop every component, newest first (SIGTERM, SIGKILL after ``grace``)."""
         for name in reversed(list(self.procs)):
             self.procs[name].stop(grace=grace)
         self.procs.clear()
@@ -119,6 +184,26 @@ class LocalCluster:
 
     def pids(self) -> list[int]:
         return [p.popen.pid for p in self.procs.values()]
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _recorded_pids(self) -> list[int]:
+        try:
+            return [int(p) for p in json.loads(self.pids_file.read_text()).values()]
+        except (OSError, ValueError, AttributeError):
+            return []
+
+    def _is_ours(self, pid: int) -> bool:
+        """A live process whose command line names this state directory (pids get reused)."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return process_alive(pid) and str(self.state_dir).encode() in cmdline
 
     def _spawn(self, name: str, args: list[str]) -> None:
         proc = start(
@@ -129,12 +214,8 @@ class LocalCluster:
             self.state_dir,
         )
         self.procs[name] = proc
+        # Recorded so `etj cluster down` (another process) can find them.
         self.pids_file.write_text(json.dumps({n: p.popen.pid for n, p in self.procs.items()}))
-        time.sleep(0.05)  # give an immediate crash (bad flag) a moment to show in poll()
-        if proc.popen.poll() is not None:
-            raise ClusterError(
-                f"{name} exited at once with {proc.exit_code}; see {proc.log_path}\n{self.log_tail(name)}"
-            )
 
     def _start_etcd(self) -> str:
         client, peer = _free_port(), _free_port()
@@ -173,72 +254,69 @@ class LocalCluster:
                 "--authorization-mode=Node,RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
+                # Flow control queues requests under load; a test server wants them served.
                 "--enable-priority-and-fairness=false",
                 "--v=1",
             ],
         )
 
     def _write_kubeconfig(self, pki: Pki) -> None:
-        self.kubeconfig.write_text(
-            json.dumps(
+        # JSON is YAML: kubectl, client-go and the Python client all read it.
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
                 {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "etj-local",
-                            "cluster": {
-                                "server": self.server,
-                                "certificate-authority": str(pki.ca_crt),
-                            },
-                        }
-                    ],
-                    "users": [
-                        {
-                            "name": "etj-admin",
-                            "user": {
-                                "client-certificate": str(pki.admin_crt),
-                                "client-key": str(pki.admin_key),
-                            },
-                        }
-                    ],
-                    "contexts": [
-                        {
-                            "name": "etj-local",
-                            "context": {"cluster": "etj-local", "user": "etj-admin"},
-                        }
-                    ],
-                    "current-context": "etj-local",
-                },
-                indent=2,
-            )
-        )
+                    "name": "etj-local",
+                    "cluster": {"server": self.server, "certificate-authority": str(pki.ca_crt)},
+                }
+            ],
+            "users": [
+                {
+                    "name": "etj-admin",
+                    "user": {
+                        "client-certificate": str(pki.admin_crt),
+                        "client-key": str(pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "etj-local", "context": {"cluster": "etj-local", "user": "etj-admin"}}
+            ],
+            "current-context": "etj-local",
+        }
+        self.kubeconfig.write_text(json.dumps(config, indent=2))
 
-    def _wait_ready(self, pki: Pki, deadline: float) -> None:
-        ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
-        ctx.load_cert_chain(str(pki.admin_crt), str(pki.admin_key))
+    def _wait_healthy(self, name: str, url: str, deadline: float, pki: Pki | None = None) -> None:
+        """Poll ``url`` until it answers 200; fail fast if any component has exited."""
+        if pki is not None:
+            ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
+            ctx.load_cert_chain(str(pki.admin_crt), str(pki.admin_key))
+        else:
+            # The controller-manager and scheduler serve a self-signed certificate of their
+            # own making; /healthz carries nothing to protect.
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
         last = ""
         while time.monotonic() < deadline:
-            for name, proc in self.procs.items():
+            for component, proc in self.procs.items():
                 if proc.popen.poll() is not None:
                     raise ClusterError(
-                        f"{name} exited with {proc.exit_code}\n{self.log_tail(name)}"
+                        f"{component} exited with {proc.exit_code}\n{self.log_tail(component)}"
                     )
             try:
-                with urllib.request.urlopen(
-                    f"{self.server}/readyz", context=ctx, timeout=2
-                ) as resp:
+                with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
                     if resp.status == 200:
                         return
             except OSError as exc:
                 last = str(exc)
-            time.sleep(0.25)  # poll interval of a deadline-bounded wait
-        raise ClusterError(
-            f"kube-apiserver not ready in time ({last})\n{self.log_tail('kube-apiserver')}"
-        )
+            time.sleep(0.2)  # poll interval of a deadline-bounded wait
+        raise ClusterError(f"{name} not healthy in time ({last})\n{self.log_tail(name)}")
 
-    def _start_controller_manager(self, pki: Pki) -> None:
+    def _start_controller_manager(self, pki: Pki) -> int:
         kc = str(self.kubeconfig)
+        port = _free_port()
         self._spawn(
             "kube-controller-manager",
             [
@@ -250,7 +328,8 @@ class LocalCluster:
                 "--use-service-account-credentials=false",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
-                "--secure-port=0",
+                f"--secure-port={port}",
+                f"--cert-dir={self.state_dir / 'kcm-certs'}",
                 # No kubelet heartbeats here: the node-lifecycle controller would mark the
                 # node unreachable and evict everything.
                 "--controllers=*,-node-lifecycle-controller",
@@ -258,9 +337,11 @@ class LocalCluster:
                 "--v=1",
             ],
         )
+        return port
 
-    def _start_scheduler(self) -> None:
+    def _start_scheduler(self) -> int:
         kc = str(self.kubeconfig)
+        port = _free_port()
         self._spawn(
             "kube-scheduler",
             [
@@ -269,10 +350,12 @@ class LocalCluster:
                 f"--authorization-kubeconfig={kc}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
-                "--secure-port=0",
+                f"--secure-port={port}",
+                f"--cert-dir={self.state_dir / 'scheduler-certs'}",
                 "--v=1",
             ],
         )
+        return port
 
     def _register_node(self) -> None:
         node = {
@@ -323,6 +406,7 @@ class LocalCluster:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl against this cluster; raise ClusterError on failure if ``check``."""
         cmd = [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
         result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
@@ -331,17 +415,22 @@ class LocalCluster:
             )
         return result
 
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this cluster (needs the operator extra)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
     def log_tail(self, component: str, lines: int = 40) -> str:
         path = self.logs / f"{component}.log"
         if not path.exists():
             return f"(no log for {component})"
-        return f"--- {path} ---\n" + "\n".join(
-            path.read_text(errors="replace").splitlines()[-lines:]
-        )
+        with contextlib.suppress(OSError):
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            return f"--- {path} (last {lines} lines) ---\n" + "\n".join(text)
+        return f"(unreadable log {path})"
 
     def all_log_tails(self, lines: int = 30) -> str:
         return "\n".join(
-            self.log_tail(c, lines)
-            for c in COMPONENTS
-            if c in self.procs or (self.logs / f"{c}.log").exists()
+            self.log_tail(c, lines) for c in COMPONENTS if (self.logs / f"{c}.log").exists()
         )
