@@ -1,0 +1,279 @@
+"""Training throughput of the etj trainer, side by side with its baselines, on one model.
+
+Three runs of the same CTR model and synthetic data (Zipf ids, batch 1024 per worker):
+
+- ``single``: one process, no strategy, the trainer's own raw-TF training function — the
+  practical limit of this machine;
+- ``naive``: Keras 3 ``Embedding`` layers + ``fit`` (the approach the project started
+  from; it reads whole tables every step);
+- ``ps``: etj's ParameterServer trainer, chief + 2 workers + 2 ps as real processes on
+  127.0.0.1 (``python -m etj_trainer``), tables sharded per the operator's plan.
+
+Prints examples/s of each and, as the last line, ``ps/single=<ratio> ps/naive=<ratio>``.
+``--quick`` keeps the whole run within ~10 minutes here. ``--large-table`` instead trains
+and checkpoints a table over 2 GB (10M x 64 float32 with Adagrad, sharded over 4 ps).
+
+Each run is its own process (a fresh TensorFlow, both cores). Not a test: nothing here is
+asserted; the numbers go into the project's notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "operator", ROOT / "trainer_image", ROOT / "tests" / "trainer"):
+    sys.path.insert(0, str(_p))
+
+from harness import LocalJob, trainer_config, trainer_env  # noqa: E402
+
+from etj.api.spec import EmbeddingTrainingJobSpec  # noqa: E402
+
+BATCH = 1024
+
+
+def model_doc() -> dict[str, Any]:
+    return {
+        "embeddings": [
+            {"name": "user_id", "vocabularySize": 1_000_000, "dimension": 32},
+            {"name": "item_id", "vocabularySize": 200_000, "dimension": 32, "idsPerExample": 2},
+            {"name": "category", "vocabularySize": 1000, "dimension": 16},
+        ],
+        "denseFeatures": 13,
+        "hiddenUnits": [128, 64],
+    }
+
+
+def job_spec(steps: int, spe: int) -> EmbeddingTrainingJobSpec:
+    return EmbeddingTrainingJobSpec.model_validate(
+        {
+            "strategy": "ParameterServer",
+            "replicas": {
+                "chief": {"replicas": 1},
+                "worker": {"replicas": 2},
+                "ps": {"replicas": 2},
+            },
+            "model": model_doc(),
+            "data": {"source": "synthetic", "synthetic": {"seed": 3}},
+            "training": {
+                "batchSizePerReplica": BATCH,
+                "steps": steps,
+                "optimizer": "adagrad",
+                "learningRate": 0.05,
+                "stepsPerExecution": spe,
+            },
+            "sharding": {"maxShardBytes": "64Mi"},
+        }
+    )
+
+
+# --- the runs, each in its own process ---------------------------------------------------
+
+
+def run_single(seconds: float) -> float:
+    """The trainer's training function in one process (default strategy)."""
+    import tensorflow as tf
+
+    from etj_trainer.core import TrainingState
+    from etj_trainer.data import make_dataset
+
+    config = trainer_config(job_spec(10**9, 50))
+    state = TrainingState(config, tf.distribute.get_strategy())
+    it = iter(make_dataset(config.model, config.data, BATCH))
+    chunk = tf.constant(50, tf.int64)
+    state.train_chunk(it, chunk)  # trace and warm up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        loss, _ = state.train_chunk(it, chunk)
+        steps += 50
+    float(loss)
+    return steps * BATCH / (time.perf_counter() - start)
+
+
+def run_naive(seconds: float) -> float:
+    """Keras 3: one Embedding layer per table, Dense tower, ``fit`` on the same data."""
+    import keras
+    import tensorflow as tf
+
+    from etj_trainer.data import make_dataset
+
+    config = trainer_config(job_spec(10**9, 50))
+    spec = config.model
+    inputs, pooled = {}, []
+    for t in spec.embeddings:
+        inputs[t.name] = keras.Input((t.ids_per_example,), dtype="int64", name=t.name)
+        vectors = keras.layers.Embedding(t.vocabulary_size, t.dimension)(inputs[t.name])
+        pooled.append(keras.ops.mean(vectors, axis=1))
+    inputs["dense_input"] = keras.Input((spec.dense_features,), name="dense_input")
+    x = keras.layers.Concatenate()([*pooled, inputs["dense_input"]])
+    for units in spec.hidden_units:
+        x = keras.layers.Dense(units, activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(1, name="logit")(x))
+    model.compile(
+        optimizer=keras.optimizers.Adagrad(0.05),
+        loss=keras.losses.BinaryCrossentropy(from_logits=True),
+    )
+    names = {t.name: t.name for t in spec.embeddings} | {"dense": "dense_input"}
+    ds = make_dataset(spec, config.data, BATCH).map(
+        lambda b: ({names[k]: v for k, v in b.items() if k in names}, b["label"])
+    )
+    model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)  # trace and warm up
+    steps_per_epoch = 20
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        model.fit(ds, steps_per_epoch=steps_per_epoch, epochs=1, verbose=0)
+        steps += steps_per_epoch
+    del tf
+    return steps * BATCH / (time.perf_counter() - start)
+
+
+def run_ps(seconds: float, spe: int) -> tuple[float, dict[str, Any]]:
+    """etj's PS trainer on chief + 2 workers + 2 ps; examples/s of the steady state."""
+    workdir = Path(tempfile.mkdtemp(prefix="etj-bench-ps-"))
+    config = trainer_config(job_spec(10**9, spe))
+    job = LocalJob(config, workdir, workers=2, ps=2, env={"ETJ_PROGRESS_SECONDS": "2"})
+    try:
+        job.start_all()
+        deadline = time.monotonic() + 300
+        while job.step() == 0:
+            job.check_chief_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError("the PS job made no step in 300 s")
+            time.sleep(0.5)
+        first = (time.monotonic(), job.step())
+        time.sleep(seconds)  # the job runs; the measurement is its own step counter
+        job.check_chief_alive()
+        last = (time.monotonic(), job.step())
+        rates = [e["examplesPerSecond"] for e in job.events() if e["event"] == "progress"][2:]
+        eps = (last[1] - first[1]) * BATCH / (last[0] - first[0])
+        return eps, {
+            "reported_median": statistics.median(rates) if rates else None,
+            "plan": [(t.name, t.shards, t.ps_of_shard) for t in config.shard_plan.tables],
+        }
+    finally:
+        job.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_large_table(steps: int) -> dict[str, Any]:
+    """A >2 GB table (10M x 64 float32 + Adagrad slot) over 4 ps: train and checkpoint."""
+    workdir = Path(tempfile.mkdtemp(prefix="etj-bench-large-"))
+    spec = EmbeddingTrainingJobSpec.model_validate(
+        {
+            "strategy": "ParameterServer",
+            "replicas": {
+                "chief": {"replicas": 1},
+                "worker": {"replicas": 2},
+                "ps": {"replicas": 4},
+            },
+            "model": {
+                "embeddings": [{"name": "user_id", "vocabularySize": 10_000_000, "dimension": 64}],
+                "denseFeatures": 13,
+                "hiddenUnits": [64],
+            },
+            "training": {
+                "batchSizePerReplica": 1024,
+                "steps": steps,
+                "optimizer": "adagrad",
+                "learningRate": 0.05,
+                "stepsPerExecution": 50,
+            },
+            "sharding": {"maxShardBytes": "512Mi", "defaultPsMemory": "4Gi"},
+        }
+    )
+    config = trainer_config(
+        spec, checkpoint_dir=workdir / "ckpt", every_steps=steps, keep=1, watchdog_seconds=900
+    )
+    table = config.shard_plan.tables[0]
+    job = LocalJob(config, workdir, workers=2, ps=4, env={"ETJ_PROGRESS_SECONDS": "5"})
+    started = time.monotonic()
+    try:
+        job.start_all()
+        done = job.wait_done(timeout=3600)
+        ckpt_bytes = sum(p.stat().st_size for p in (workdir / "ckpt").glob("ckpt-*"))
+        progress = [e for e in job.events() if e["event"] == "progress"]
+        return {
+            "table_bytes_with_slots": table.bytes,
+            "shards": table.shards,
+            "ps_of_shard": table.ps_of_shard,
+            "steps": done["step"],
+            "wall_seconds": round(time.monotonic() - started, 1),
+            "checkpoint_bytes": ckpt_bytes,
+            "loss_first_last": (progress[0].get("loss"), progress[-1].get("loss"))
+            if progress
+            else None,
+            "examples_per_second_last": progress[-1].get("examplesPerSecond") if progress else None,
+        }
+    finally:
+        job.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- the driver -------------------------------------------------------------------------
+
+
+def _in_subprocess(mode: str, seconds: float, extra: list[str], env: dict[str, str]) -> Any:
+    out = subprocess.run(
+        [sys.executable, __file__, "--run", mode, "--seconds", str(seconds), *extra],
+        env=trainer_env(env),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{mode} run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="shorter measurements (~10 min in all)"
+    )
+    parser.add_argument("--seconds", type=float, default=None, help="measurement time per run")
+    parser.add_argument("--spe", type=int, default=50, help="stepsPerExecution of the PS run")
+    parser.add_argument("--large-table", action="store_true", help="the >2 GB table run instead")
+    parser.add_argument("--large-steps", type=int, default=2000)
+    parser.add_argument("--run", choices=["single", "naive", "ps"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    seconds = args.seconds or (45.0 if args.quick else 120.0)
+    if args.run == "single":
+        print(json.dumps(run_single(seconds)))
+        return 0
+    if args.run == "naive":
+        print(json.dumps(run_naive(seconds)))
+        return 0
+    if args.run == "ps":
+        print(json.dumps(run_ps(seconds, args.spe)))
+        return 0
+    if args.large_table:
+        print(json.dumps(run_large_table(args.large_steps), indent=1))
+        return 0
+    single = _in_subprocess("single", seconds, [], {})
+    print(f"single-process raw TF : {single:12,.0f} examples/s", flush=True)
+    # Keras 3 must be Keras 3 here: no legacy switch.
+    naive = _in_subprocess("naive", seconds, [], {"TF_USE_LEGACY_KERAS": "0"})
+    print(f"naive Keras 3 loop    : {naive:12,.0f} examples/s", flush=True)
+    ps, info = _in_subprocess("ps", seconds, ["--spe", str(args.spe)], {})
+    print(
+        f"etj PS chief+2w+2ps   : {ps:12,.0f} examples/s  (chief's own median {info['reported_median']})",
+        flush=True,
+    )
+    print(f"plan: {info['plan']}")
+    print(f"ps/single={ps / single:.2f} ps/naive={ps / naive:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
