@@ -84,7 +84,7 @@ def trainer_config(
     plan = build_plan(spec)
     return TrainerConfig(
         job_name="test",
-        strategy=plan.strategy,  # type: ignore[arg-type]
+        strategy=plan.strategy,
         model=spec.model,
         data=spec.data,
         training=spec.training,

@@ -149,7 +149,7 @@ def test_chief_killed_resumes_from_last_checkpoint(job: LocalJob) -> None:
     after = _losses(job.events())
     # Training continues from the trained state, not from scratch.
     assert after[0] < before[0] - 0.03, (before[0], after[0])
-    assert job.last("start")["restoredFrom"] == restored["step"]  # type: ignore[index]
+    assert job.last("start")["restoredFrom"] == restored["step"]
 
 
 def test_sigterm_checkpoints_and_exits_143(job: LocalJob) -> None:

@@ -99,11 +99,11 @@ class TrainingState:
         for i, (k, b) in enumerate(zip(self.model.kernels, self.model.biases, strict=True)):
             out[f"model/kernels/{i}"] = [k]
             out[f"model/biases/{i}"] = [b]
-        for name, slots in self.slots.tables.items():
-            for slot, var in slots.items():
+        for name, table_slots in self.slots.tables.items():
+            for slot, var in table_slots.items():
                 out[f"slots/tables/{name}/{slot}"] = list(getattr(var, "variables", [var]))
-        for i, slots in enumerate(self.slots.dense):
-            for j, var in enumerate(slots):
+        for i, dense_slots in enumerate(self.slots.dense):
+            for j, var in enumerate(dense_slots):
                 out[f"slots/dense/{i}/{j}"] = [var]
         return out
 

@@ -41,8 +41,8 @@ _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.ui
 def _shard_array(shard: Any, dtype: str) -> np.ndarray:
     value = shard.read_value()
     if dtype == "bfloat16":
-        return tf.bitcast(value, tf.uint16).numpy()  # type: ignore[no-any-return]
-    return value.numpy()  # type: ignore[no-any-return]
+        return tf.bitcast(value, tf.uint16).numpy()
+    return value.numpy()
 
 
 def write_table(state: TrainingState, index: int, path: Path) -> None:

@@ -129,7 +129,7 @@ class Reporter:
         elapsed = max(now - self._mark_time, 1e-9)
         eps = (self.step - self._mark_step) * self.examples_per_step / elapsed
         loss = float(np.mean(self._losses)) if self._losses else None
-        auc = auc_from_histogram(sum(self._hists)) if self._hists else None
+        auc = auc_from_histogram(np.sum(self._hists, axis=0)) if self._hists else None
         m = self.metrics
         m.step.set(self.step)
         m.examples_per_second.set(eps)
