@@ -204,3 +204,15 @@ def test_ps_killed_chief_exits_retryable_then_resumes_and_finishes(job: LocalJob
         if e["event"] == "progress"
     ]
     assert restarts and restarts[-1] >= 4
+
+
+def test_evaluator_scores_the_final_checkpoint(job: LocalJob) -> None:
+    """The evaluator (outside the cluster) restores the sharded checkpoint unsharded."""
+    job.env["ETJ_EVAL_POLL_SECONDS"] = "1"
+    job.start("evaluator", 0)
+    code = job.wait_exit("evaluator", 0, timeout=120)
+    events = job.events("evaluator", 0)
+    assert code == 0, job.log_tail("evaluator", 0)
+    final = [e for e in events if e["event"] == "evaluation"][-1]
+    assert final["step"] == job.config.training.steps
+    assert final["loss"] < 0.66 and final["auc"] > 0.65

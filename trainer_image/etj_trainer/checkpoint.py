@@ -22,14 +22,23 @@ from etj_trainer.core import TrainingState
 
 log = logging.getLogger(__name__)
 
+RESTARTS_FILE = "restarts"
+
 
 class Checkpoints:
     """Restore and save ``state`` under ``spec.directory`` (no-op without a spec)."""
 
     def __init__(
-        self, state: TrainingState, spec: TrainerCheckpoint | None, scratch: str | None = None
+        self,
+        state: TrainingState,
+        spec: TrainerCheckpoint | None,
+        scratch: str | None = None,
+        count_restarts: bool = True,
     ):
         self.state = state
+        # Resumes counted so far (``restarts`` file); only the chief counts them.
+        self.count_restarts = count_restarts
+        self.restarts = 0
         self.spec = spec
         self.scratch = scratch
         self.manager: Any = None
@@ -59,10 +68,30 @@ class Checkpoints:
         # Every variable of the model must come back: a partial restore is a config change
         # (a table added or renamed) that training must not silently paper over.
         status.assert_existing_objects_matched()
-        self.state.restarts.assign_add(1)
+        if self.count_restarts:
+            self.restarts = self._bump_restarts()
         step = int(self.state.step.numpy())
         log.info("restored %s at step %d", path, step)
         return step
+
+    def _bump_restarts(self) -> int:
+        """Count this resume in a file next to the checkpoints.
+
+        Not in the checkpoint itself: two restarts from the same checkpoint would count once.
+        """
+        assert self.spec is not None
+        path = f"{self.spec.directory}/{RESTARTS_FILE}"
+        count = 0
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                text = f.read().strip()
+            count = int(text) if text.isdigit() else 0
+        count += 1
+        tmp = f"{path}.tmp"
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write(str(count))
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+        return count
 
     def save(self) -> int:
         """Write a checkpoint of the current state; its step."""

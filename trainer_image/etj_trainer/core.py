@@ -64,7 +64,6 @@ class TrainingState:
             # The model first: its tables must be the first variables created.
             self.model = CtrModel(config, partitioner)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-            self.restarts = tf.Variable(0, dtype=tf.int64, trainable=False, name="restarts")
             self.items: list[Slotted] = []
             self.slots = SlotStore()
             for i, table in enumerate(config.model.embeddings):
@@ -87,9 +86,7 @@ class TrainingState:
             for i, t in enumerate(config.model.embeddings)
             for _ in self.model.table_components(i)
         ] + [0] * len(self.model.dense_variables)
-        self.checkpoint = tf.train.Checkpoint(
-            model=self.model, slots=self.slots, step=self.step, restarts=self.restarts
-        )
+        self.checkpoint = tf.train.Checkpoint(model=self.model, slots=self.slots, step=self.step)
 
     def named_variables(self) -> dict[str, list[Any]]:
         """Every saved variable by its checkpoint key, as its components (shards)."""

@@ -92,8 +92,9 @@ def run(config: object, task: Task, port: int) -> int:
         if ps and task.type in ("ps", "worker"):
             return train.run_server(task)
         if task.type == "evaluator":
-            print("etj_trainer: the evaluator role is not supported yet", file=sys.stderr)
-            return exitcodes.USAGE
+            from etj_trainer.evaluate import run_evaluator
+
+            return run_evaluator(config, task)
         if task.type == "ps":
             print("etj_trainer: a ps task needs strategy ParameterServer", file=sys.stderr)
             return exitcodes.USAGE

@@ -106,6 +106,8 @@ class LoopParts:
 def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
     """The ParameterServer coordinator."""
     stop = StopFlag().install()
+    # TensorFlow waits here until every ps and worker answers (pods may start in any order).
+    emit("connecting", cluster=task.cluster)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(task.cluster), task_type="chief", task_id=0, rpc_layer="grpc"
     )
@@ -165,7 +167,7 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
     scratch = None
     if config.checkpoint is not None and not is_chief:
         scratch = tempfile.mkdtemp(prefix=f"etj-ckpt-{task.type}-{task.index}-")
-    checkpoints = Checkpoints(state, config.checkpoint, scratch=scratch)
+    checkpoints = Checkpoints(state, config.checkpoint, scratch=scratch, count_restarts=is_chief)
     restored = checkpoints.restore()
     batch = config.training.batch_size_per_replica
     seed = config.training.seed
@@ -244,7 +246,7 @@ def train_loop(
     every = config.checkpoint.every_steps if config.checkpoint else None
     start = restored or 0
     reporter = _reporter(config, parts, metrics_port, is_chief)
-    reporter.start(start, int(state.restarts.numpy()), restored)
+    reporter.start(start, checkpoints.restarts, restored)
     if is_chief:
         if restored is not None:
             emit("restored", step=restored, path=checkpoints.latest(), digest=state.digest())
