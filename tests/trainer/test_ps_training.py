@@ -24,7 +24,7 @@ from harness import LocalJob, job_spec, read_events, trainer_config, wait_for
 from etj_trainer import exitcodes
 
 EVERY = 500
-WATCHDOG = 15
+WATCHDOG = 20
 
 
 @pytest.fixture(scope="module")
