@@ -363,6 +363,13 @@ def test_oom_killed_replica_comes_back_with_a_larger_memory_limit(
         return str(pod["spec"]["containers"][0]["resources"]["limits"]["memory"])
 
     assert wait_for(limit, 60, "worker-1 recreated") == "1536Mi"
-    assert live_pods(crds, namespace)["ctr-worker-0"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1Gi"
+    assert (
+        live_pods(crds, namespace)["ctr-worker-0"]["spec"]["containers"][0]["resources"]["limits"][
+            "memory"
+        ]
+        == "1Gi"
+    )
     assert job_status(crds, namespace, "ctr")["memoryLimits"] == {"ctr-worker-1": 1536 * 2**20}
-    assert any(e["reason"] == "OOMKilled" and "1.50 GiB" in e["message"] for e in events(crds, namespace))
+    assert any(
+        e["reason"] == "OOMKilled" and "1.50 GiB" in e["message"] for e in events(crds, namespace)
+    )

@@ -169,6 +169,7 @@ def test_chief_success_succeeds_job_stops_ps_and_sets_completion():
     assert d.status.phase == Phase.SUCCEEDED
     assert d.status.completion_time == "2026-11-22T12:01:00Z"
     assert d.delete_pods == ["j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"]
+    assert d.status.progress.step == job.spec.training.steps  # exit 0 means every step ran
 
 
 def test_clean_pod_policy_none_still_stops_ps():

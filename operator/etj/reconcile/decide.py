@@ -118,7 +118,7 @@ class _Pass:
                 self.w.pods, replicas, self.st.replica_statuses
             )
             self.st.workers = workers_column(self.st.replica_statuses, replicas)
-        if self.w.progress is not None:
+        if self.w.progress is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.progress = self.w.progress
         self.st.observed_generation = self.gen
         self.d.status = self.st
@@ -164,6 +164,10 @@ def decide(world: World) -> Decision:
         )
         return p.done(replicas)
     if leader_succeeded(p.pods, replicas):
+        # The chief exits 0 only once it has trained every step; its last metrics page
+        # may not have been read before it exited.
+        last = world.progress or p.st.progress or Progress()
+        p.st.progress = last.model_copy(update={"step": max(last.step, job.spec.training.steps)})
         p.finish(
             Phase.SUCCEEDED,
             "JobSucceeded",

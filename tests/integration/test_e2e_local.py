@@ -1,0 +1,225 @@
+"""End to end without Docker: `kubectl apply` a job -> the operator creates pods -> the
+process-backed node runs real TensorFlow trainers -> a replica is killed -> the operator
+applies the strategy's restart rule -> training resumes -> the job Succeeds."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etj.localcluster import LocalCluster
+
+from .conftest import wait_for
+from .operator_helpers import OperatorProcess, job_status, live_pods, pods
+
+pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
+
+JOB: dict[str, Any] = {
+    "apiVersion": "training.etj.dev/v1alpha1",
+    "kind": "EmbeddingTrainingJob",
+    "metadata": {"name": "e2e"},
+    "spec": {
+        "strategy": "ParameterServer",
+        "replicas": {"worker": {"replicas": 2}, "ps": {"replicas": 2}},
+        "model": {
+            "embeddings": [
+                {"name": "user_id", "vocabularySize": 50000, "dimension": 8},
+                {"name": "item_id", "vocabularySize": 5000, "dimension": 8, "idsPerExample": 2},
+            ],
+            "denseFeatures": 4,
+            "hiddenUnits": [16],
+        },
+        "training": {
+            "batchSizePerReplica": 256,
+            "steps": 4000,
+            "stepsPerExecution": 20,
+            "optimizer": "adagrad",
+        },
+        "sharding": {"maxShardBytes": "1Mi"},
+        "runPolicy": {"backoffLimit": 4},
+    },
+}
+
+
+@pytest.fixture
+def node(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    state = tmp_path / "node"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "etj.localcluster.node",
+            "--kubeconfig",
+            str(crds.kubeconfig),
+            "--state-dir",
+            str(state),
+            "--namespace",
+            namespace,
+        ],
+        stdout=open(tmp_path / "node.log", "wb"),  # noqa: SIM115 - the child keeps it
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield state
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        # Nothing the node started outlives it.
+        leftover = subprocess.run(
+            ["pgrep", "-f", f"{state}"], capture_output=True, text=True
+        ).stdout
+        assert leftover.strip() == "", f"processes outlived the node: {leftover}"
+
+
+@pytest.fixture
+def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(crds, namespace, tmp_path / "operator.log").start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+def submit(cluster: LocalCluster, namespace: str, tmp_path: Path, **spec: Any) -> None:
+    doc = copy.deepcopy(JOB)
+    doc["spec"]["checkpoint"] = {
+        "volume": {"hostPath": {"path": str(tmp_path / "ckpt")}},
+        "everySteps": 400,
+        "keep": 3,
+    }
+    for key, value in spec.items():
+        doc["spec"][key] = value
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+
+def step(cluster: LocalCluster, namespace: str) -> int:
+    return int((job_status(cluster, namespace, "e2e").get("progress") or {}).get("step") or 0)
+
+
+def kill_replica(cluster: LocalCluster, namespace: str, name: str) -> str:
+    pod = pods(cluster, namespace)[name]
+    os.kill(int(pod["metadata"]["annotations"]["training.etj.dev/local-pid"]), signal.SIGKILL)
+    return str(pod["metadata"]["uid"])
+
+
+def test_ps_job_survives_a_killed_worker(
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+):
+    submit(crds, namespace, tmp_path)
+    wait_for(lambda: step(crds, namespace) >= 800, 240, "training to pass step 800", every=1)
+    old = kill_replica(crds, namespace, "e2e-worker-1")
+    wait_for(
+        lambda: (
+            (p := live_pods(crds, namespace).get("e2e-worker-1")) and p["metadata"]["uid"] != old
+        ),
+        60,
+        "worker-1 replaced",
+    )
+    wait_for(
+        lambda: job_status(crds, namespace, "e2e").get("phase") == "Succeeded",
+        400,
+        "Succeeded",
+        every=1,
+    )
+    st = job_status(crds, namespace, "e2e")
+    assert st["progress"]["step"] == 4000
+    assert st["replicaStatuses"]["worker"]["restarts"] == 1
+    assert st["progress"]["loss"] < 0.69  # below the loss of a coin flip: it learned
+    wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 60, "ps stopped")
+
+
+def test_ps_chief_kill_resumes_from_the_last_checkpoint(
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+):
+    submit(crds, namespace, tmp_path)
+    wait_for(
+        lambda: (
+            (job_status(crds, namespace, "e2e").get("progress") or {}).get("lastCheckpointStep", 0)
+            >= 800
+        ),
+        240,
+        "a checkpoint at 800+",
+        every=1,
+    )
+    before = job_status(crds, namespace, "e2e")["progress"]
+    kill_replica(crds, namespace, "e2e-chief-0")
+    wait_for(lambda: job_status(crds, namespace, "e2e").get("restarts", 0) >= 1, 60, "the restart")
+    log = lambda: (node / "logs" / namespace / "e2e-chief-0.log").read_text()  # noqa: E731
+    wait_for(
+        lambda: log().count('"event": "progress"') and "restored" in log(),
+        240,
+        "the new chief to restore",
+        every=1,
+    )
+    lines = [json.loads(x) for x in log().splitlines() if x.startswith("{") and '"progress"' in x]
+    restored_at = min(x["step"] for x in lines if x["step"] >= before["lastCheckpointStep"])
+    assert restored_at >= before["lastCheckpointStep"]
+    assert (
+        before["step"] - before["lastCheckpointStep"] <= 400 + 20 * 8
+    )  # lost <= interval (+ one window)
+    wait_for(
+        lambda: job_status(crds, namespace, "e2e").get("phase") == "Succeeded",
+        400,
+        "Succeeded",
+        every=1,
+    )
+
+
+def test_mirrored_job_restarts_all_workers_and_resumes(
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+):
+    replicas = {"worker": {"replicas": 2}}
+    submit(
+        crds,
+        namespace,
+        tmp_path,
+        strategy="MultiWorkerMirrored",
+        replicas=replicas,
+        training={
+            "batchSizePerReplica": 256,
+            "steps": 2400,
+            "stepsPerExecution": 20,
+            "optimizer": "sgd",
+            "learningRate": 0.1,
+        },
+    )
+    wait_for(
+        lambda: (
+            (job_status(crds, namespace, "e2e").get("progress") or {}).get("lastCheckpointStep", 0)
+            >= 400
+        ),
+        300,
+        "a checkpoint",
+        every=1,
+    )
+    checkpoint = job_status(crds, namespace, "e2e")["progress"]["lastCheckpointStep"]
+    uids = {n: p["metadata"]["uid"] for n, p in pods(crds, namespace).items()}
+    kill_replica(crds, namespace, "e2e-worker-1")
+
+    def all_replaced() -> bool:
+        now = live_pods(crds, namespace)
+        return set(now) == set(uids) and all(now[n]["metadata"]["uid"] != uids[n] for n in uids)
+
+    wait_for(all_replaced, 120, "both workers recreated")
+    wait_for(
+        lambda: job_status(crds, namespace, "e2e").get("phase") == "Succeeded",
+        400,
+        "Succeeded",
+        every=1,
+    )
+    st = job_status(crds, namespace, "e2e")
+    assert st["replicaStatuses"]["worker"]["restarts"] == 2 and st["restarts"] == 1
+    assert st["progress"]["step"] == 2400 and checkpoint >= 400
