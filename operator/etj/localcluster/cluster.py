@@ -256,6 +256,17 @@ class LocalCluster:
                 "--allow-privileged=true",
                 # Flow control queues requests under load; a test server wants them served.
                 "--enable-priority-and-fairness=false",
+                # The "kubernetes" Service's endpoint would be 127.0.0.1, which the API
+                # rejects (loopback); without this it retries and logs an error every 10 s.
+                "--endpoint-reconciler-type=none",
+                # Delegated authentication of the controller-manager and scheduler reads the
+                # request-header CA; without one they log an error every few seconds. Only a
+                # certificate named front-proxy-client may assert a user through headers.
+                f"--requestheader-client-ca-file={pki.ca_crt}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--v=1",
             ],
         )
@@ -331,8 +342,11 @@ class LocalCluster:
                 f"--secure-port={port}",
                 f"--cert-dir={self.state_dir / 'kcm-certs'}",
                 # No kubelet heartbeats here: the node-lifecycle controller would mark the
-                # node unreachable and evict everything.
-                "--controllers=*,-node-lifecycle-controller",
+                # node unreachable and evict everything. Pods run on loopback addresses,
+                # which Endpoints and EndpointSlices may not hold: those controllers would
+                # only fail and log (nothing here routes through Services).
+                "--controllers=*,-node-lifecycle-controller,-endpoints-controller,"
+                "-endpointslice-controller,-endpointslice-mirroring-controller",
                 "--concurrent-gc-syncs=5",
                 "--v=1",
             ],
