@@ -31,6 +31,12 @@ def test_node_is_registered_and_ready(cluster: LocalCluster):
     node = get_json(cluster, "node", "etj-local-node")
     ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}
     assert ready["Ready"] == "True"
+    # The API server canonicalises quantities: "1000" is stored as "1k".
+    assert node["status"]["allocatable"]["pods"] == "1k"
+    assert node["status"]["allocatable"]["cpu"] == "64"
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == K8S_VERSION
+    # The not-ready taint admission put on it is lifted, or nothing would schedule.
+    assert not node["spec"].get("taints")
 
 
 def test_scheduler_binds_a_pod_to_the_node(api_client, namespace: str):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import shutil
 import socket
 import ssl
@@ -394,6 +395,15 @@ class LocalCluster:
                         "message": "local process node",
                     }
                 ],
+                # What `kubectl get nodes -o wide` shows; the "runtime" is local processes.
+                "nodeInfo": {
+                    "architecture": platform.machine().replace("x86_64", "amd64"),
+                    "operatingSystem": "linux",
+                    "kubeletVersion": k8s_version(),
+                    "containerRuntimeVersion": "etj-process://local",
+                    "kernelVersion": platform.release(),
+                    "osImage": "etj local node",
+                },
                 "addresses": [
                     {"type": "InternalIP", "address": "127.0.0.1"},
                     {"type": "Hostname", "address": NODE_NAME},
