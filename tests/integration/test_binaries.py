@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -83,3 +84,35 @@ def test_a_warm_run_rebuilds_nothing():
         assert f"{name}: cached" in run.stdout
     after = {p.name: p.stat().st_mtime_ns for p in bin_dir.iterdir() if p.is_file()}
     assert after == before
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", "1 error"), ("", "1 skipped")])
+def test_missing_binaries_skip_by_hand_and_fail_in_ci(tmp_path: Path, ci: str, outcome: str):
+    (tmp_path / "test_inner.py").write_text("def test_needs_a_cluster(cluster):\n    pass\n")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ETJ_K8S_BIN_DIR", "KUBEBUILDER_ASSETS", "CI")
+    }
+    env |= {
+        "ETJ_CACHE": str(tmp_path / "empty-cache"),
+        "CI": ci,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider"),
+            *("-p", "tests.integration.conftest", "--rootdir", str(tmp_path)),
+            str(tmp_path / "test_inner.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert outcome in run.stdout, run.stdout
+    # A setup error fails the session: CI cannot go green without the cluster tests.
+    assert run.returncode == (1 if ci else 0)
+    assert "run `make binaries`" in run.stdout
+    assert "kube-apiserver" in run.stdout
