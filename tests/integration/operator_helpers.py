@@ -19,19 +19,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from etj.local.procs import free_port
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
 
 ETJ = str(Path(sys.executable).parent / "etj")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class OperatorProcess:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from etj.local.procs import processes_under
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
@@ -88,19 +89,6 @@ def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Ope
         yield op
     finally:
         op.stop()
-
-
-def processes_under(directory: Path) -> list[int]:
-    """Pids whose working directory is inside ``directory`` (the node runs pods there)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if os.readlink(proc / "cwd").startswith(str(directory)):
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
 
 
 def submit(cluster: LocalCluster, namespace: str, tmp_path: Path, **spec: Any) -> None:

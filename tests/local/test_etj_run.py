@@ -12,20 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from etj.local.procs import processes_under
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
-
-
-def processes_under(directory: Path) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if os.readlink(proc / "cwd").startswith(str(directory)):
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
 
 
 def test_run_survives_a_killed_worker_and_cleans_up(tmp_path: Path):

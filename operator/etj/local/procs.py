@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -80,3 +81,24 @@ def start(name: str, command: list[str], env: dict[str, str], log_path: Path, cw
     finally:
         log.close()
     return Proc(name=name, popen=popen, log_path=log_path)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def processes_under(directory: Path) -> list[int]:
+    """Pids whose working directory is inside ``directory``: how the supervisors' tests
+    check that nothing they started is left running."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.readlink(proc / "cwd").startswith(str(directory)):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found

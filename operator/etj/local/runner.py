@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Progress
 from etj.local.process import pod_process
-from etj.local.procs import Proc, start
+from etj.local.procs import Proc, free_port, start
 from etj.reconcile import PodState, World, decide
 from etj.reconcile.decide import Event, iso
 from etj.render import RenderSettings, build_config_map, build_pod, replica_set
@@ -35,12 +34,6 @@ from etj.tfconfig import pod_name
 POLL_SECONDS = 0.5
 PROGRESS_SECONDS = 1.0
 STOP_GRACE_SECONDS = 10.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def progress_from_log(path: Path, now: str) -> Progress | None:

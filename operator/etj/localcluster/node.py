@@ -24,7 +24,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -36,17 +35,11 @@ from kubernetes.client.rest import ApiException
 
 from etj.k8s import load_config
 from etj.local.process import pod_process
-from etj.local.procs import Proc, start
+from etj.local.procs import Proc, free_port, start
 from etj.localcluster.cluster import NODE_NAME
 
 ANNOTATION_METRICS = "training.etj.dev/metrics-address"
 ANNOTATION_PID = "training.etj.dev/local-pid"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ProcessNode:
@@ -123,7 +116,7 @@ class ProcessNode:
         annotations: dict[str, str] = {}
         ports = [p.get("name") for p in raw["spec"]["containers"][0].get("ports") or []]
         if "metrics" in ports:
-            port = _free_port()
+            port = free_port()
             env["ETJ_METRICS_PORT"] = str(port)
             annotations[ANNOTATION_METRICS] = f"127.0.0.1:{port}"
         workdir = self.state / "pods" / uid
@@ -246,7 +239,7 @@ class ProcessNode:
     def _loopback(self, address: str) -> str:
         host = address.rsplit(":", 1)[0]
         if host not in self.ports:
-            self.ports[host] = _free_port()
+            self.ports[host] = free_port()
         return f"127.0.0.1:{self.ports[host]}"
 
 

@@ -19,36 +19,19 @@ def set_condition(
 ) -> list[Condition]:
     """The conditions with ``type_`` set; others unchanged, order stable."""
     value = "True" if status else "False"
-    out: list[Condition] = []
-    found = False
-    for c in conditions:
-        if c.type != type_:
-            out.append(c)
-            continue
-        found = True
-        changed = c.status != value
-        out.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                last_transition_time=now if changed else c.last_transition_time,
-                observed_generation=generation,
-            )
-        )
-    if not found:
-        out.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                last_transition_time=now,
-                observed_generation=generation,
-            )
-        )
-    return out
+    old = next((c for c in conditions if c.type == type_), None)
+    new = Condition(
+        type=type_,
+        status=value,
+        reason=reason,
+        message=message,
+        # The transition time moves only when the status does.
+        last_transition_time=old.last_transition_time if old and old.status == value else now,
+        observed_generation=generation,
+    )
+    if old is None:
+        return [*conditions, new]
+    return [new if c.type == type_ else c for c in conditions]
 
 
 def condition_true(conditions: list[Condition], type_: str) -> bool:
