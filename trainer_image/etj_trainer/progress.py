@@ -63,8 +63,12 @@ class Metrics:
         )
         self.port = port
         if port:
-            start_http_server(port, registry=self.registry)
-            log.info("metrics on :%d/metrics", port)
+            try:
+                start_http_server(port, registry=self.registry)
+                log.info("metrics on :%d/metrics", port)
+            except OSError as e:
+                # Training matters more than its metrics: carry on (progress lines still flow).
+                log.warning("cannot serve metrics on port %d: %s", port, e)
 
 
 class Reporter:
