@@ -96,9 +96,7 @@ class TrainingState:
         out: dict[str, list[Any]] = {}
         for i in range(len(self.model.tables)):
             out[f"model/tables/{i}"] = self.model.table_components(i)
-        for i, (k, b) in enumerate(zip(self.model.kernels, self.model.biases, strict=True)):
-            out[f"model/kernels/{i}"] = [k]
-            out[f"model/biases/{i}"] = [b]
+        out["model/tower_params"] = [self.model.tower_params]
         for name, table_slots in self.slots.tables.items():
             for slot, var in table_slots.items():
                 out[f"slots/tables/{name}/{slot}"] = list(getattr(var, "variables", [var]))

@@ -68,12 +68,9 @@ class Tower(tf.Module):
     def __init__(self, state: TrainingState):
         super().__init__(name="tower")
         model = state.model
-        self.kernels = [
-            tf.Variable(k.read_value(), name=f"kernel_{i}") for i, k in enumerate(model.kernels)
-        ]
-        self.biases = [
-            tf.Variable(b.read_value(), name=f"bias_{i}") for i, b in enumerate(model.biases)
-        ]
+        layers = model.layers()
+        self.kernels = [tf.Variable(k, name=f"kernel_{i}") for i, (k, _) in enumerate(layers)]
+        self.biases = [tf.Variable(b, name=f"bias_{i}") for i, (_, b) in enumerate(layers)]
         self.names = [t.name for t in state.config.model.embeddings]
         self.dense_features = state.config.model.dense_features
 

@@ -100,14 +100,16 @@ class CtrModel(tf.Module):
             with ctx:
                 self.tables.append(self._make_table(table, (seed, i)))
         width = sum(t.dimension for t in self.specs) + self.dense_features
-        self.kernels: list[tf.Variable] = []
-        self.biases: list[tf.Variable] = []
+        self.layer_shapes: list[tuple[int, int]] = []
+        parts = []
         for i, units in enumerate([*spec.hidden_units, 1]):
-            self.kernels.append(
-                tf.Variable(_glorot((width, units), (seed, 10_000 + i)), name=f"kernel_{i}")
-            )
-            self.biases.append(tf.Variable(tf.zeros([units]), name=f"bias_{i}"))
+            kernel = _glorot((width, units), (seed, 10_000 + i))
+            parts += [tf.reshape(kernel, [-1]), tf.zeros([units])]
+            self.layer_shapes.append((width, units))
             width = units
+        # The whole MLP in one variable: under ParameterServerStrategy every variable costs
+        # a read and an update round-trip to its ps each step, so one beats two per layer.
+        self.tower_params = tf.Variable(tf.concat(parts, axis=0), name="tower")
 
     @staticmethod
     def _make_table(table: Any, seed: tuple[int, int]) -> Any:
@@ -127,7 +129,18 @@ class CtrModel(tf.Module):
 
     @property
     def dense_variables(self) -> list[tf.Variable]:
-        return [v for pair in zip(self.kernels, self.biases, strict=True) for v in pair]
+        return [self.tower_params]
+
+    def layers(self, params: Any = None) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        """(kernel, bias) of every layer, sliced out of one read of the tower variable."""
+        flat = tf.convert_to_tensor(self.tower_params if params is None else params)
+        out, offset = [], 0
+        for width, units in self.layer_shapes:
+            kernel = tf.reshape(flat[offset : offset + width * units], [width, units])
+            offset += width * units
+            out.append((kernel, flat[offset : offset + units]))
+            offset += units
+        return out
 
     def embed(self, i: int, ids: tf.Tensor) -> tf.Tensor:
         """Pooled embedding of feature ``i`` for ids ``[batch, ids_per_example]``.
@@ -153,8 +166,9 @@ class CtrModel(tf.Module):
     def tower(self, inputs: tf.Tensor) -> tf.Tensor:
         """The MLP on the concatenated pooled embeddings and dense features."""
         x = inputs
-        last = len(self.kernels) - 1
-        for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases, strict=True)):
+        layers = self.layers()
+        last = len(layers) - 1
+        for i, (kernel, bias) in enumerate(layers):
             x = tf.matmul(x, kernel) + bias
             if i < last:
                 x = tf.nn.relu(x)

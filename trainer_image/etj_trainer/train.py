@@ -24,6 +24,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,11 +82,57 @@ class StopFlag:
 # --- roles --------------------------------------------------------------------------
 
 
+def thread_counts() -> tuple[int | None, int | None]:
+    """(intra-op, inter-op) threads: ``ETJ_INTRA_OP_THREADS`` / ``ETJ_INTER_OP_THREADS``,
+    else the container's CPU limit (cgroup v2 ``cpu.max``), else TensorFlow's default.
+
+    TensorFlow sizes its pools by the node's cores, not the pod's CPU limit; a pod limited
+    to 2 CPUs on a 64-core node would otherwise run 64 threads per pool and be throttled.
+    """
+
+    def env(name: str) -> int | None:
+        value = os.environ.get(name, "")
+        return int(value) if value.isdigit() and int(value) > 0 else None
+
+    limit = cgroup_cpus()
+    intra = env("ETJ_INTRA_OP_THREADS") or limit
+    inter = env("ETJ_INTER_OP_THREADS") or limit
+    # One inter-op thread deadlocks a server whose ops wait on each other (send/recv).
+    return intra, max(2, inter) if inter else None
+
+
+def cgroup_cpus(path: str = "/sys/fs/cgroup/cpu.max") -> int | None:
+    """CPUs allowed by the cgroup v2 quota, rounded up; None when unlimited or unknown."""
+    try:
+        quota, period = Path(path).read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return max(1, -(-int(quota) // int(period)))
+
+
+def configure_threads() -> None:
+    intra, inter = thread_counts()
+    if intra:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+
+
 def run_server(task: Task) -> int:
     """A ps, or a worker under ParameterServer: serve until killed."""
     cluster = tf.train.ClusterSpec(task.cluster)
+    intra, inter = thread_counts()
     server = tf.distribute.Server(
-        cluster, job_name=task.type, task_index=task.index, protocol="grpc", start=True
+        cluster,
+        job_name=task.type,
+        task_index=task.index,
+        protocol="grpc",
+        config=tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=intra or 0, inter_op_parallelism_threads=inter or 0
+        ),
+        start=True,
     )
     emit("serving", task=str(task), target=server.target)
     server.join()
@@ -106,6 +153,7 @@ class LoopParts:
 def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
     """The ParameterServer coordinator."""
     stop = StopFlag().install()
+    configure_threads()
     # TensorFlow waits here until every ps and worker answers (pods may start in any order).
     emit("connecting", cluster=task.cluster)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -145,6 +193,7 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
 def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
     """MultiWorkerMirrored (every chief/worker task) or one local process."""
     stop = StopFlag().install()
+    configure_threads()
     replicas = 1
     if task.distributed:
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
