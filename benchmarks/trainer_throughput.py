@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -71,7 +72,7 @@ def job_spec(steps: int, spe: int) -> EmbeddingTrainingJobSpec:
                 "learningRate": 0.05,
                 "stepsPerExecution": spe,
             },
-            "sharding": {"maxShardBytes": "64Mi"},
+            "sharding": {"maxShardBytes": os.environ.get("ETJ_BENCH_MAX_SHARD", "128Mi")},
         }
     )
 
@@ -243,11 +244,14 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=None, help="measurement time per run")
     parser.add_argument("--spe", type=int, default=50, help="stepsPerExecution of the PS run")
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="alternating single/ps runs (best kept)"
+    )
     parser.add_argument("--large-table", action="store_true", help="the >2 GB table run instead")
     parser.add_argument("--large-steps", type=int, default=2000)
     parser.add_argument("--run", choices=["single", "naive", "ps"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    seconds = args.seconds or (45.0 if args.quick else 120.0)
+    seconds = args.seconds or (30.0 if args.quick else 90.0)
     if args.run == "single":
         print(json.dumps(run_single(seconds)))
         return 0
@@ -260,17 +264,21 @@ def main() -> int:
     if args.large_table:
         print(json.dumps(run_large_table(args.large_steps), indent=1))
         return 0
-    single = _in_subprocess("single", seconds, [], {})
-    print(f"single-process raw TF : {single:12,.0f} examples/s", flush=True)
+    # Best of ``repeat`` alternating runs: other load on the machine only ever slows a run.
+    singles, pss, info = [], [], {}
+    for _ in range(args.repeat):
+        singles.append(_in_subprocess("single", seconds, [], {}))
+        print(f"single-process raw TF : {singles[-1]:12,.0f} examples/s", flush=True)
+        eps, info = _in_subprocess("ps", seconds, ["--spe", str(args.spe)], {})
+        pss.append(eps)
+        print(f"etj PS chief+2w+2ps   : {eps:12,.0f} examples/s", flush=True)
     # Keras 3 must be Keras 3 here: no legacy switch.
     naive = _in_subprocess("naive", seconds, [], {"TF_USE_LEGACY_KERAS": "0"})
     print(f"naive Keras 3 loop    : {naive:12,.0f} examples/s", flush=True)
-    ps, info = _in_subprocess("ps", seconds, ["--spe", str(args.spe)], {})
+    single, ps = max(singles), max(pss)
     print(
-        f"etj PS chief+2w+2ps   : {ps:12,.0f} examples/s  (chief's own median {info['reported_median']})",
-        flush=True,
+        f"best: single {single:,.0f}  ps {ps:,.0f}  naive {naive:,.0f} examples/s; plan {info['plan']}"
     )
-    print(f"plan: {info['plan']}")
     print(f"ps/single={ps / single:.2f} ps/naive={ps / naive:.2f}")
     return 0
 

@@ -108,9 +108,10 @@ class Reporter:
         if last_checkpoint_step is not None:
             self.metrics.last_checkpoint_step.set(last_checkpoint_step)
 
-    def chunk_done(self, steps: int, loss: float, hist: np.ndarray | None) -> None:
+    def chunk_done(self, steps: int, loss: float | None, hist: np.ndarray | None) -> None:
         self.step += steps
-        self._losses.append(loss)
+        if loss is not None:
+            self._losses.append(loss)
         if hist is not None:
             self._hists.append(np.asarray(hist).reshape(2, BINS))
         if self.enabled and self.clock() - self._last_report >= self.interval:

@@ -341,7 +341,16 @@ def _run_round(
 
     def drain_one() -> None:
         n, handle = pending.popleft()
-        loss, hist = parts.result(handle)
+        try:
+            loss, hist = parts.result(handle)
+        except RETRYABLE_ERRORS as e:
+            # The chunk ran (its updates and step count are on the ps) but its worker went
+            # away before its loss was fetched. A real ps failure still surfaces from the
+            # coordinator's next schedule/join and from reading the step.
+            log.warning("lost the result of a finished chunk: %s", str(e).splitlines()[0][:300])
+            watchdog.beat()
+            reporter.chunk_done(n, None, None)
+            return
         watchdog.beat()
         reporter.chunk_done(n, loss, hist)
 
