@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -80,7 +81,7 @@ def job_spec(steps: int, spe: int) -> EmbeddingTrainingJobSpec:
 # --- the runs, each in its own process ---------------------------------------------------
 
 
-def run_single(seconds: float) -> float:
+def run_single(seconds: float) -> tuple[float, float]:
     """The trainer's training function in one process (default strategy)."""
     import tensorflow as tf
 
@@ -92,12 +93,35 @@ def run_single(seconds: float) -> float:
     it = iter(make_dataset(config.model, config.data, BATCH))
     chunk = tf.constant(50, tf.int64)
     state.train_chunk(it, chunk)  # trace and warm up
-    steps, start = 0, time.perf_counter()
+    steps, start, cpu0 = 0, time.perf_counter(), _own_cpu()
     while time.perf_counter() - start < seconds:
         loss, _ = state.train_chunk(it, chunk)
         steps += 50
     float(loss)
-    return steps * BATCH / (time.perf_counter() - start)
+    examples = steps * BATCH
+    return examples / (time.perf_counter() - start), examples / (_own_cpu() - cpu0)
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _tree_cpu(pids: list[int]) -> float:
+    """CPU seconds of processes and their children (a supervised trainer is two)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    wanted, total = set(pids), 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[1] is the parent pid; [11], [12] user and system ticks.
+        if int(entry) in wanted or int(fields[1]) in wanted:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def run_naive(seconds: float) -> float:
@@ -150,14 +174,17 @@ def run_ps(seconds: float, spe: int) -> tuple[float, dict[str, Any]]:
             if time.monotonic() > deadline:
                 raise TimeoutError("the PS job made no step in 300 s")
             time.sleep(0.5)
-        first = (time.monotonic(), job.step())
+        pids = [p.pid for p in job.procs.values()]
+        first = (time.monotonic(), job.step(), _tree_cpu(pids))
         time.sleep(seconds)  # the job runs; the measurement is its own step counter
         job.check_chief_alive()
-        last = (time.monotonic(), job.step())
+        last = (time.monotonic(), job.step(), _tree_cpu(pids))
         rates = [e["examplesPerSecond"] for e in job.events() if e["event"] == "progress"][2:]
-        eps = (last[1] - first[1]) * BATCH / (last[0] - first[0])
+        examples = (last[1] - first[1]) * BATCH
+        eps = examples / (last[0] - first[0])
         return eps, {
             "reported_median": statistics.median(rates) if rates else None,
+            "per_cpu_second": examples / (last[2] - first[2]),
             "plan": [(t.name, t.shards, t.ps_of_shard) for t in config.shard_plan.tables],
         }
     finally:
@@ -266,12 +293,22 @@ def main() -> int:
         return 0
     # Best of ``repeat`` alternating runs: other load on the machine only ever slows a run.
     singles, pss, info = [], [], {}
+    cpu_single, cpu_ps = [], []
     for _ in range(args.repeat):
-        singles.append(_in_subprocess("single", seconds, [], {}))
-        print(f"single-process raw TF : {singles[-1]:12,.0f} examples/s", flush=True)
+        eps, per_cpu = _in_subprocess("single", seconds, [], {})
+        singles.append(eps)
+        cpu_single.append(per_cpu)
+        print(
+            f"single-process raw TF : {eps:12,.0f} examples/s ({per_cpu:,.0f} per CPU-second)",
+            flush=True,
+        )
         eps, info = _in_subprocess("ps", seconds, ["--spe", str(args.spe)], {})
         pss.append(eps)
-        print(f"etj PS chief+2w+2ps   : {eps:12,.0f} examples/s", flush=True)
+        cpu_ps.append(info["per_cpu_second"])
+        print(
+            f"etj PS chief+2w+2ps   : {eps:12,.0f} examples/s ({info['per_cpu_second']:,.0f} per CPU-second)",
+            flush=True,
+        )
     # Keras 3 must be Keras 3 here: no legacy switch.
     naive = _in_subprocess("naive", seconds, [], {"TF_USE_LEGACY_KERAS": "0"})
     print(f"naive Keras 3 loop    : {naive:12,.0f} examples/s", flush=True)
@@ -279,6 +316,8 @@ def main() -> int:
     print(
         f"best: single {single:,.0f}  ps {ps:,.0f}  naive {naive:,.0f} examples/s; plan {info['plan']}"
     )
+    # Examples per CPU-second hardly depend on other load on the machine: a cross-check.
+    print(f"CPU efficiency ps/single={max(cpu_ps) / max(cpu_single):.2f}")
     print(f"ps/single={ps / single:.2f} ps/naive={ps / naive:.2f}")
     return 0
 
