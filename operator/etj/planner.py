@@ -30,6 +30,13 @@ other variable); shard ``j`` of table ``t`` then lands on ps
 ``(shards of the tables before t + j) % num_ps``. ``tests/trainer/test_placement.py``
 checks this against real TensorFlow processes.
 
+Memory. A ps requests ``held x psMemoryHeadroom + psBaseMemory`` plus what a restore
+briefly adds: the trainer restores one variable (a shard, or one of its slots) per ps at a
+time, and reading one holds about ``RESTORE_COPIES`` copies of it. Measured with
+``benchmarks/trainer_throughput.py --large-table`` (1.19 GiB of shards per ps in 213 MB
+pieces: 1.87 GiB peak training, 2.47 GiB restoring; TensorFlow's own restore, which reads a
+ps's whole state before assigning any, peaked at 3.14 GiB).
+
 Strategy ``Auto``: MultiWorkerMirrored when all tables (with slots) fit in
 ``sharding.mirroredMaxBytes`` — every worker then holds a copy — else ParameterServer.
 ``ps: auto``: the fewest ps (up to ``maxReplicas``) whose memory request fits each ps's
@@ -75,6 +82,11 @@ class _Table:
     @property
     def bytes(self) -> int:
         return self.rows * self.bytes_per_row
+
+    @property
+    def variable_bytes(self) -> int:
+        """Bytes of the table alone, or of one of its slots (each the same size)."""
+        return self.rows * self.dimension * DTYPE_BYTES[self.dtype]
 
 
 def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
@@ -134,10 +146,17 @@ def ps_memory_budget(spec: EmbeddingTrainingJobSpec) -> int:
     return quantity_bytes(memory if memory is not None else spec.sharding.default_ps_memory)
 
 
-def memory_request(held_bytes: int, spec: EmbeddingTrainingJobSpec) -> int:
-    """Memory a process holding ``held_bytes`` of tables asks for."""
+# Copies of one variable held while the trainer restores it: the stored slice read, the
+# restored tensor and the variable's new buffer (see the module docstring).
+RESTORE_COPIES = 3
+
+
+def memory_request(held_bytes: int, largest_piece: int, spec: EmbeddingTrainingJobSpec) -> int:
+    """Memory a process holding ``held_bytes`` of tables, the largest variable of which is
+    ``largest_piece`` bytes, asks for."""
     headroom = spec.sharding.ps_memory_headroom
-    return math.ceil(held_bytes * headroom) + quantity_bytes(spec.sharding.ps_base_memory)
+    restore = RESTORE_COPIES * largest_piece
+    return math.ceil(held_bytes * headroom) + quantity_bytes(spec.sharding.ps_base_memory) + restore
 
 
 def _place(tables: list[_Table], num_ps: int, max_shard: int) -> list[TablePlan]:
@@ -164,16 +183,18 @@ def _place(tables: list[_Table], num_ps: int, max_shard: int) -> list[TablePlan]
 
 def _ps_plans(tables: list[TablePlan], num_ps: int, spec: EmbeddingTrainingJobSpec) -> list[PsPlan]:
     held = [0] * num_ps
+    piece = [0] * num_ps
     names: list[list[str]] = [[] for _ in range(num_ps)]
     for t in tables:
         for j, ps in enumerate(t.ps_of_shard):
             held[ps] += t.shard_bytes(j)
+            piece[ps] = max(piece[ps], t.piece_bytes(j))
             names[ps].append(f"{t.name}/{j}")
     return [
         PsPlan(
             index=i,
             bytes=held[i],
-            memory_request_bytes=memory_request(held[i], spec),
+            memory_request_bytes=memory_request(held[i], piece[i], spec),
             shards=names[i],
         )
         for i in range(num_ps)
@@ -228,7 +249,7 @@ def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
             raise PlanError(
                 "spec.replicas.ps",
                 f"ps {worst.index} would need {human_bytes(worst.memory_request_bytes)} "
-                f"(shards {human_bytes(worst.bytes)} x headroom + base) but its memory is "
+                f"(shards {human_bytes(worst.bytes)} x headroom + base + restore) but its memory is "
                 f"{human_bytes(budget)}; use more ps (or replicas: auto), more ps memory, or a "
                 "smaller maxShardBytes",
             )
@@ -249,14 +270,16 @@ def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
 
 def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
     total = sum(t.bytes for t in tables)
-    need = memory_request(total, spec)
+    # Each worker restores whole tables: the largest piece is a whole table (or slot).
+    largest = max((t.variable_bytes for t in tables), default=0)
+    need = memory_request(total, largest, spec)
     worker = spec.replicas.worker.resources
     memory = worker.memory() if worker is not None else None
     if memory is not None and need > quantity_bytes(memory):
         raise PlanError(
             "spec.replicas.worker.resources",
             f"under MultiWorkerMirrored every worker holds all tables: {human_bytes(need)} "
-            f"(tables {human_bytes(total)} x headroom + base) but a worker has "
+            f"(tables {human_bytes(total)} x headroom + base + restore) but a worker has "
             f"{human_bytes(quantity_bytes(memory))}; give workers more memory or use "
             "strategy ParameterServer",
         )

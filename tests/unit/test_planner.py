@@ -263,3 +263,34 @@ def test_rows_per_shard_partitions_exactly(rows, shards):
     assert max(parts) - min(parts) <= 1
     assert parts == sorted(parts, reverse=True)
     assert math.ceil(rows / k) == parts[0]
+
+
+@pytest.mark.parametrize(("optimizer", "slots"), [("sgd", 0), ("adagrad", 1), ("adam", 2)])
+def test_ps_memory_covers_restoring_its_largest_variable(optimizer, slots):
+    """Restoring reads one variable (a shard or one of its slots) at a time, holding a few
+    copies of it: the request adds RESTORE_COPIES x the largest such variable on the ps."""
+    from etj.planner import RESTORE_COPIES
+
+    tables = [
+        {"name": "big", "vocabularySize": 1_000_000, "dimension": 32},
+        {"name": "small", "vocabularySize": 1000, "dimension": 8},
+    ]
+    s = spec(
+        tables,
+        strategy="ParameterServer",
+        training={"optimizer": optimizer},
+        replicas={"ps": {"replicas": 2}},
+        sharding={"maxShardBytes": "64Mi", "psMemoryHeadroom": 1.0, "psBaseMemory": "0"},
+    )
+    plan = build_plan(s)
+    big = plan.tables[0]
+    for ps in plan.ps:
+        pieces = [
+            big.rows_per_shard[j] * 32 * 4 for j, p in enumerate(big.ps_of_shard) if p == ps.index
+        ]
+        assert pieces, "the big table is split over both ps"
+        assert ps.memory_request_bytes == ps.bytes + RESTORE_COPIES * max(pieces)
+        # The slots are the same size as the shard: one piece is 1 / (1 + slots) of it.
+        assert max(pieces) * (1 + slots) == max(
+            big.shard_bytes(j) for j, p in enumerate(big.ps_of_shard) if p == ps.index
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from etj.api.base import ApiModel
+from etj.api.spec import OPTIMIZER_SLOTS
 
 
 class TablePlan(ApiModel):
@@ -34,6 +35,10 @@ class TablePlan(ApiModel):
         """Bytes of one shard, with its optimizer slots."""
         return self.bytes * self.rows_per_shard[shard] // self.rows
 
+    def piece_bytes(self, shard: int) -> int:
+        """Bytes of one variable of a shard: the shard itself, or one of its slots."""
+        return self.shard_bytes(shard) // (1 + OPTIMIZER_SLOTS[self.optimizer])
+
 
 class PsPlan(ApiModel):
     """What one parameter server holds."""
@@ -41,7 +46,9 @@ class PsPlan(ApiModel):
     index: int = Field(ge=0, description="ps task index.")
     bytes: int = Field(ge=0, description="Bytes of the shards it holds, with optimizer slots.")
     memory_request_bytes: int = Field(
-        ge=0, description="Memory the ps pod requests: shard bytes x headroom + base memory."
+        ge=0,
+        description="Memory the ps pod requests: shard bytes x headroom + base memory + "
+        "what restoring a checkpoint briefly needs (a few copies of its largest shard).",
     )
     shards: list[str] = Field(description="Shards it holds, as table/shard.")
 
