@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +108,9 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _tree_cpu(pids: list[int]) -> float:
-    """CPU seconds of processes and their children (a supervised trainer is two)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    wanted, total = set(pids), 0.0
+def _processes() -> Iterator[tuple[int, list[str]]]:
+    """Every live process: its pid and the fields of /proc/<pid>/stat after its name
+    ([1] parent pid, [2] process group, [11] and [12] user and system ticks)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -118,8 +118,15 @@ def _tree_cpu(pids: list[int]) -> float:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        # fields[1] is the parent pid; [11], [12] user and system ticks.
-        if int(entry) in wanted or int(fields[1]) in wanted:
+        yield int(entry), fields
+
+
+def _tree_cpu(pids: list[int]) -> float:
+    """CPU seconds of processes and their children (a supervised trainer is two)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    wanted, total = set(pids), 0.0
+    for pid, fields in _processes():
+        if pid in wanted or int(fields[1]) in wanted:
             total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
@@ -192,8 +199,29 @@ def run_ps(seconds: float, spe: int) -> tuple[float, dict[str, Any]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _peak_rss_bytes(pgid: int) -> int:
+    """The largest peak resident set (VmHWM) in a task's process group (trainer + child)."""
+    peak = 0
+    for pid, fields in _processes():
+        if int(fields[2]) != pgid:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]) * 1024)
+    return peak
+
+
+def _first_last(events: list[dict[str, Any]], key: str) -> tuple[Any, Any] | None:
+    return (events[0].get(key), events[-1].get(key)) if events else None
+
+
 def run_large_table(steps: int) -> dict[str, Any]:
-    """A >2 GB table (10M x 64 float32 + Adagrad slot) over 4 ps: train and checkpoint."""
+    """A >2 GB table (10M x 64 float32 + Adagrad slot) over 4 ps: train and checkpoint,
+    then resume after a chief kill and after a ps kill; the ps's peak memory each time."""
     workdir = Path(tempfile.mkdtemp(prefix="etj-bench-large-"))
     spec = EmbeddingTrainingJobSpec.model_validate(
         {
@@ -215,11 +243,14 @@ def run_large_table(steps: int) -> dict[str, Any]:
                 "learningRate": 0.05,
                 "stepsPerExecution": 50,
             },
-            "sharding": {"maxShardBytes": "512Mi", "defaultPsMemory": "4Gi"},
+            "sharding": {
+                "maxShardBytes": os.environ.get("ETJ_BENCH_LARGE_MAX_SHARD", "512Mi"),
+                "defaultPsMemory": "4Gi",
+            },
         }
     )
     config = trainer_config(
-        spec, checkpoint_dir=workdir / "ckpt", every_steps=steps, keep=1, watchdog_seconds=900
+        spec, checkpoint_dir=workdir / "ckpt", every_steps=steps, keep=2, watchdog_seconds=900
     )
     table = config.shard_plan.tables[0]
     job = LocalJob(config, workdir, workers=2, ps=4, env={"ETJ_PROGRESS_SECONDS": "5"})
@@ -227,20 +258,48 @@ def run_large_table(steps: int) -> dict[str, Any]:
     try:
         job.start_all()
         done = job.wait_done(timeout=3600)
+        trained = time.monotonic() - started
         ckpt_bytes = sum(p.stat().st_size for p in (workdir / "ckpt").glob("ckpt-*"))
         progress = [e for e in job.events() if e["event"] == "progress"]
-        return {
+        peaks_trained = [_peak_rss_bytes(job.procs[("ps", i)].pid) for i in range(4)]
+        gib = lambda b: round(b / 2**30, 2)  # noqa: E731
+        result: dict[str, Any] = {
             "table_bytes_with_slots": table.bytes,
             "shards": table.shards,
             "ps_of_shard": table.ps_of_shard,
             "steps": done["step"],
-            "wall_seconds": round(time.monotonic() - started, 1),
+            "train_and_checkpoint_seconds": round(trained, 1),
             "checkpoint_bytes": ckpt_bytes,
-            "loss_first_last": (progress[0].get("loss"), progress[-1].get("loss"))
-            if progress
-            else None,
+            "loss_first_last": _first_last(progress, "loss"),
             "examples_per_second_last": progress[-1].get("examplesPerSecond") if progress else None,
+            "ps_held_gib": gib(table.bytes / 4),
+            "ps_memory_request_gib": [gib(p.memory_request_bytes) for p in config.shard_plan.ps],
+            "ps_peak_rss_gib_trained": [gib(b) for b in peaks_trained],
         }
+        # Two resumes, each to ``steps`` more: a chief kill (a new chief restores into the
+        # running ps), then a ps kill (every ps and the chief restart; restore into new ps).
+        for phase, restart in (("chief_kill", ["chief"]), ("ps_kill", ["ps", "chief"])):
+            job.set_steps(done["step"] + steps)
+            began = time.monotonic()
+            if "ps" in restart:
+                for i in range(4):
+                    job.kill("ps", i)
+                    job.start("ps", i)
+            job.start("chief", 0)
+            done = job.wait_done(timeout=3600)
+            restored = job.last("restored") or {}
+            after = [e for e in job.events() if e["event"] == "progress"]
+            result[phase] = {
+                "restored_step": restored.get("step"),
+                "restore_seconds": restored.get("seconds"),
+                "finished_step": done["step"],
+                "loss_first_last": _first_last(after, "loss"),
+                "seconds": round(time.monotonic() - began, 1),
+                "ps_peak_rss_gib": [
+                    gib(_peak_rss_bytes(job.procs[("ps", i)].pid)) for i in range(4)
+                ],
+            }
+        return result
     finally:
         job.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -212,6 +212,13 @@ CASES: list[Case] = [
         _set("spec.runPolicy", {"backoffLimit": -1}),
     ),
     Case(
+        "watchdog-too-short",
+        "schema",
+        "spec.runPolicy.watchdogSeconds",
+        "greater than or equal to 10",
+        _set("spec.runPolicy", {"watchdogSeconds": 5}),
+    ),
+    Case(
         "keep-zero",
         "schema",
         "spec.checkpoint.keep",

@@ -191,21 +191,26 @@ class KubeletStandIn:
             },
         )
 
-    def terminate(self, name: str, exit_code: int, reason: str = "Error") -> None:
-        """The replica's process exited: phase and container state as a kubelet writes them."""
+    def terminate(
+        self, name: str, exit_code: int, reason: str = "Error", message: str | None = None
+    ) -> None:
+        """The replica's process exited: phase and container state as a kubelet writes them
+        (``message``: what it wrote to its termination log)."""
         self._patch_status(
             name,
             {
                 "phase": "Succeeded" if exit_code == 0 else "Failed",
                 "conditions": [{"type": "Ready", "status": "False"}],
                 "containerStatuses": [
-                    _container(running=False, exit_code=exit_code, reason=reason)
+                    _container(running=False, exit_code=exit_code, reason=reason, message=message)
                 ],
             },
         )
 
 
-def _container(running: bool, exit_code: int = 0, reason: str = "") -> dict[str, Any]:
+def _container(
+    running: bool, exit_code: int = 0, reason: str = "", message: str | None = None
+) -> dict[str, Any]:
     state: dict[str, Any] = (
         {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
         if running
@@ -215,6 +220,7 @@ def _container(running: bool, exit_code: int = 0, reason: str = "") -> dict[str,
                 "reason": reason,
                 "startedAt": "2026-01-01T00:00:00Z",
                 "finishedAt": "2026-01-01T00:00:01Z",
+                **({"message": message} if message else {}),
             }
         }
     )
@@ -248,3 +254,13 @@ def live_pods(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]
         for n, p in pods(cluster, namespace).items()
         if not p["metadata"].get("deletionTimestamp")
     }
+
+
+def events(cluster: LocalCluster, namespace: str) -> list[dict[str, Any]]:
+    """The Events posted on jobs in ``namespace``."""
+    out = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    return [
+        e
+        for e in json.loads(out)["items"]
+        if e["involvedObject"].get("kind") == "EmbeddingTrainingJob"
+    ]

@@ -20,7 +20,7 @@ from etj.local.procs import processes_under
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
-from .operator_helpers import OperatorProcess, job_status, live_pods, pods
+from .operator_helpers import OperatorProcess, events, job_status, live_pods, pods
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
 
@@ -107,6 +107,27 @@ def step(cluster: LocalCluster, namespace: str) -> int:
     return int((job_status(cluster, namespace, "e2e").get("progress") or {}).get("step") or 0)
 
 
+def wait_checkpoint(cluster: LocalCluster, namespace: str, at_least: int, timeout: float) -> None:
+    """Until the job's status shows a checkpoint at ``at_least`` or later."""
+
+    def last() -> int:
+        progress = job_status(cluster, namespace, "e2e").get("progress") or {}
+        return int(progress.get("lastCheckpointStep") or 0)
+
+    wait_for(lambda: last() >= at_least, timeout, f"a checkpoint at {at_least}+", every=1)
+
+
+def wait_succeeded(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
+    """Until the job Succeeded; its status."""
+    wait_for(
+        lambda: job_status(cluster, namespace, "e2e").get("phase") == "Succeeded",
+        400,
+        "Succeeded",
+        every=1,
+    )
+    return job_status(cluster, namespace, "e2e")
+
+
 def kill_replica(cluster: LocalCluster, namespace: str, name: str) -> str:
     pod = pods(cluster, namespace)[name]
     os.kill(int(pod["metadata"]["annotations"]["training.etj.dev/local-pid"]), signal.SIGKILL)
@@ -126,13 +147,7 @@ def test_ps_job_survives_a_killed_worker(
         60,
         "worker-1 replaced",
     )
-    wait_for(
-        lambda: job_status(crds, namespace, "e2e").get("phase") == "Succeeded",
-        400,
-        "Succeeded",
-        every=1,
-    )
-    st = job_status(crds, namespace, "e2e")
+    st = wait_succeeded(crds, namespace)
     assert st["progress"]["step"] == 4000
     assert st["replicaStatuses"]["worker"]["restarts"] == 1 and st["restarts"] == 1
     assert st["progress"]["loss"] < 0.69  # below the loss of a coin flip: it learned
@@ -143,15 +158,7 @@ def test_ps_chief_kill_resumes_from_the_last_checkpoint(
     crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
 ):
     submit(crds, namespace, tmp_path)
-    wait_for(
-        lambda: (
-            (job_status(crds, namespace, "e2e").get("progress") or {}).get("lastCheckpointStep", 0)
-            >= 800
-        ),
-        240,
-        "a checkpoint at 800+",
-        every=1,
-    )
+    wait_checkpoint(crds, namespace, 800, timeout=240)
     before = job_status(crds, namespace, "e2e")["progress"]
     kill_replica(crds, namespace, "e2e-chief-0")
     wait_for(lambda: job_status(crds, namespace, "e2e").get("restarts", 0) >= 1, 60, "the restart")
@@ -167,12 +174,34 @@ def test_ps_chief_kill_resumes_from_the_last_checkpoint(
     assert restored >= before["lastCheckpointStep"]
     # Steps lost: at most the checkpoint interval plus one window of scheduled functions.
     assert before["step"] - restored <= 400 + 20 * 8
-    wait_for(
-        lambda: job_status(crds, namespace, "e2e").get("phase") == "Succeeded",
-        400,
-        "Succeeded",
-        every=1,
-    )
+    wait_succeeded(crds, namespace)
+
+
+def test_ps_hung_worker_restarts_the_whole_job_which_then_finishes(
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+):
+    """A worker stops answering (SIGSTOP: no error, no exit). The chief's watchdog stops it
+    and says why in its termination message; the node puts that in the pod's status, the
+    operator restarts every replica, and the job finishes: one restart, nothing lost."""
+    submit(crds, namespace, tmp_path, runPolicy={"backoffLimit": 4, "watchdogSeconds": 30})
+    wait_checkpoint(crds, namespace, 400, timeout=240)
+    before = {n: p["metadata"]["uid"] for n, p in live_pods(crds, namespace).items()}
+    pod = pods(crds, namespace)["e2e-worker-0"]
+    os.kill(int(pod["metadata"]["annotations"]["training.etj.dev/local-pid"]), signal.SIGSTOP)
+
+    def all_new() -> bool:
+        now = live_pods(crds, namespace)
+        return set(now) == set(before) and all(
+            now[n]["metadata"]["uid"] != before[n] for n in before
+        )
+
+    wait_for(all_new, 180, "every replica recreated", every=1)
+    restarting = [e for e in events(crds, namespace) if e["reason"] == "Restarting"]
+    assert len(restarting) == 1, restarting
+    why = "e2e-chief-0 failed with exit code 138 (Error, WatchdogTimeout)"
+    assert why in restarting[0]["message"]
+    st = wait_succeeded(crds, namespace)
+    assert st["restarts"] == 1 and st["progress"]["step"] == 4000
 
 
 def test_mirrored_job_restarts_all_workers_and_resumes(
@@ -193,15 +222,7 @@ def test_mirrored_job_restarts_all_workers_and_resumes(
             "learningRate": 0.1,
         },
     )
-    wait_for(
-        lambda: (
-            (job_status(crds, namespace, "e2e").get("progress") or {}).get("lastCheckpointStep", 0)
-            >= 400
-        ),
-        300,
-        "a checkpoint",
-        every=1,
-    )
+    wait_checkpoint(crds, namespace, 400, timeout=300)
     checkpoint = job_status(crds, namespace, "e2e")["progress"]["lastCheckpointStep"]
     uids = {n: p["metadata"]["uid"] for n, p in pods(crds, namespace).items()}
     kill_replica(crds, namespace, "e2e-worker-1")
@@ -211,13 +232,7 @@ def test_mirrored_job_restarts_all_workers_and_resumes(
         return set(now) == set(uids) and all(now[n]["metadata"]["uid"] != uids[n] for n in uids)
 
     wait_for(all_replaced, 120, "both workers recreated")
-    wait_for(
-        lambda: job_status(crds, namespace, "e2e").get("phase") == "Succeeded",
-        400,
-        "Succeeded",
-        every=1,
-    )
-    st = job_status(crds, namespace, "e2e")
+    st = wait_succeeded(crds, namespace)
     assert st["replicaStatuses"]["worker"]["restarts"] == 2 and st["restarts"] == 1
     assert st["progress"]["step"] == 2400 and checkpoint >= 400
     # Worker 0 (the chief) came back from a checkpoint at or after the one seen before the

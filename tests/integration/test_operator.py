@@ -17,7 +17,14 @@ import pytest
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
-from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods, pods
+from .operator_helpers import (
+    KubeletStandIn,
+    OperatorProcess,
+    events,
+    job_status,
+    live_pods,
+    pods,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -81,15 +88,6 @@ def apply(cluster: LocalCluster, namespace: str, doc: dict[str, Any]) -> None:
 
 def phase(cluster: LocalCluster, namespace: str, name: str = "ctr") -> str | None:
     return job_status(cluster, namespace, name).get("phase")
-
-
-def events(cluster: LocalCluster, namespace: str) -> list[dict[str, Any]]:
-    out = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
-    return [
-        e
-        for e in json.loads(out)["items"]
-        if e["involvedObject"].get("kind") == "EmbeddingTrainingJob"
-    ]
 
 
 def test_ps_job_creates_service_config_map_and_pods_without_duplicates_across_restarts(
@@ -163,6 +161,31 @@ def test_ps_worker_failure_replaces_only_that_worker_and_count_survives_operator
     assert (
         'etj_replica_restarts_total{role="worker"}' not in operator.metrics()
     )  # a new process counts anew
+
+
+def test_ps_chief_stopped_by_its_watchdog_restarts_every_replica(
+    crds: LocalCluster, namespace: str, operator: OperatorProcess, kubelet: KubeletStandIn
+):
+    """Some worker or ps is hung: the whole job restarts from its checkpoint, counted once."""
+    apply(crds, namespace, job())
+    wait_for(lambda: phase(crds, namespace) == "Running", 60, "Running")
+    before = {n: p["metadata"]["uid"] for n, p in pods(crds, namespace).items()}
+    assert set(before) == PS_PODS
+    kubelet.terminate(
+        "ctr-chief-0",
+        138,
+        message="WatchdogTimeout: watchdog: no training step completed for 600s",
+    )
+
+    def all_new() -> bool:
+        now = live_pods(crds, namespace)
+        return set(now) == PS_PODS and all(now[n]["metadata"]["uid"] != before[n] for n in PS_PODS)
+
+    wait_for(all_new, 60, "every replica recreated")
+    st = job_status(crds, namespace, "ctr")
+    assert st["restarts"] == 1
+    restarting = [e for e in events(crds, namespace) if e["reason"] == "Restarting"]
+    assert len(restarting) == 1 and "WatchdogTimeout" in restarting[0]["message"]
 
 
 def test_mirrored_worker_failure_replaces_all_workers(

@@ -139,6 +139,21 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return events
 
 
+def assert_restored_as_saved(restored: dict[str, Any]) -> None:
+    """Every variable of a ``restored`` event — tables, slots, dense — sums to what the
+    checkpoint file holds (whatever the sharding at save and at restore)."""
+    import numpy as np
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(restored["path"])
+    assert restored["step"] == int(reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+    digest = restored["digest"]
+    assert any(k.startswith("slots/tables/") for k in digest)
+    for key, value in digest.items():
+        saved = reader.get_tensor(f"{key}/.ATTRIBUTES/VARIABLE_VALUE").astype(np.float64).sum()
+        assert abs(value - saved) <= 1e-6 + 1e-6 * abs(saved), (key, value, saved)
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -181,6 +196,11 @@ class LocalJob:
         self.config = config
         self.config_path.write_text(json.dumps(config.to_wire()))
 
+    def set_steps(self, total: int) -> None:
+        """A new step total for the tasks started from now on (the rest unchanged)."""
+        training = self.config.training.model_copy(update={"steps": total})
+        self.set_config(self.config.model_copy(update={"training": training}))
+
     # --- processes --------------------------------------------------------------------
 
     def tf_config(self, role: str, index: int) -> str:
@@ -197,6 +217,9 @@ class LocalJob:
             raise RuntimeError(f"{role}/{index} is still running")
         self.starts[key] = self.starts.get(key, -1) + 1
         env = dict(self.env)
+        if role in ("ps", "worker") and self.config.strategy == "ParameterServer":
+            # Servers keep TensorFlow's warnings: they are the only record of a hung peer.
+            env["TF_CPP_MIN_LOG_LEVEL"] = "1"
         env["TF_CONFIG"] = self.tf_config(role, index)
         env["ETJ_TRAINER_CONFIG"] = str(self.config_path)
         env["ETJ_METRICS_PORT"] = str(
@@ -238,6 +261,13 @@ class LocalJob:
         if sig == signal.SIGKILL:
             proc.wait(timeout=60)
             wait_for(lambda: not _group_alive(proc.pid), 30, f"{role}/{index} to be gone")
+
+    def restart_all(self) -> None:
+        """Kill every task and start them all again: what the operator does when the
+        chief's watchdog stopped it (some worker or ps is hung)."""
+        for role, index in list(self.procs):
+            self.kill(role, index, signal.SIGKILL)
+        self.start_all()
 
     def wait_exit(self, role: str, index: int, timeout: float) -> int:
         proc = self.procs[(role, index)]
@@ -301,7 +331,20 @@ class LocalJob:
         code = proc.poll()
         if code is not None and self.last("done") is None:
             tail = self.log_path(*self.chief_key).read_text(errors="replace")[-3000:]
-            raise AssertionError(f"chief exited with {code} before finishing:\n{tail}")
+            raise AssertionError(
+                f"chief exited with {code} before finishing:\n{tail}\n{self.peer_tails()}"
+            )
+
+    def peer_tails(self, chars: int = 1500) -> str:
+        """The end of every other task's current log: where a hang shows up."""
+        out = []
+        for role, index in sorted(self.procs):
+            if (role, index) == self.chief_key:
+                continue
+            code = self.procs[(role, index)].poll()
+            state = "running" if code is None else f"exited {code}"
+            out.append(f"--- {role}/{index} ({state}):\n{self.log_tail(role, index, chars)}")
+        return "\n".join(out)
 
     def wait_done(self, timeout: float) -> dict[str, Any]:
         def done() -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ in test_placement, test_ps_training and test_mwms.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from etj_trainer.auc import auc_from_histogram
 from etj_trainer.cluster import ClusterError, check_strategy, parse_tf_config
 from etj_trainer.config import ConfigError, load_config, parse_config
 from etj_trainer.supervisor import Supervisor
+from etj_trainer.termination import termination_text
 
 # --- config, TF_CONFIG, exit codes ------------------------------------------------------
 
@@ -100,8 +100,13 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert result.returncode == exitcodes.USAGE and "strategy" in result.stderr
     good = tmp_path / "good.json"
     good.write_text(_config_text())
-    result = _run_trainer({"TF_CONFIG": "{not json"}, "--config", str(good))
+    termination = tmp_path / "termination-log"
+    result = _run_trainer(
+        {"TF_CONFIG": "{not json", "ETJ_TERMINATION_LOG": str(termination)}, "--config", str(good)
+    )
     assert result.returncode == exitcodes.USAGE and "TF_CONFIG" in result.stderr
+    # The pod's termination message says why, for `kubectl describe pod`.
+    assert termination.read_text().startswith("ClusterError: TF_CONFIG is not JSON")
     assert _run_trainer({}, "--bogus").returncode == exitcodes.USAGE
 
 
@@ -120,6 +125,12 @@ fd = int(os.environ["ETJ_HEARTBEAT_FD"])
 mode = sys.argv[1]
 if mode == "hang":
     os.write(fd, b"A.."); time.sleep(60)
+elif mode == "hang-dumping":
+    from etj_trainer.supervisor import install_stack_dump
+    install_stack_dump()
+    def stuck_in_a_step():
+        os.write(fd, b"A."); time.sleep(60)
+    stuck_in_a_step()
 elif mode == "exit3":
     os.write(fd, b"A.D"); sys.exit(3)
 elif mode == "term":
@@ -135,6 +146,36 @@ def test_supervisor_watchdog_kills_a_silent_child() -> None:
     started = time.monotonic()
     code = Supervisor([sys.executable, "-c", _CHILD, "hang"], 2, on_timeout=fired.append).run()
     assert code == exitcodes.RETRYABLE and fired and time.monotonic() - started < 30
+
+
+def test_watchdog_leaves_the_stacks_and_a_termination_message(tmp_path: Path) -> None:
+    """Where training was stuck goes to the log; why it stopped goes to the termination
+    message, whose first word the operator acts on."""
+    script = tmp_path / "sup.py"
+    script.write_text(
+        "import sys\nfrom etj_trainer.supervisor import Supervisor\n"
+        f"sys.exit(Supervisor([sys.executable, '-c', {_CHILD!r}, 'hang-dumping'], 2).run())\n"
+    )
+    termination = tmp_path / "termination-log"
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env=trainer_env({"ETJ_TERMINATION_LOG": str(termination)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == exitcodes.RETRYABLE
+    assert "in stuck_in_a_step" in result.stderr, result.stderr[-2000:]
+    message = termination.read_text()
+    assert message.startswith("WatchdogTimeout: watchdog: no training step completed for ")
+
+
+def test_termination_text_is_one_line_within_the_kubernetes_limit() -> None:
+    assert termination_text("DataError", "no files\n  match /data/*.csv") == (
+        "DataError: no files match /data/*.csv"
+    )
+    long = termination_text("WatchdogTimeout", "é" * 5000)
+    assert long.startswith("WatchdogTimeout: ") and len(long.encode()) <= 4096
 
 
 def test_supervisor_passes_exit_codes_and_sigterm(tmp_path: Path) -> None:
@@ -366,4 +407,24 @@ def test_local_run_on_files_trains_and_exits_0(tmp_path: Path) -> None:
     assert sorted(
         int(p.name.split("-")[1].split(".")[0]) for p in (tmp_path / "ckpt").glob("ckpt-*.index")
     ) == [300, 600]
-    assert os.path.isdir(tmp_path / "ckpt" / "tensorboard")
+    # TensorBoard gets the same loss curve as the progress lines, as scalar-plugin records.
+    scalars = _tensorboard_scalars(tmp_path / "ckpt" / "tensorboard")
+    assert {"loss", "auc", "examples_per_second"} <= set(scalars)
+    tb_steps, tb_losses = zip(*scalars["loss"], strict=True)
+    assert list(tb_steps) == sorted(tb_steps) and tb_steps[-1] == 600
+    assert tb_losses[-1] < tb_losses[0] - 0.02
+
+
+def _tensorboard_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    import tensorflow as tf
+    from tensorflow.core.util import event_pb2
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = event_pb2.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                assert value.metadata.plugin_data.plugin_name == "scalars"
+                number = float(tf.make_ndarray(value.tensor))
+                scalars.setdefault(value.tag, []).append((event.step, number))
+    return scalars

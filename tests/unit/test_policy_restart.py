@@ -62,3 +62,18 @@ def test_mirrored_groups_take_every_worker():
         ("worker", 0),
         ("worker", 1),
     }
+
+
+def test_a_chief_stopped_by_its_watchdog_restarts_every_replica():
+    """Some worker or ps is hung: a new chief alone would hang on it again."""
+    everything = {("chief", 0), ("worker", 0), ("worker", 1), ("worker", 2), ("ps", 0), ("ps", 1)}
+    assert restart_group("ParameterServer", PS, "chief", 0, "WatchdogTimeout") == everything
+    # Any other reason, or none, keeps the chief alone.
+    assert restart_group("ParameterServer", PS, "chief", 0, "UnavailableError") == {("chief", 0)}
+    # Only the chief runs the watchdog under ParameterServer; a worker's reason changes nothing.
+    assert restart_group("ParameterServer", PS, "worker", 1, "WatchdogTimeout") == {("worker", 1)}
+    assert restart_group("MultiWorkerMirrored", MW, "worker", 0, "WatchdogTimeout") == {
+        ("worker", 0),
+        ("worker", 1),
+        ("worker", 2),
+    }

@@ -82,6 +82,24 @@ def test_ps_failure_restarts_ps_and_chief():
     assert d.status.restarting_pods == ["j-chief-0", "j-ps-0"]
 
 
+def test_ps_chief_watchdog_timeout_restarts_every_replica():
+    job = make_job(status={"phase": "Running"})
+    hung = pod("chief", 0, "Failed", exit_code=138, message="WatchdogTimeout: no step for 600s")
+    d = run(job, [p if p.key != ("chief", 0) else hung for p in all_pods(job)])
+    everything = ["j-chief-0", "j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"]
+    assert d.delete_pods == everything and d.status.restarting_pods == everything
+    assert d.status.restarts == 1, "one decision, one restart of the job"
+    restarting = [e for e in d.events if e.reason == "Restarting"]
+    assert restarting and "WatchdogTimeout" in restarting[0].message
+
+
+def test_ps_chief_retryable_failure_without_watchdog_restarts_the_chief_alone():
+    job = make_job(status={"phase": "Running"})
+    lost = pod("chief", 0, "Failed", exit_code=138, message="UnavailableError: ps 0 is gone")
+    d = run(job, [p if p.key != ("chief", 0) else lost for p in all_pods(job)])
+    assert d.delete_pods == ["j-chief-0"]
+
+
 def test_mirrored_worker_failure_restarts_all_workers():
     job = make_job("MultiWorkerMirrored", workers=3, status={"phase": "Running"})
     pods = [

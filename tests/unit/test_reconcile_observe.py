@@ -44,3 +44,28 @@ def test_running_ready_and_terminating():
 
 def test_foreign_pod_is_ignored():
     assert observe_pod({"metadata": {"name": "x", "labels": {}}}) is None
+
+
+def _terminated(message):
+    return pod_obj(
+        phase="Failed",
+        containerStatuses=[
+            {"state": {"terminated": {"exitCode": 138, "reason": "Error", "message": message}}}
+        ],
+    )
+
+
+def test_the_trainers_reason_comes_from_the_termination_message():
+    p = observe_pod(_terminated("WatchdogTimeout: watchdog: no training step completed for 20s"))
+    assert p and p.message and p.trainer_reason == "WatchdogTimeout"
+    assert p.describe() == "j-worker-1 failed with exit code 138 (Error, WatchdogTimeout)"
+
+
+def test_a_log_tail_fallback_is_no_reason():
+    """FallbackToLogsOnError puts the end of the log there: not a reason to act on."""
+    tail = (
+        "2026-11-22 23:51:17,162 ERROR etj_trainer: something\nTraceback (most recent call last):"
+    )
+    p = observe_pod(_terminated(tail))
+    assert p and p.message == tail and p.trainer_reason is None
+    assert p.describe() == "j-worker-1 failed with exit code 138 (Error)"

@@ -17,6 +17,7 @@ import traceback
 from etj_trainer import exitcodes
 from etj_trainer.cluster import ClusterError, Task, check_strategy, parse_tf_config
 from etj_trainer.config import ConfigError, load_config, metrics_port
+from etj_trainer.termination import write_termination_message
 
 log = logging.getLogger("etj_trainer")
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         port = metrics_port(config)
     except (ConfigError, ClusterError) as e:
         print(f"etj_trainer: {e}", file=sys.stderr)
+        write_termination_message(type(e).__name__, str(e))
         return exitcodes.USAGE
     _tf_environment()
     if _trains(config.strategy, task) and not os.environ.get("ETJ_NO_SUPERVISOR"):
@@ -67,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                 [sys.executable, "-m", "etj_trainer", *(argv or sys.argv[1:])],
                 config.watchdog_seconds,
             )
-        from etj_trainer.supervisor import die_with_parent
+        from etj_trainer.supervisor import die_with_parent, install_stack_dump
 
         die_with_parent(int(parent))
+        install_stack_dump()
     return run(config, task, port)
 
 
@@ -109,11 +112,15 @@ def run(config: object, task: Task, port: int) -> int:
 
 def _failed(error: BaseException, ps: bool) -> int:
     from etj_trainer import train
+    from etj_trainer.checkpoint import CheckpointMismatch
     from etj_trainer.data import DataError
     from etj_trainer.progress import emit
 
-    if isinstance(error, DataError):
+    if isinstance(error, DataError | CheckpointMismatch):
+        # The config does not match the data or the checkpoint: a person must act.
         print(f"etj_trainer: {error}", file=sys.stderr)
+        emit("error", reason=type(error).__name__, message=str(error)[:500], exitCode=2)
+        write_termination_message(type(error).__name__, str(error))
         return exitcodes.USAGE
     code = train.classify(error, ps)
     kind = "retryable" if code == exitcodes.RETRYABLE else "permanent"
@@ -122,4 +129,5 @@ def _failed(error: BaseException, ps: bool) -> int:
     if code != exitcodes.RETRYABLE:
         traceback.print_exc()
     emit("error", reason=type(error).__name__, message=message[:500], exitCode=code)
+    write_termination_message(type(error).__name__, message)
     return code

@@ -5,8 +5,10 @@ GIL (measured: a checkpoint save under ParameterServerStrategy with one worker s
 blocks the whole interpreter), so a watchdog thread in the same process may never run.
 The supervisor therefore runs the trainer as a child and listens to its heartbeats on a
 pipe: ``A`` arms the watchdog (training has started), ``.`` is a completed chunk of steps,
-``D`` disarms it. When armed and silent for ``seconds``, the supervisor kills the child
-and exits with the retryable code, with a clear message. It forwards SIGTERM/SIGINT to the
+``D`` disarms it. When armed and silent for ``seconds``, the supervisor asks the child for
+its Python stacks (``DUMP_SIGNAL``: the child registers ``faulthandler`` for it, which
+writes them even while a stuck thread holds the GIL), kills it and exits with the
+retryable code, with a clear message and the termination message ``WatchdogTimeout: ...``. It forwards SIGTERM/SIGINT to the
 child and exits with the child's code (a signal N becomes 128+N, as a shell reports it).
 
 The child dies with its supervisor (PR_SET_PDEATHSIG), so killing the supervisor never
@@ -33,6 +35,10 @@ log = logging.getLogger(__name__)
 HEARTBEAT_FD_ENV = "ETJ_HEARTBEAT_FD"
 ARM, BEAT, DISARM = b"A", b".", b"D"
 _PR_SET_PDEATHSIG = 1
+# The child dumps every thread's stack on this signal (see ``install_stack_dump``).
+DUMP_SIGNAL = signal.SIGUSR1
+# How long the child gets to write its stacks before it is killed.
+DUMP_GRACE_SECONDS = 2.0
 
 
 class Heartbeat:
@@ -62,6 +68,14 @@ class Heartbeat:
 
     def disarm(self) -> None:
         self._send(DISARM)
+
+
+def install_stack_dump() -> None:
+    """In the child: dump every thread's Python stack to stderr on ``DUMP_SIGNAL``, so a
+    watchdog kill leaves a record of where training was stuck."""
+    import faulthandler
+
+    faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True)
 
 
 def die_with_parent(parent: int) -> None:
@@ -125,20 +139,32 @@ class Supervisor:
             idle = self.clock() - last
             if armed and idle >= self.seconds:
                 self.on_timeout(idle)
-                self.child.kill()
-                self.child.wait()
+                self._dump_and_kill()
                 return exitcodes.RETRYABLE
+
+    def _dump_and_kill(self) -> None:
+        assert self.child is not None
+        with contextlib.suppress(ProcessLookupError):
+            self.child.send_signal(DUMP_SIGNAL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            # It normally keeps running (the dump does not end it): the wait is the grace.
+            self.child.wait(timeout=DUMP_GRACE_SECONDS)
+        self.child.kill()
+        self.child.wait()
 
 
 def _report_timeout(idle: float) -> None:
+    from etj.api.constants import REASON_WATCHDOG
     from etj_trainer.progress import emit
+    from etj_trainer.termination import write_termination_message
 
     message = (
         f"watchdog: no training step completed for {idle:.0f}s (a worker or ps is hung or "
         "unreachable); stopping so the job restarts from the last checkpoint"
     )
     log.error(message)
-    emit("error", reason="WatchdogTimeout", message=message, exitCode=exitcodes.RETRYABLE)
+    emit("error", reason=REASON_WATCHDOG, message=message, exitCode=exitcodes.RETRYABLE)
+    write_termination_message(REASON_WATCHDOG, message)
     sys.stderr.flush()
 
 

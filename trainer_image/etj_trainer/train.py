@@ -298,7 +298,13 @@ def train_loop(
     reporter.start(start, checkpoints.restarts, restored)
     if is_chief:
         if restored is not None:
-            emit("restored", step=restored, path=checkpoints.latest(), digest=state.digest())
+            emit(
+                "restored",
+                step=restored,
+                path=checkpoints.latest(),
+                seconds=checkpoints.restore_seconds,
+                digest=state.digest(),
+            )
         emit("start", step=start, restoredFrom=restored, steps=total)
     watchdog = Heartbeat.from_env()
     watchdog.arm()
@@ -365,6 +371,11 @@ def _run_round(
         drain_one()
     parts.barrier()
     exact = int(state.step.numpy())
+    if exact > scheduled:
+        # ClusterCoordinator runs a closure at least once: a chunk whose worker died after
+        # its updates reached the ps is run again elsewhere, and both runs count. Training
+        # goes on from the exact count; never fewer steps than scheduled.
+        emit("rerun", steps=exact - scheduled, step=exact)
     reporter.set_step(exact)
     return exact
 

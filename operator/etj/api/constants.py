@@ -32,3 +32,11 @@ CONTAINER_NAME = "trainer"
 
 # Hostnames are DNS labels (63 chars): "<job>-worker-<index>" must fit.
 MAX_JOB_NAME_LENGTH = 45
+
+# Where a replica says why it ended: Kubernetes copies this file into the container's
+# terminated state (``terminationMessagePath``), and the operator reads it from there.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LOG_ENV = "ETJ_TERMINATION_LOG"
+# The first word of the termination message when the trainer's watchdog stopped the chief:
+# no step completed for watchdogSeconds, so some replica is hung.
+REASON_WATCHDOG = "WatchdogTimeout"

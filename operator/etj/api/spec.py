@@ -360,6 +360,16 @@ class RunPolicy(ApiModel):
     backoff_limit: int = Field(
         default=6, ge=0, le=10000, description="Restarts of the job before it is Failed."
     )
+    watchdog_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=86400,
+        description=(
+            "Seconds without a completed training step (after the restore) before the chief "
+            "stops with WatchdogTimeout: some worker or ps is hung. Under ParameterServer "
+            "every replica then restarts from the last checkpoint; it counts as one restart."
+        ),
+    )
     active_deadline_seconds: int | None = Field(
         default=None, ge=1, description="Fail the job after this long running."
     )

@@ -2,6 +2,8 @@
 
 Each process gets its own session (a signal to the group reaches its children) and,
 on Linux, PR_SET_PDEATHSIG so it is killed if the supervisor dies without cleaning up.
+Each also gets its own termination-log file (``ETJ_TERMINATION_LOG``), read back as a
+kubelet reads ``terminationMessagePath`` under ``FallbackToLogsOnError``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from etj.api.constants import TERMINATION_LOG_ENV
+
 _PR_SET_PDEATHSIG = 1
+# What a kubelet keeps of a termination message, and of the log it falls back to.
+_MESSAGE_BYTES = 4096
+_FALLBACK_LINES = 80
 
 
 def _die_with_parent() -> None:
@@ -34,6 +41,7 @@ class Proc:
     log_path: Path
     started: float = field(default_factory=time.monotonic)
     stopping: bool = False
+    termination_path: Path | None = None
 
     @property
     def exit_code(self) -> int | None:
@@ -42,6 +50,19 @@ class Proc:
         if code is None:
             return None
         return 128 - code if code < 0 else code
+
+    def termination_message(self) -> str | None:
+        """What the process wrote to its termination log; after a failure with nothing
+        written, the end of its log (the kubelet's ``FallbackToLogsOnError``)."""
+        text = ""
+        if self.termination_path is not None:
+            with contextlib.suppress(OSError):
+                text = self.termination_path.read_bytes()[:_MESSAGE_BYTES].decode(errors="replace")
+        if not text.strip() and self.exit_code not in (None, 0):
+            with contextlib.suppress(OSError):
+                lines = self.log_path.read_bytes().splitlines()[-_FALLBACK_LINES:]
+                text = b"\n".join(lines)[-_MESSAGE_BYTES:].decode(errors="replace")
+        return text.strip() or None
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the process group; SIGKILL it if it is still there after ``grace``."""
@@ -66,6 +87,10 @@ def _signal_group(pid: int, sig: int) -> None:
 
 def start(name: str, command: list[str], env: dict[str, str], log_path: Path, cwd: Path) -> Proc:
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh termination log per start, as a container gets.
+    termination = log_path.with_name(log_path.name + ".termination")
+    termination.unlink(missing_ok=True)
+    env = {**env, TERMINATION_LOG_ENV: str(termination)}
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
         popen = subprocess.Popen(
@@ -80,7 +105,7 @@ def start(name: str, command: list[str], env: dict[str, str], log_path: Path, cw
         )
     finally:
         log.close()
-    return Proc(name=name, popen=popen, log_path=log_path)
+    return Proc(name=name, popen=popen, log_path=log_path, termination_path=termination)
 
 
 def free_port() -> int:

@@ -161,6 +161,7 @@ class LocalRunner:
                     ready=code is None,
                     exit_code=code,
                     terminating=proc.stopping,
+                    message=proc.termination_message() if code is not None else None,
                 )
             )
         return states

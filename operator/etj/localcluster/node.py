@@ -95,7 +95,7 @@ class ProcessNode:
                 and proc.exit_code is not None
                 and pod.status.phase == "Running"
             ):
-                self._finished(pod, proc.exit_code)
+                self._finished(pod, proc.exit_code, proc.termination_message())
 
     # ---- pod lifecycle -----------------------------------------------------------------
 
@@ -127,7 +127,7 @@ class ProcessNode:
         self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": annotations}})
         self._status(ns, name, "Running", running=True)
 
-    def _finished(self, pod: Any, code: int) -> None:
+    def _finished(self, pod: Any, code: int, message: str | None) -> None:
         reason = "Completed" if code == 0 else "Error"
         self._status(
             pod.metadata.namespace,
@@ -136,6 +136,7 @@ class ProcessNode:
             running=False,
             exit_code=code,
             reason=reason,
+            message=message,
         )
 
     def _delete(self, pod: Any, proc: Proc | None) -> None:
@@ -158,7 +159,14 @@ class ProcessNode:
                 raise
 
     def _status(
-        self, ns: str, name: str, phase: str, running: bool, exit_code: int = 0, reason: str = ""
+        self,
+        ns: str,
+        name: str,
+        phase: str,
+        running: bool,
+        exit_code: int = 0,
+        reason: str = "",
+        message: str | None = None,
     ) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         state: dict[str, Any] = (
@@ -170,6 +178,7 @@ class ProcessNode:
                     "reason": reason,
                     "finishedAt": now,
                     "startedAt": now,
+                    **({"message": message} if message else {}),
                 }
             }
         )

@@ -266,7 +266,9 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     assert p.w.plan is not None
     group: set[tuple[str, int]] = set()
     for f in failures:
-        group |= restart_group(p.w.plan.strategy, replicas, f.pod.role, f.pod.index)
+        group |= restart_group(
+            p.w.plan.strategy, replicas, f.pod.role, f.pod.index, f.pod.trainer_reason
+        )
         _oom(p, f)
     p.st.restarts += 1
     names = sorted(pod_name(p.job.name, r, i) for r, i in group)

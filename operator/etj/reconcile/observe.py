@@ -5,6 +5,7 @@ Pure: a Pod dict in, a ``PodState`` out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ class PodState:
     reason: str | None = None  # OOMKilled, Error, Evicted, ...
     terminating: bool = False
     memory_limit: int | None = None
+    # The container's termination message: the trainer writes "<Reason>: <message>".
+    message: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -42,6 +45,12 @@ class PodState:
     def oom_killed(self) -> bool:
         return self.reason == "OOMKilled"
 
+    @property
+    def trainer_reason(self) -> str | None:
+        """The reason the trainer gave for ending (``WatchdogTimeout``, ...), if it gave one."""
+        match = _TRAINER_REASON.match(self.message or "")
+        return match.group(1) if match else None
+
     def describe(self) -> str:
         """How the pod ended, for events and messages."""
         if self.terminating and not self.finished:
@@ -49,19 +58,25 @@ class PodState:
         parts = [f"{self.name} {self.phase.lower()}"]
         if self.exit_code is not None:
             parts.append(f"with exit code {self.exit_code}")
-        if self.reason:
-            parts.append(f"({self.reason})")
+        reasons = [r for r in (self.reason, self.trainer_reason) if r]
+        if reasons:
+            parts.append(f"({', '.join(reasons)})")
         return " ".join(parts)
 
 
-def _container_termination(pod: dict[str, Any]) -> tuple[int | None, str | None]:
+# A trainer's message starts with an identifier and a colon; a log tail (the kubelet's
+# fallback when nothing was written) rarely does, and is then no reason.
+_TRAINER_REASON = re.compile(r"([A-Z][A-Za-z]+): ")
+
+
+def _container_termination(pod: dict[str, Any]) -> tuple[int | None, str | None, str | None]:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         state = cs.get("state") or {}
         last = cs.get("lastState") or {}
         term = state.get("terminated") or last.get("terminated")
         if term:
-            return term.get("exitCode"), term.get("reason")
-    return None, None
+            return term.get("exitCode"), term.get("reason"), term.get("message")
+    return None, None, None
 
 
 def _memory_limit(pod: dict[str, Any]) -> int | None:
@@ -81,7 +96,7 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
     if role is None or index is None or not str(index).isdigit():
         return None
     status = pod.get("status") or {}
-    exit_code, reason = _container_termination(pod)
+    exit_code, reason, message = _container_termination(pod)
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return PodState(
         name=meta.get("name", ""),
@@ -94,4 +109,5 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         reason=status.get("reason") or reason,
         terminating=meta.get("deletionTimestamp") is not None,
         memory_limit=_memory_limit(pod),
+        message=message,
     )

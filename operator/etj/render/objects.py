@@ -29,6 +29,8 @@ from etj.api.constants import (
     LABEL_REPLICA_TYPE,
     MANAGED_BY_VALUE,
     METRICS_PORT,
+    TERMINATION_LOG,
+    TERMINATION_LOG_ENV,
     TF_PORT,
     TRAINER_CONFIG_FILE,
     TRAINER_CONFIG_MOUNT,
@@ -53,7 +55,6 @@ class RenderSettings:
     tf_port: int = TF_PORT
     metrics_port: int = METRICS_PORT
     grace_seconds: int = 60
-    watchdog_seconds: int = 600
     command: tuple[str, ...] = ("python", "-m", "etj_trainer")
     # Per-replica memory limit overrides (after OOM kills), keyed by pod name.
     memory_limits: dict[str, int] = field(default_factory=dict)
@@ -145,7 +146,7 @@ def build_trainer_config(
         shard_plan=plan,
         metrics_port=settings.metrics_port,
         export_dir=f"{checkpoint_dir(job)}/export",
-        watchdog_seconds=settings.watchdog_seconds,
+        watchdog_seconds=spec.run_policy.watchdog_seconds,
     )
 
 
@@ -283,6 +284,8 @@ def build_pod(
         {"name": "ETJ_REPLICA_TYPE", "value": role},
         {"name": "ETJ_REPLICA_INDEX", "value": str(index)},
         {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
+        # Where the trainer writes why it ended (read back as the pod's termination message).
+        {"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
     env += [e.to_wire() for e in (template.env or [])] if template else []
@@ -314,6 +317,7 @@ def build_pod(
         resources=replica_resources(job, plan, role, index, settings),
         volume_mounts=mounts,
         readiness=readiness,
+        termination_log=TERMINATION_LOG,
         volumes=volumes,
     )
 

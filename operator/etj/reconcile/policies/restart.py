@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from etj.api.constants import REASON_WATCHDOG
 from etj.api.spec import RestartPolicy, Strategy
 from etj.reconcile.observe import PodState
 from etj.tfconfig import ReplicaSet
@@ -45,13 +46,16 @@ def classify(pod: PodState, restart_policy: str) -> Failure:
 
 
 def restart_group(
-    strategy: str, replicas: ReplicaSet, role: str, index: int
+    strategy: str, replicas: ReplicaSet, role: str, index: int, reason: str | None = None
 ) -> set[tuple[str, int]]:
-    """The replicas that restart when (role, index) fails."""
+    """The replicas that restart when (role, index) fails; ``reason`` is the one its
+    trainer gave (the pod's termination message), if any."""
     if role == "evaluator":
         return {(role, index)}
     if strategy == Strategy.MULTI_WORKER_MIRRORED.value:
         return {(r, i) for r, i in replicas.tasks() if r in ("chief", "worker")}
+    if role == "chief" and reason == REASON_WATCHDOG:
+        return {(r, i) for r, i in replicas.tasks() if r != "evaluator"}
     if role == "ps":
         return {(role, index)} | {("chief", i) for i in range(replicas.chief)}
     return {(role, index)}
