@@ -17,7 +17,7 @@ import traceback
 from etj_trainer import exitcodes
 from etj_trainer.cluster import ClusterError, Task, check_strategy, parse_tf_config
 from etj_trainer.config import ConfigError, load_config, metrics_port
-from etj_trainer.termination import write_termination_message
+from etj_trainer.termination import report_failure, write_termination_message
 
 log = logging.getLogger("etj_trainer")
 
@@ -114,20 +114,18 @@ def _failed(error: BaseException, ps: bool) -> int:
     from etj_trainer import train
     from etj_trainer.checkpoint import CheckpointMismatch
     from etj_trainer.data import DataError
-    from etj_trainer.progress import emit
 
+    reason = type(error).__name__
     if isinstance(error, DataError | CheckpointMismatch):
         # The config does not match the data or the checkpoint: a person must act.
         print(f"etj_trainer: {error}", file=sys.stderr)
-        emit("error", reason=type(error).__name__, message=str(error)[:500], exitCode=2)
-        write_termination_message(type(error).__name__, str(error))
+        report_failure(reason, str(error), exitcodes.USAGE)
         return exitcodes.USAGE
     code = train.classify(error, ps)
     kind = "retryable" if code == exitcodes.RETRYABLE else "permanent"
-    message = f"{type(error).__name__}: {error}".strip()
-    log.error("training failed (%s, exit %d): %s", kind, code, message[:2000])
+    log.error("training failed (%s, exit %d): %s: %s", kind, code, reason, str(error)[:2000])
     if code != exitcodes.RETRYABLE:
         traceback.print_exc()
-    emit("error", reason=type(error).__name__, message=message[:500], exitCode=code)
-    write_termination_message(type(error).__name__, message)
+    # The reason names the error's type; the message is what it says.
+    report_failure(reason, str(error).strip() or reason, code)
     return code

@@ -8,8 +8,9 @@ pipe: ``A`` arms the watchdog (training has started), ``.`` is a completed chunk
 ``D`` disarms it. When armed and silent for ``seconds``, the supervisor asks the child for
 its Python stacks (``DUMP_SIGNAL``: the child registers ``faulthandler`` for it, which
 writes them even while a stuck thread holds the GIL), kills it and exits with the
-retryable code, with a clear message and the termination message ``WatchdogTimeout: ...``. It forwards SIGTERM/SIGINT to the
-child and exits with the child's code (a signal N becomes 128+N, as a shell reports it).
+retryable code, with a clear message and the termination message ``WatchdogTimeout: ...``.
+It forwards SIGTERM/SIGINT to the child and exits with the child's code (a signal N
+becomes 128+N, as a shell reports it).
 
 The child dies with its supervisor (PR_SET_PDEATHSIG), so killing the supervisor never
 leaves an orphaned trainer. No TensorFlow here; this module never trains.
@@ -155,16 +156,14 @@ class Supervisor:
 
 def _report_timeout(idle: float) -> None:
     from etj.api.constants import REASON_WATCHDOG
-    from etj_trainer.progress import emit
-    from etj_trainer.termination import write_termination_message
+    from etj_trainer.termination import report_failure
 
     message = (
         f"watchdog: no training step completed for {idle:.0f}s (a worker or ps is hung or "
         "unreachable); stopping so the job restarts from the last checkpoint"
     )
     log.error(message)
-    emit("error", reason=REASON_WATCHDOG, message=message, exitCode=exitcodes.RETRYABLE)
-    write_termination_message(REASON_WATCHDOG, message)
+    report_failure(REASON_WATCHDOG, message, exitcodes.RETRYABLE)
     sys.stderr.flush()
 
 

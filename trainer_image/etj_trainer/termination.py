@@ -9,7 +9,8 @@ whole job); the message is for people.
 
 The path comes from ``ETJ_TERMINATION_LOG`` (the rendered pod sets it); without it nothing
 is written. Writing never fails the caller: the message is a courtesy, the exit code is
-what counts. No TensorFlow here.
+what counts. ``report_failure`` writes both records of a failure (the ``error`` event and
+this message). No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -35,3 +36,12 @@ def write_termination_message(reason: str, message: str) -> None:
         return
     with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as f:
         f.write(termination_text(reason, message))
+
+
+def report_failure(reason: str, message: str, exit_code: int) -> None:
+    """A failure's two records: the ``error`` event on stdout (the chief's log, ``etj run``)
+    and the termination message (the pod's status, the operator)."""
+    from etj_trainer.progress import emit  # numpy and prometheus: only when it is needed
+
+    emit("error", reason=reason, message=message[:500], exitCode=exit_code)
+    write_termination_message(reason, message)

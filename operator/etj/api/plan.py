@@ -48,7 +48,8 @@ class PsPlan(ApiModel):
     memory_request_bytes: int = Field(
         ge=0,
         description="Memory the ps pod requests: shard bytes x headroom + base memory + "
-        "what restoring a checkpoint briefly needs (a few copies of its largest shard).",
+        "what restoring a checkpoint briefly needs (3 copies of its largest variable: a "
+        "shard or one of its optimizer slots).",
     )
     shards: list[str] = Field(description="Shards it holds, as table/shard.")
 
