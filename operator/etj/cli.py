@@ -11,6 +11,8 @@ import importlib
 
 import click
 
+from etj.cliio import file_argument
+
 
 class LazyGroup(click.Group):
     """A click group whose subcommands live in other modules, imported on use."""
@@ -44,39 +46,31 @@ def main() -> None:
     """etj: TensorFlow training jobs with very large embedding tables, on Kubernetes."""
 
 
-def _load_documents(path: str) -> list[object]:
-    """The YAML documents of a file ('-' for stdin), empty ones dropped."""
-    import yaml
-
-    with click.open_file(path) as fh:
-        try:
-            return [d for d in yaml.safe_load_all(fh) if d is not None]
-        except yaml.YAMLError as exc:
-            raise click.ClickException(f"{path}: not valid YAML: {exc}") from exc
-
-
 def _validated(path: str) -> list:  # list[etj.validation.Validated]
+    from etj.cliio import InputError, load_documents
     from etj.validation import validate_manifest
 
-    docs = _load_documents(path)
+    docs = load_documents(path)
     if not docs:
-        raise click.ClickException(f"{path}: no documents")
+        raise InputError(path, "no documents (an empty file?)")
     return [validate_manifest(d) for d in docs]
 
 
 def _fail_on_problems(path: str, results: list) -> None:
+    from etj.cliio import display_name
+
     bad = [(i, r) for i, r in enumerate(results) if not r.ok]
     if not bad:
         return
     for i, r in bad:
-        prefix = f"{path}" + (f"[{i}]" if len(results) > 1 else "")
+        prefix = display_name(path) + (f"[{i}]" if len(results) > 1 else "")
         for problem in r.problems:
             click.echo(f"{prefix}: {problem}", err=True)
     raise SystemExit(2)
 
 
 @main.command()
-@click.argument("file", type=click.Path(allow_dash=True))
+@file_argument()
 def validate(file: str) -> None:
     """Check a job file: exit 0, or exit 2 with one line per problem naming the field."""
     results = _validated(file)
@@ -86,7 +80,7 @@ def validate(file: str) -> None:
 
 
 @main.command()
-@click.argument("file", type=click.Path(allow_dash=True))
+@file_argument()
 @click.option("--namespace", "-n", default=None, help="Namespace to render into.")
 @click.option("--image", default=None, help="Default trainer image (the operator's setting).")
 def render(file: str, namespace: str | None, image: str | None) -> None:
@@ -109,7 +103,7 @@ def render(file: str, namespace: str | None, image: str | None) -> None:
 
 
 @main.command()
-@click.argument("file", type=click.Path(allow_dash=True))
+@file_argument()
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan(file: str, as_json: bool) -> None:
     """Show the shard plan: tables, shards, and what each ps holds."""

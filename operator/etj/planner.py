@@ -11,7 +11,32 @@ Shard counts. A table gets ``ceil(rows / rows that fit in maxShardBytes)`` shard
 no shard with its slots exceeds ``maxShardBytes`` (counted in rows because TensorFlow gives
 the leftover rows to the first shards). When that is more than one shard it is rounded up to a
 multiple of the ps count, so every ps holds the same number of shards of the table and the
-memory is balanced (small tables stay whole). A shard never has fewer than one row.
+memory is balanced (small tables stay whole) — unless the rounded counts would pass the limits
+below, then the counts stay unrounded. A shard never has fewer than one row.
+
+Limits (``PlanTooLarge``). Every shard is a TensorFlow variable (plus one per optimizer slot):
+each costs a gather and a scatter op per step in every worker's graph, an RPC target on its
+ps, a checkpoint entry, and a line in the plan that travels in ``status.shardPlan`` (etcd keeps
+objects under ~1.5 MB) and in the trainer's ConfigMap (at most 1 MiB). So:
+
+- ``MAX_SHARDS_PER_TABLE`` = 1024: one embedding lookup over a partitioned table becomes
+  ``dynamic_partition`` into that many gathers; past about a thousand the per-step op count,
+  not the bytes, bounds the step time. A table that needs more shards at its
+  ``maxShardBytes`` is refused (raise maxShardBytes: shards of several GiB are fine on a ps).
+- ``MAX_TOTAL_SHARDS`` = 4096: about 110 bytes of plan per shard (its rows, its ps, its name
+  on the ps) keeps the trainer config under ~450 KiB, half the ConfigMap limit; with slots that
+  is still only ~12k variables for TensorFlow to create, save and restore.
+- ``MAX_PS`` = 1024 (also the schema's maximum of ``replicas.ps.replicas`` and
+  ``maxReplicas``): every pod's TF_CONFIG lists every task, so 1024 ps and 1024 workers
+  already make ~110 KB of TF_CONFIG per pod; gRPC channels per worker grow with it too.
+
+Cost. Planning never walks rows and never builds a plan per candidate ps count: the shard
+count of a table and the bytes each ps holds follow from ``divmod`` (a table's shards land
+on a cyclic range of ps, the leftover rows on a shorter one), so evaluating one ps count is
+``O(tables + ps)`` and ``ps: auto`` scans candidates from the lower bound the total bytes
+give, ``O(MAX_PS x (tables + MAX_PS))`` in the worst case. Only the final plan lists its
+shards, and there are at most ``MAX_TOTAL_SHARDS`` of them. ``tests/unit/test_spec_fuzz.py``
+counts this work on schema-valid extremes.
 
 Placement — the rule TensorFlow 2.21 follows and this plan mirrors
 (``ParameterServerStrategyV2._create_variable`` / ``_create_variable_round_robin``):
@@ -47,16 +72,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from etj.api.plan import PsPlan, ShardPlan, TablePlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.spec import (
     DTYPE_BYTES,
+    MAX_PS,
     OPTIMIZER_SLOTS,
     EmbeddingTable,
     EmbeddingTrainingJobSpec,
     Strategy,
 )
+
+# The limits TensorFlow and the plan's carriers live with (see the module docstring).
+MAX_SHARDS_PER_TABLE = 1024
+MAX_TOTAL_SHARDS = 4096
+__all__ = ["MAX_PS", "MAX_SHARDS_PER_TABLE", "MAX_TOTAL_SHARDS", "PlanError", "PlanTooLarge"]
 
 
 class PlanError(ValueError):
@@ -66,6 +98,13 @@ class PlanError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class PlanTooLarge(PlanError):
+    """The plan would pass one of the limits TensorFlow can live with."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(field, f"PlanTooLarge: {message}")
 
 
 @dataclass(frozen=True)
@@ -84,9 +123,14 @@ class _Table:
         return self.rows * self.bytes_per_row
 
     @property
+    def variable_bytes_per_row(self) -> int:
+        """Bytes of one row of the table alone, or of one of its slots (each the same)."""
+        return self.dimension * DTYPE_BYTES[self.dtype]
+
+    @property
     def variable_bytes(self) -> int:
         """Bytes of the table alone, or of one of its slots (each the same size)."""
-        return self.rows * self.dimension * DTYPE_BYTES[self.dtype]
+        return self.rows * self.variable_bytes_per_row
 
 
 def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
@@ -128,15 +172,30 @@ def rows_per_shard(rows: int, shards: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(shards)]
 
 
-def shard_count(table: _Table, max_shard_bytes: int, num_ps: int) -> int:
-    """Shards of one table: under the shard size, balanced over ``num_ps`` when split."""
+def min_shard_count(table: _Table, max_shard_bytes: int) -> int:
+    """The fewest shards that keep every shard of the table under ``max_shard_bytes``."""
     # Count by rows, not bytes: TF gives the leftover rows to the first shards, so the
     # largest shard has ceil(rows / shards) rows and that is what must fit.
     max_rows = max_shard_bytes // table.bytes_per_row
-    shards = max(1, math.ceil(table.rows / max_rows))
+    return min(max(1, -(-table.rows // max_rows)), table.rows)
+
+
+def _balanced(shards: int, rows: int, num_ps: int) -> int:
+    """``shards`` rounded up to a multiple of ``num_ps`` (TF caps a split at ``rows``)."""
     if shards > 1 and num_ps > 1:
-        shards = math.ceil(shards / num_ps) * num_ps
-    return min(shards, table.rows)
+        shards = -(-shards // num_ps) * num_ps
+    return min(shards, rows)
+
+
+def shard_counts(tables: list[_Table], minimum: list[int], num_ps: int) -> list[int]:
+    """Shards per table for ``num_ps`` ps: balanced when that stays within the limits."""
+    balanced = [
+        k if k <= MAX_SHARDS_PER_TABLE else m
+        for k, m in (
+            (_balanced(m, t.rows, num_ps), m) for t, m in zip(tables, minimum, strict=True)
+        )
+    ]
+    return balanced if sum(balanced) <= MAX_TOTAL_SHARDS else list(minimum)
 
 
 def ps_memory_budget(spec: EmbeddingTrainingJobSpec) -> int:
@@ -159,11 +218,101 @@ def memory_request(held_bytes: int, largest_piece: int, spec: EmbeddingTrainingJ
     return math.ceil(held_bytes * headroom) + quantity_bytes(spec.sharding.ps_base_memory) + restore
 
 
-def _place(tables: list[_Table], num_ps: int, max_shard: int) -> list[TablePlan]:
-    counter = 0  # TensorFlow's global round-robin counter (see the module docstring)
+@dataclass(frozen=True)
+class _Loads:
+    """What each ps holds under one shard layout: bytes and its largest variable."""
+
+    held: list[int]
+    piece: list[int]
+
+
+def _cyclic(start: int, length: int, size: int) -> list[tuple[int, int]]:
+    """The cyclic range ``start, start+1, ... (length of them) mod size`` as plain ranges."""
+    if length <= 0:
+        return []
+    end = start + length
+    return [(start, end)] if end <= size else [(start, size), (0, end - size)]
+
+
+def _loads(tables: list[_Table], counts: list[int], num_ps: int) -> _Loads:
+    """Per-ps bytes and largest variable, by arithmetic: ``O(tables + num_ps)``.
+
+    Shard ``j`` of a table whose first shard takes counter value ``c`` lands on ps
+    ``(c + j) % num_ps`` and has ``q + (j < r)`` rows (``q, r = divmod(rows, k)``). So every
+    ps gets ``k // num_ps`` shards, those of the cyclic range of length ``k % num_ps`` from
+    ``c`` one more; and of the big shards (``j < r``) every ps gets ``r // num_ps``, the
+    range of length ``r % num_ps`` from ``c`` one more. Bytes are summed with a difference
+    array over those ranges; the largest variable is a range maximum, painted from the
+    largest value down so each ps is written once.
+    """
+    delta = [0] * (num_ps + 1)
+    everyone = 0  # bytes every ps holds
+    floor = 0  # largest variable every ps holds
+    ranges: list[tuple[int, int, int]] = []  # (variable bytes, start, length)
+    counter = 0
+    for t, k in zip(tables, counts, strict=True):
+        q, r = divmod(t.rows, k)
+        rounds, rest = divmod(k, num_ps)
+        big_rounds, big_rest = divmod(r, num_ps)
+        c = counter % num_ps
+        everyone += t.bytes_per_row * (rounds * q + big_rounds)
+        for length, weight in ((rest, q), (big_rest, 1)):
+            for lo, hi in _cyclic(c, length, num_ps):
+                delta[lo] += t.bytes_per_row * weight
+                delta[hi] -= t.bytes_per_row * weight
+        vb = t.variable_bytes_per_row
+        if big_rounds:
+            floor = max(floor, vb * (q + 1))
+        elif rounds:
+            floor = max(floor, vb * q)
+            ranges.append((vb * (q + 1), c, big_rest))
+        else:
+            ranges += [(vb * q, c, rest), (vb * (q + 1), c, big_rest)]
+        counter += k
+    held, running = [], everyone
+    for i in range(num_ps):
+        running += delta[i]
+        held.append(running)
+    piece: list[int | None] = [None] * num_ps
+    nxt = list(range(num_ps + 1))  # next ps not yet painted, at or after i (union-find)
+
+    def find(i: int) -> int:
+        while nxt[i] != i:
+            nxt[i] = nxt[nxt[i]]
+            i = nxt[i]
+        return i
+
+    for value, start, length in sorted(ranges, reverse=True):
+        if value <= floor:
+            break
+        for lo, hi in _cyclic(start, length, num_ps):
+            i = find(lo)
+            while i < hi:
+                piece[i] = value
+                nxt[i] = i + 1
+                i = find(i + 1)
+    return _Loads(held, [floor if p is None else p for p in piece])
+
+
+def _requests(loads: _Loads, spec: EmbeddingTrainingJobSpec) -> list[int]:
+    return [memory_request(h, p, spec) for h, p in zip(loads.held, loads.piece, strict=True)]
+
+
+def _ps_plan(
+    spec: EmbeddingTrainingJobSpec, tables: list[_Table], minimum: list[int], num_ps: int
+) -> ShardPlan:
+    """The full plan for ``num_ps`` ps: per-shard lists, at most ``MAX_TOTAL_SHARDS`` long."""
+    counts = shard_counts(tables, minimum, num_ps)
+    loads = _loads(tables, counts, num_ps)
+    offsets = [0]
+    for k in counts:
+        offsets.append(offsets[-1] + k)
+    names: list[list[str]] = [[] for _ in range(num_ps)]
     plans = []
-    for t in tables:
-        k = shard_count(t, max_shard, num_ps)
+    for t, k, c in zip(tables, counts, offsets[:-1], strict=True):
+        placement = [(c + j) % num_ps for j in range(k)]
+        for j, ps in enumerate(placement):
+            names[ps].append(f"{t.name}/{j}")
         plans.append(
             TablePlan(
                 name=t.name,
@@ -174,48 +323,20 @@ def _place(tables: list[_Table], num_ps: int, max_shard: int) -> list[TablePlan]
                 bytes=t.bytes,
                 shards=k,
                 rows_per_shard=rows_per_shard(t.rows, k),
-                ps_of_shard=[(counter + j) % num_ps for j in range(k)],
+                ps_of_shard=placement,
             )
         )
-        counter += k
-    return plans
-
-
-def _ps_plans(tables: list[TablePlan], num_ps: int, spec: EmbeddingTrainingJobSpec) -> list[PsPlan]:
-    held = [0] * num_ps
-    piece = [0] * num_ps
-    names: list[list[str]] = [[] for _ in range(num_ps)]
-    for t in tables:
-        for j, ps in enumerate(t.ps_of_shard):
-            held[ps] += t.shard_bytes(j)
-            piece[ps] = max(piece[ps], t.piece_bytes(j))
-            names[ps].append(f"{t.name}/{j}")
-    return [
-        PsPlan(
-            index=i,
-            bytes=held[i],
-            memory_request_bytes=memory_request(held[i], piece[i], spec),
-            shards=names[i],
-        )
-        for i in range(num_ps)
-    ]
-
-
-def _ps_plan_for(
-    spec: EmbeddingTrainingJobSpec, tables: list[_Table], num_ps: int, max_shard: int
-) -> ShardPlan:
-    placed = _place(tables, num_ps, max_shard)
+    requests = _requests(loads, spec)
     return ShardPlan(
         strategy=Strategy.PARAMETER_SERVER.value,
         ps_replicas=num_ps,
         total_bytes=sum(t.bytes for t in tables),
-        tables=placed,
-        ps=_ps_plans(placed, num_ps, spec),
+        tables=plans,
+        ps=[
+            PsPlan(index=i, bytes=loads.held[i], memory_request_bytes=requests[i], shards=names[i])
+            for i in range(num_ps)
+        ],
     )
-
-
-def _fits(plan: ShardPlan, budget: int) -> bool:
-    return all(p.memory_request_bytes <= budget for p in plan.ps)
 
 
 def _check_rows_fit_shards(tables: list[_Table], max_shard: int) -> None:
@@ -229,9 +350,64 @@ def _check_rows_fit_shards(tables: list[_Table], max_shard: int) -> None:
             )
 
 
+def _check_shard_limits(tables: list[_Table], minimum: list[int], max_shard: int) -> None:
+    for i, (t, k) in enumerate(zip(tables, minimum, strict=True)):
+        if k > MAX_SHARDS_PER_TABLE:
+            need = -(-t.bytes // MAX_SHARDS_PER_TABLE)
+            raise PlanTooLarge(
+                f"spec.model.embeddings[{i}]",
+                f"table {t.name!r} is {human_bytes(t.bytes)} with its optimizer slots: "
+                f"{k} shards of at most maxShardBytes ({human_bytes(max_shard)}), over the "
+                f"{MAX_SHARDS_PER_TABLE} shards per table TensorFlow handles well; raise "
+                f"sharding.maxShardBytes to at least {human_bytes(need)} or make the table "
+                "smaller (vocabularySize, dimension, dtype)",
+            )
+    total = sum(minimum)
+    if total > MAX_TOTAL_SHARDS:
+        raise PlanTooLarge(
+            "spec.sharding.maxShardBytes",
+            f"the tables need {total} shards of at most {human_bytes(max_shard)}, over the "
+            f"{MAX_TOTAL_SHARDS} shards a job may have; raise maxShardBytes or use fewer or "
+            "smaller tables",
+        )
+
+
+def _largest_shard_request(t: _Table, shards: int, spec: EmbeddingTrainingJobSpec) -> int:
+    rows = -(-t.rows // shards)
+    return memory_request(rows * t.bytes_per_row, rows * t.variable_bytes_per_row, spec)
+
+
+def _fewest_ps(
+    spec: EmbeddingTrainingJobSpec, tables: list[_Table], minimum: list[int], budget: int
+) -> int | None:
+    """The fewest ps (up to ``maxReplicas``) whose every memory request fits ``budget``."""
+    ps_spec = spec.replicas.ps
+    max_ps = min(ps_spec.max_replicas if ps_spec is not None else 64, MAX_PS)
+    # Some ps holds at least total / num_ps bytes: fewer ps than this cannot fit.
+    spare = budget - quantity_bytes(spec.sharding.ps_base_memory)
+    total = sum(t.bytes for t in tables)
+    # (Exact rationals: quantities may be far beyond a float's range.)
+    lowest = max(
+        1, math.floor(Fraction(total) * Fraction(spec.sharding.ps_memory_headroom) / spare)
+    )
+    for num_ps in range(lowest, max_ps + 1):
+        counts = shard_counts(tables, minimum, num_ps)
+        # O(tables) first: the ps holding a table's largest shard needs at least that.
+        if any(
+            _largest_shard_request(t, k, spec) > budget for t, k in zip(tables, counts, strict=True)
+        ):
+            continue
+        loads = _loads(tables, counts, num_ps)
+        if max(_requests(loads, spec)) <= budget:
+            return num_ps
+    return None
+
+
 def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
     max_shard = quantity_bytes(spec.sharding.max_shard_bytes)
     _check_rows_fit_shards(tables, max_shard)
+    minimum = [min_shard_count(t, max_shard) for t in tables]
+    _check_shard_limits(tables, minimum, max_shard)
     budget = ps_memory_budget(spec)
     base = quantity_bytes(spec.sharding.ps_base_memory)
     if base >= budget:
@@ -243,29 +419,30 @@ def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
     ps_spec = spec.replicas.ps
     requested = ps_spec.replicas if ps_spec is not None else "auto"
     if isinstance(requested, int):
-        plan = _ps_plan_for(spec, tables, requested, max_shard)
-        worst = max(plan.ps, key=lambda p: p.memory_request_bytes)
-        if worst.memory_request_bytes > budget:
+        loads = _loads(tables, shard_counts(tables, minimum, requested), requested)
+        requests = _requests(loads, spec)
+        worst = max(range(requested), key=requests.__getitem__)
+        if requests[worst] > budget:
             raise PlanError(
                 "spec.replicas.ps",
-                f"ps {worst.index} would need {human_bytes(worst.memory_request_bytes)} "
-                f"(shards {human_bytes(worst.bytes)} x headroom + base + restore) but its memory is "
-                f"{human_bytes(budget)}; use more ps (or replicas: auto), more ps memory, or a "
-                "smaller maxShardBytes",
+                f"ps {worst} would need {human_bytes(requests[worst])} "
+                f"(shards {human_bytes(loads.held[worst])} x headroom + base + restore) but its "
+                f"memory is {human_bytes(budget)}; use more ps (or replicas: auto), more ps "
+                "memory, or a smaller maxShardBytes",
             )
-        return plan
-    max_ps = ps_spec.max_replicas if ps_spec is not None else 64
-    for num_ps in range(1, max_ps + 1):
-        plan = _ps_plan_for(spec, tables, num_ps, max_shard)
-        if _fits(plan, budget):
-            return plan
-    total = sum(t.bytes for t in tables)
-    raise PlanError(
-        "spec.replicas.ps",
-        f"the tables need {human_bytes(total)} with optimizer slots; they fit no set of up to "
-        f"{max_ps} ps with {human_bytes(budget)} of memory each; raise replicas.ps.maxReplicas "
-        "or the ps memory, or lower maxShardBytes so shards spread more evenly",
-    )
+        return _ps_plan(spec, tables, minimum, requested)
+    num_ps = _fewest_ps(spec, tables, minimum, budget)
+    if num_ps is None:
+        max_ps = ps_spec.max_replicas if ps_spec is not None else 64
+        total = sum(t.bytes for t in tables)
+        raise PlanError(
+            "spec.replicas.ps",
+            f"the tables need {human_bytes(total)} with optimizer slots; they fit no set of up "
+            f"to {max_ps} ps with {human_bytes(budget)} of memory each; raise "
+            "replicas.ps.maxReplicas or the ps memory, or lower maxShardBytes so shards spread "
+            "more evenly",
+        )
+    return _ps_plan(spec, tables, minimum, num_ps)
 
 
 def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from etj.api.quantity import quantity_bytes
 from etj.api.spec import EmbeddingTrainingJobSpec
-from etj.planner import PlanError, build_plan, ps_memory_budget, resolve_strategy, rows_per_shard
+from etj.planner import (
+    MAX_PS,
+    MAX_TOTAL_SHARDS,
+    PlanError,
+    PlanTooLarge,
+    build_plan,
+    ps_memory_budget,
+    resolve_strategy,
+    rows_per_shard,
+)
 
 
 def spec(tables, **extra) -> EmbeddingTrainingJobSpec:
@@ -294,3 +303,88 @@ def test_ps_memory_covers_restoring_its_largest_variable(optimizer, slots):
         assert max(pieces) * (1 + slots) == max(
             big.shard_bytes(j) for j, p in enumerate(big.ps_of_shard) if p == ps.index
         )
+
+
+# ---- bounded planning ---------------------------------------------------------------------
+
+
+def _brute_force_ps(plan, spec_):
+    """Per-ps bytes and memory requests recomputed shard by shard from the plan's lists."""
+    from etj.planner import memory_request
+
+    held = [0] * plan.ps_replicas
+    piece = [0] * plan.ps_replicas
+    for t in plan.tables:
+        for j, ps in enumerate(t.ps_of_shard):
+            held[ps] += t.shard_bytes(j)
+            piece[ps] = max(piece[ps], t.piece_bytes(j))
+    return held, [memory_request(h, p, spec_) for h, p in zip(held, piece, strict=True)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(tables=tables_st, ps=st.integers(1, 40), shard_mi=st.integers(1, 2048))
+def test_arithmetic_loads_equal_shard_by_shard_sums(tables, ps, shard_mi):
+    s = _spec_from(tables, ps, 1 << 20, shard_mi)
+    try:
+        plan = build_plan(s)
+    except PlanError:
+        return
+    held, requests = _brute_force_ps(plan, s)
+    assert [p.bytes for p in plan.ps] == held
+    assert [p.memory_request_bytes for p in plan.ps] == requests
+    for p in plan.ps:
+        assert p.shards == [
+            f"{t.name}/{j}"
+            for t in plan.tables
+            for j, q in enumerate(t.ps_of_shard)
+            if q == p.index
+        ]
+
+
+def test_the_2_to_the_40_by_8192_table_is_refused_at_once():
+    s = spec([{"name": "big", "vocabularySize": 2**40, "dimension": 8192}])
+    with pytest.raises(PlanTooLarge) as err:
+        build_plan(s)
+    assert err.value.field == "spec.model.embeddings[0]"
+    assert err.value.message.startswith("PlanTooLarge: ")
+    assert "134217728 shards" in err.value.message and "maxShardBytes" in err.value.message
+
+
+def test_too_many_shards_in_all_names_max_shard_bytes():
+    tables = [{"name": f"t{i}", "vocabularySize": 10_000_000, "dimension": 64} for i in range(20)]
+    with pytest.raises(PlanTooLarge) as err:
+        build_plan(spec(tables, strategy="ParameterServer", sharding={"maxShardBytes": "16Mi"}))
+    assert err.value.field == "spec.sharding.maxShardBytes"
+    assert f"{MAX_TOTAL_SHARDS} shards a job may have" in err.value.message
+
+
+def test_balancing_that_would_pass_a_limit_keeps_the_minimal_counts():
+    # 3 shards each at 2 GiB; 1000 ps would round each table to 1000 shards (3000 in all).
+    tables = [{"name": f"t{i}", "vocabularySize": 10_000_000, "dimension": 64} for i in range(5)]
+    s = spec(
+        tables,
+        strategy="ParameterServer",
+        sharding={"maxShardBytes": "2Gi"},
+        replicas={"ps": {"replicas": 1000, "resources": {"limits": {"memory": "64Gi"}}}},
+    )
+    plan = build_plan(s)
+    assert [t.shards for t in plan.tables] == [3] * 5  # 5000 > MAX_TOTAL_SHARDS
+    assert sum(len(p.shards) for p in plan.ps) == 15
+
+
+@pytest.mark.parametrize("replicas", [MAX_PS + 1, 10**9])
+def test_ps_count_over_the_limit_is_a_schema_error(replicas):
+    with pytest.raises(ValueError, match=f"<= {MAX_PS}"):
+        spec([BIG], replicas={"ps": {"replicas": replicas}})
+
+
+def test_huge_quantities_are_exact_not_float_overflows():
+    s = spec(
+        [BIG],
+        strategy="ParameterServer",
+        sharding={"psBaseMemory": "1e400", "maxShardBytes": "1e500"},
+        replicas={"ps": {"resources": {"limits": {"memory": "2e400"}}}},
+    )
+    plan = build_plan(s)
+    assert plan.ps_replicas == 1 and plan.tables[0].shards == 1
+    assert plan.ps[0].memory_request_bytes > 10**400

@@ -63,14 +63,17 @@ def format_bytes(n: int) -> str:
     """A byte count as a quantity people read: whole Gi when exact, else rounded up to Mi."""
     if n >= 2**30 and n % 2**30 == 0:
         return f"{n // 2**30}Gi"
+    # Integer division: a quantity may be far beyond a float's range.
     if n >= 2**20:
-        return f"{math.ceil(n / 2**20)}Mi"
-    return f"{math.ceil(n / 2**10)}Ki" if n >= 2**10 else str(n)
+        return f"{-(-n // 2**20)}Mi"
+    return f"{-(-n // 2**10)}Ki" if n >= 2**10 else str(n)
 
 
 def human_bytes(n: float) -> str:
     """A byte count for people: "9.54 GiB"."""
-    for suffix, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    units = (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20))
+    for suffix, factor in (*units, ("KiB", 2**10)):
         if abs(n) >= factor:
-            return f"{n / factor:.2f} {suffix}"
+            # Decimal, not float: a quantity may be far beyond a float's range.
+            return f"{Decimal(n) / factor:.2f} {suffix}"
     return f"{int(n)} B"

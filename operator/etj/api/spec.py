@@ -91,6 +91,10 @@ class ChiefSpec(ReplicaSpec):
     replicas: int = Field(default=1, ge=0, le=1, description="0 or 1 chief.")
 
 
+# Most ps a job may have (``etj.planner`` says why); the schema's maximum for both fields.
+MAX_PS = 1024
+
+
 class PsSpec(ApiModel):
     """Parameter servers: they hold the embedding table shards."""
 
@@ -100,12 +104,12 @@ class PsSpec(ApiModel):
             "Number of parameter servers, or 'auto' for the fewest whose memory holds the "
             "shard plan."
         ),
-        json_schema_extra={"x-etj-int-or-auto": True, "minimum": 1},
+        json_schema_extra={"x-etj-int-or-auto": True, "minimum": 1, "maximum": MAX_PS},
     )
     max_replicas: int = Field(
         default=64,
         ge=1,
-        le=1024,
+        le=MAX_PS,
         description="Upper bound for 'auto'.",
     )
     resources: ResourceRequirements | None = Field(
@@ -123,6 +127,8 @@ class PsSpec(ApiModel):
             raise ValueError(
                 "must be 'auto' or an integer >= 1 (leave replicas.ps out for a job without ps)"
             )
+        if isinstance(v, int) and v > MAX_PS:
+            raise ValueError(f"must be 'auto' or an integer <= {MAX_PS}")
         return v
 
 

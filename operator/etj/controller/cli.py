@@ -1,4 +1,5 @@
-"""``etj operator``: run the operator (kopf) against the cluster KUBECONFIG points to."""
+"""``etj operator``: run the operator (kopf) against the cluster ``--kubeconfig`` (or
+KUBECONFIG) points to, else the in-cluster service account."""
 
 from __future__ import annotations
 
@@ -98,10 +99,15 @@ def operator(
     from prometheus_client import start_http_server
 
     import etj.controller.handlers  # noqa: F401  (registers the handlers)
+    from etj.cliio import check_readable
     from etj.controller.handlers import post_event
+    from etj.controller.login import register_login
     from etj.controller.reconciler import Reconciler
     from etj.controller.settings import OperatorSettings
     from etj.k8s import Kube, load_config
+
+    if kubeconfig:
+        check_readable(kubeconfig)
 
     settings = OperatorSettings(
         default_image=default_image,
@@ -112,7 +118,10 @@ def operator(
     )
     if metrics_port:
         start_http_server(metrics_port)
-    reconciler = Reconciler(Kube(load_config(kubeconfig)), settings, post_event)
+    api = load_config(kubeconfig)
+    if kubeconfig:
+        register_login(api.configuration)  # kopf's own login would ignore the path
+    reconciler = Reconciler(Kube(api), settings, post_event)
     memo = kopf.Memo(reconciler=reconciler, settings=settings, wakeups={})
     kopf.configure(
         verbose=verbose,

@@ -93,7 +93,9 @@ class Reconciler:
             return Outcome(gone=True)
         now = datetime.now(UTC)
         status = _status_of(obj)
-        validated = validate_manifest({k: v for k, v in obj.items() if k != "status"})
+        # Planning is bounded but not free: never on the event loop every job shares.
+        spec_only = {k: v for k, v in obj.items() if k != "status"}
+        validated = await asyncio.to_thread(validate_manifest, spec_only)
         if validated.job is None:
             # The schema normally stops these; an old CRD or a CEL-less server may not.
             problems = "; ".join(str(p) for p in validated.problems)
@@ -165,9 +167,10 @@ class Reconciler:
         for pod in d.delete_pods:
             await self.kube.delete_pod(ns, pod)
         if plan is not None and d.create_pods:
-            created = await asyncio.gather(
-                *(self.kube.create(build_pod(job, plan, r, i, render)) for r, i in d.create_pods)
+            pods = await asyncio.to_thread(
+                lambda: [build_pod(job, plan, r, i, render) for r, i in d.create_pods]
             )
+            created = await asyncio.gather(*(self.kube.create(pod) for pod in pods))
             metrics.PODS_CREATED.inc(sum(created))
         if d.status is not None:
             _count_restarts(job.status, d.status)

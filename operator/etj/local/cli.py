@@ -13,10 +13,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from etj.api.status import EmbeddingTrainingJobStatus
+from etj.cliio import file_argument
 
 
 @click.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@file_argument()
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False),
@@ -40,19 +41,18 @@ def run(
     file: str, workdir: str | None, resume: bool, kill_worker_at: int | None, python: str
 ) -> None:
     """Run every replica of a job as a local process, with the operator's restart rules."""
-    import yaml
-
+    from etj.cliio import InputError, display_name, load_documents
     from etj.local.runner import LocalRunner, Reporter
     from etj.validation import validate_manifest
 
     console = Console()
-    docs = [d for d in yaml.safe_load_all(Path(file).read_text()) if d]
+    docs = load_documents(file)
     if len(docs) != 1:
-        raise click.ClickException(f"{file}: expected one job, found {len(docs)} documents")
+        raise InputError(file, f"expected one job, found {len(docs)} documents")
     result = validate_manifest(docs[0])
     if not result.ok or result.job is None or result.plan is None:
         for problem in result.problems:
-            click.echo(f"{file}: {problem}", err=True)
+            click.echo(f"{display_name(file)}: {problem}", err=True)
         raise SystemExit(2)
     job, plan = result.job, result.plan
     steps = job.spec.training.steps

@@ -1,0 +1,93 @@
+"""Reading the files ``etj`` commands are given, the way a good Unix tool does.
+
+Every command that takes a file (``validate``, ``plan``, ``render``, ``run``, the
+operator's ``--kubeconfig``) reads it through here: ``-`` is stdin; a missing file, a
+directory, an unreadable file, bytes that are not UTF-8 or text that is not YAML end the
+command with one line naming the file and exit status 2 (a usage error, like click's own).
+click's ``Path(exists=True)`` is not used for this: its message is a multi-line usage
+screen, and it cannot check that the bytes decode.
+
+Only reads and raises; printing is click's.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+# Exit status of every bad-input error: the same as click's usage errors.
+EXIT_BAD_INPUT = 2
+STDIN = "-"
+
+
+def file_argument() -> Any:
+    """The ``FILE`` argument of a command: any path or ``-``, checked when it is read."""
+    # Path(readable=False): click's own check would print a multi-line usage screen.
+    return click.argument("file", type=click.Path(allow_dash=True, readable=False))
+
+
+def display_name(path: str) -> str:
+    """How messages name a file given on the command line."""
+    return "<stdin>" if path == STDIN else path
+
+
+class InputError(click.ClickException):
+    """A file given on the command line cannot be used; one line, exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"{display_name(path)}: {what}")
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of ``path`` (``-``: stdin), or ``InputError`` saying why not."""
+    if path == STDIN:
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a file") from None
+    except PermissionError:
+        raise InputError(path, "permission denied (cannot read it)") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read it: {exc.strerror or exc}") from None
+
+
+def read_text(path: str) -> str:
+    """The UTF-8 text of ``path`` (``-``: stdin), or ``InputError``."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(
+            path, f"not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line})"
+        ) from None
+
+
+def load_documents(path: str) -> list[Any]:
+    """The YAML documents of ``path`` (``-``: stdin), empty ones dropped."""
+    import yaml
+
+    text = read_text(path)
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(path, f"not valid YAML: {problem}{where}") from None
+
+
+def check_readable(path: str) -> str:
+    """``path`` itself once it is known to be a readable UTF-8 file (e.g. a kubeconfig)."""
+    if path == STDIN:
+        raise InputError(path, "must be a file, not stdin")
+    read_text(path)
+    return path
