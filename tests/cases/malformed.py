@@ -246,6 +246,35 @@ CASES: list[Case] = [
         "greater than or equal to 1",
         _set("spec.runPolicy", {"activeDeadlineSeconds": 0}),
     ),
+    # ---- schema: sizes found by test_spec_fuzz ----------------------------------------------
+    Case(
+        "ps-over-max",
+        "schema",
+        "spec.replicas.ps.replicas",
+        "<= 1024",
+        _set("spec.replicas.ps.replicas", 1_000_000_000),
+    ),
+    Case(
+        "quantity-negative",
+        "schema",
+        "spec.sharding.psBaseMemory",
+        "negative",
+        _set("spec.sharding", {"psBaseMemory": "-1Gi"}),
+    ),
+    Case(
+        "quantity-negative-integer",
+        "schema",
+        "spec.sharding.maxShardBytes",
+        "negative",
+        _set("spec.sharding", {"maxShardBytes": -5}),
+    ),
+    Case(
+        "memory-limit-negative",
+        "schema",
+        "spec.replicas.ps.resources.limits.memory",
+        "negative",
+        _set("spec.replicas.ps.resources.limits.memory", "-4Gi"),
+    ),
     # ---- schema: enums and patterns -----------------------------------------------------
     Case(
         "strategy-unknown",
@@ -418,6 +447,37 @@ CASES: list[Case] = [
         "spec.sharding.maxShardBytes",
         "one row of table",
         _both(_set(f"{E0}.dimension", 4096), _set("spec.sharding", {"maxShardBytes": "16Ki"})),
+    ),
+    # ---- plan: found by test_spec_fuzz (the schema accepts them; the planner refuses) ------
+    Case(
+        "table-2-to-the-40-by-8192",
+        "plan",
+        F0,
+        "PlanTooLarge: table 'user_id'",
+        _both(_set(f"{E0}.vocabularySize", 2**40), _set(f"{E0}.dimension", 8192)),
+    ),
+    Case(
+        "too-many-shards-in-all",
+        "plan",
+        "spec.sharding.maxShardBytes",
+        "PlanTooLarge: the tables need",
+        _both(
+            _set(
+                "spec.model.embeddings",
+                [
+                    {"name": f"t{i}", "vocabularySize": 10_000_000, "dimension": 64}
+                    for i in range(20)
+                ],
+            ),
+            _set("spec.sharding", {"maxShardBytes": "16Mi"}),
+        ),
+    ),
+    Case(
+        "quantity-too-large",
+        "plan",
+        "spec.replicas.ps.resources.limits.memory",
+        "larger than any Kubernetes quantity",
+        _set("spec.replicas.ps.resources.limits.memory", "1e999999999"),
     ),
     Case(
         "mirrored-over-worker-memory",

@@ -37,8 +37,11 @@ class OperatorProcess:
         log: Path,
         extra: tuple[str, ...] = (),
         kubeconfig: Path | None = None,
+        kubeconfig_flag: bool = False,
     ):
+        """``kubeconfig_flag``: pass ``--kubeconfig`` with no KUBECONFIG in the environment."""
         self.cluster = cluster
+        self.kubeconfig_flag = kubeconfig_flag
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.namespace = namespace
         self.log = log
@@ -49,6 +52,10 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        flags: list[str] = []
+        if self.kubeconfig_flag:
+            del env["KUBECONFIG"]
+            flags = ["--kubeconfig", str(self.kubeconfig)]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [
@@ -66,6 +73,7 @@ class OperatorProcess:
                     "1",
                     "--log-format",
                     "plain",
+                    *flags,
                     *self.extra,
                 ],
                 env=env,
@@ -111,6 +119,15 @@ class OperatorProcess:
             f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2
         ) as r:
             return str(r.read().decode())
+
+    def memory_bytes(self, field: str = "VmHWM") -> int:
+        """The operator process's memory from /proc: VmHWM, its peak resident set since
+        start, or VmRSS, its resident set now."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError(f"no {field} in /proc/{self.proc.pid}/status")
 
     def tail(self, lines: int = 60) -> str:
         return (

@@ -378,13 +378,18 @@ def test_ps_count_over_the_limit_is_a_schema_error(replicas):
         spec([BIG], replicas={"ps": {"replicas": replicas}})
 
 
-def test_huge_quantities_are_exact_not_float_overflows():
+def test_largest_quantities_plan_and_print():
     s = spec(
         [BIG],
         strategy="ParameterServer",
-        sharding={"psBaseMemory": "1e400", "maxShardBytes": "1e500"},
-        replicas={"ps": {"resources": {"limits": {"memory": "2e400"}}}},
+        sharding={"psBaseMemory": "6Ei", "maxShardBytes": "7Ei"},
+        replicas={"ps": {"resources": {"limits": {"memory": "7Ei"}}}},
     )
     plan = build_plan(s)
     assert plan.ps_replicas == 1 and plan.tables[0].shards == 1
-    assert plan.ps[0].memory_request_bytes > 10**400
+    assert plan.ps[0].memory_request_bytes > 6 * 2**60
+
+
+def test_quantities_beyond_int64_are_refused():
+    with pytest.raises(ValueError, match="larger than any Kubernetes quantity"):
+        spec([BIG], sharding={"maxShardBytes": "1e999999999"})

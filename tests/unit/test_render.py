@@ -134,6 +134,18 @@ def test_no_owner_reference_without_uid():
         assert "ownerReferences" not in obj["metadata"]
 
 
+@pytest.mark.parametrize(
+    "text", ["/\U00010000", "/a\\ud800\\udc00b", "/x\U0010ffff\\\\\U00010000", "/<&'>\u0085\ufffe"]
+)
+def test_any_string_renders_back_unchanged(text):
+    # Found by test_spec_fuzz: JSON's surrogate pairs for characters outside the BMP are
+    # not YAML, so such a mountPath made rendering raise.
+    job = load_example("quickstart.yaml")
+    job["spec"]["checkpoint"] = {"mountPath": text}
+    pod = rendered(job)[2]
+    assert pod["spec"]["containers"][0]["volumeMounts"][1]["mountPath"] == text
+
+
 def test_trainer_config_carries_the_plan_and_parses():
     manifest = load_example("large-tables.yaml")
     job = EmbeddingTrainingJob.from_manifest(manifest)

@@ -35,7 +35,7 @@ class ApiModel(BaseModel):
 
 
 def _check_quantity(value: object) -> object:
-    if isinstance(value, str):
+    if isinstance(value, str | int) and not isinstance(value, bool):
         parse_quantity(value)  # raises ValueError with a readable message
     return value
 
@@ -45,5 +45,5 @@ def _check_quantity(value: object) -> object:
 Quantity = Annotated[
     int | str,
     BeforeValidator(_check_quantity),
-    Field(json_schema_extra={"x-etj-quantity": True, "pattern": QUANTITY_PATTERN}),
+    Field(json_schema_extra={"x-etj-quantity": True, "pattern": QUANTITY_PATTERN, "minimum": 0}),
 ]

@@ -11,9 +11,11 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
-# The pattern the Kubernetes API itself uses for resource.Quantity.
+# The pattern the Kubernetes API itself uses for resource.Quantity, without its minus
+# sign: no size or CPU count here can be negative (the API server refuses negative
+# resources in a Pod, and a negative shard size or base memory means nothing).
 QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 _RE = re.compile(QUANTITY_PATTERN)
@@ -32,13 +34,29 @@ _DECIMAL = {
 }
 
 
+# The largest quantity accepted: what Kubernetes' int64 resource values hold. Without a
+# bound a schema-valid "1e999999999" would become a billion-digit integer.
+MAX_QUANTITY = 2**63 - 1
+
+
 def parse_quantity(value: int | float | str) -> Decimal:
     """The quantity's value in base units (bytes for memory, cores for CPU)."""
+    parsed = _parse(value)
+    if parsed > MAX_QUANTITY:
+        raise ValueError(f"{value!r} is larger than any Kubernetes quantity (2^63-1)")
+    return parsed
+
+
+def _parse(value: int | float | str) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a quantity")
     if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"{value!r} is negative; a quantity here cannot be")
         return Decimal(str(value))
     text = value.strip()
+    if text.startswith("-"):
+        raise ValueError(f"{value!r} is negative; a quantity here cannot be")
     if not _RE.match(text):
         raise ValueError(
             f"{value!r} is not a Kubernetes quantity (examples: 512Mi, 2Gi, 1.5G, 500m)"

@@ -109,6 +109,11 @@ class LocalCluster:
     bin_dir: Path = field(default_factory=default_bin_dir)
     procs: dict[str, Proc] = field(default_factory=dict)
     api_port: int = 0
+    # How each component was started and how its health is read: a restart reuses both,
+    # so a component comes back on the same ports with the same data.
+    _args: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _health: dict[str, tuple[str, Pki | None]] = field(default_factory=dict, repr=False)
+    _etcd_url: str = ""
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -158,9 +163,11 @@ class LocalCluster:
         pki = make_pki(self.state_dir / "pki")
         deadline = time.monotonic() + timeout
         try:
-            etcd_url = self._start_etcd()
+            self._etcd_url = self._start_etcd()
+            self._health["etcd"] = (f"{self._etcd_url}/health", None)
             self.api_port = _free_port()
-            self._start_apiserver(pki, etcd_url)
+            self._start_apiserver(pki, self._etcd_url)
+            self._health["kube-apiserver"] = (self.server + "/readyz", pki)
             self._write_kubeconfig(pki)
             self._wait_healthy("kube-apiserver", self.server + "/readyz", deadline, pki)
             kcm_port = self._start_controller_manager(pki)
@@ -170,6 +177,7 @@ class LocalCluster:
                 ("kube-controller-manager", kcm_port),
                 ("kube-scheduler", scheduler_port),
             ):
+                self._health[name] = (f"https://127.0.0.1:{port}/healthz", None)
                 self._wait_healthy(name, f"https://127.0.0.1:{port}/healthz", deadline)
         except BaseException:
             self.stop()
@@ -185,6 +193,50 @@ class LocalCluster:
 
     def pids(self) -> list[int]:
         return [p.popen.pid for p in self.procs.values()]
+
+    # ---- faults: one component down and back ------------------------------------------
+
+    def stop_component(self, name: str, grace: float = 10.0) -> None:
+        """Stop one component alone (e.g. the API server, as an outage); the others run on.
+        Its ports and data stay for ``start_component``."""
+        if name not in self._args:
+            raise ClusterError(
+                f"{name} is not a component of this cluster ({', '.join(COMPONENTS)})"
+            )
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            proc.stop(grace=grace)
+        self._write_pids()
+
+    def start_component(self, name: str, timeout: float = 60.0) -> None:
+        """Start a component stopped by ``stop_component`` again: the same arguments, so the
+        same ports, certificates and data; returns once it is healthy."""
+        if name in self.procs:
+            raise ClusterError(f"{name} is running; stop it first")
+        self._spawn(name, self._args[name])
+        url, pki = self._health[name]
+        self._wait_healthy(name, url, time.monotonic() + timeout, pki)
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (read through its gRPC gateway)."""
+        return int(self._etcd_call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as the API server does every
+        few minutes: a watch resumed from an older resourceVersion then gets 410 Gone.
+        Returns the revision compacted to."""
+        revision = self.etcd_revision()
+        self._etcd_call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _etcd_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            self._etcd_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return dict(json.loads(resp.read()))
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -215,6 +267,10 @@ class LocalCluster:
             self.state_dir,
         )
         self.procs[name] = proc
+        self._args[name] = args
+        self._write_pids()
+
+    def _write_pids(self) -> None:
         # Recorded so `etj cluster down` (another process) can find them.
         self.pids_file.write_text(json.dumps({n: p.popen.pid for n, p in self.procs.items()}))
 

@@ -9,6 +9,7 @@ the operator's settings come in as ``RenderSettings``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -60,14 +61,34 @@ class RenderSettings:
     memory_limits: dict[str, int] = field(default_factory=dict)
 
 
+# JSON escapes a character outside the BMP as a UTF-16 surrogate pair (backslash-u d800
+# backslash-u dc00), which YAML refuses: YAML spells it backslash-U 00010000. Escaped
+# backslashes are matched first, so a value that itself contains "backslash-u d800" stays.
+_SURROGATE_PAIR = re.compile(r"(\\\\)|\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+
+
+def _pair_to_yaml(m: re.Match[str]) -> str:
+    if m.group(1):
+        return m.group(1)
+    high, low = int(m.group(2), 16), int(m.group(3), 16)
+    return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+
+
+def _tojson(value: Any) -> str:
+    """A value as a JSON literal YAML reads back as the same value."""
+    return _SURROGATE_PAIR.sub(_pair_to_yaml, json.dumps(value, sort_keys=True))
+
+
 @cache
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("etj.render", "templates"),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
     )
+    env.filters["tojson"] = _tojson
+    return env
 
 
 def _render(template: str, **values: Any) -> dict[str, Any]:
