@@ -85,9 +85,12 @@ def load_documents(path: str) -> list[Any]:
         raise InputError(path, f"not valid YAML: {problem}{where}") from None
 
 
-def check_readable(path: str) -> str:
-    """``path`` itself once it is known to be a readable UTF-8 file (e.g. a kubeconfig)."""
+def read_kubeconfig(path: str) -> dict[str, Any]:
+    """The kubeconfig at ``path`` as a mapping, or ``InputError`` (not stdin: the client
+    libraries read it again by path)."""
     if path == STDIN:
-        raise InputError(path, "must be a file, not stdin")
-    read_text(path)
-    return path
+        raise InputError(path, "a kubeconfig must be a file, not stdin")
+    docs = load_documents(path)
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise InputError(path, "not a kubeconfig (expected one YAML mapping)")
+    return docs[0]

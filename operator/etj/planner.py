@@ -88,7 +88,6 @@ from etj.api.spec import (
 # The limits TensorFlow and the plan's carriers live with (see the module docstring).
 MAX_SHARDS_PER_TABLE = 1024
 MAX_TOTAL_SHARDS = 4096
-__all__ = ["MAX_PS", "MAX_SHARDS_PER_TABLE", "MAX_TOTAL_SHARDS", "PlanError", "PlanTooLarge"]
 
 
 class PlanError(ValueError):

@@ -251,6 +251,30 @@ def _container(
     }
 
 
+def ps_job(name: str, workers: int = 2, ps: int = 1, **spec: Any) -> dict[str, Any]:
+    """A small ParameterServer job (one table of 1000 x 8) named ``name``."""
+    return {
+        "apiVersion": "training.etj.dev/v1alpha1",
+        "kind": "EmbeddingTrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "strategy": "ParameterServer",
+            "replicas": {"worker": {"replicas": workers}, "ps": {"replicas": ps}},
+            "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            **spec,
+        },
+    }
+
+
+def ps_job_pods(name: str, workers: int = 2, ps: int = 1) -> set[str]:
+    """The pods of ``ps_job(name, workers, ps)``: a chief, the workers, the ps."""
+    return (
+        {f"{name}-chief-0"}
+        | {f"{name}-worker-{i}" for i in range(workers)}
+        | {f"{name}-ps-{i}" for i in range(ps)}
+    )
+
+
 def job_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
     out = cluster.kubectl("get", "etj", name, "-n", namespace, "-o", "json", check=False)
     if out.returncode != 0:

@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,31 +29,21 @@ import pytest
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
-from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods, pods
+from .operator_helpers import (
+    KubeletStandIn,
+    OperatorProcess,
+    job_status,
+    live_pods,
+    pods,
+    ps_job,
+    ps_job_pods,
+)
 
 pytestmark = pytest.mark.integration
 
 APISERVER = "kube-apiserver"
 OUTAGE_SECONDS = 30.0
 BURST = 6
-
-
-def ps_job(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "training.etj.dev/v1alpha1",
-        "kind": "EmbeddingTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "strategy": "ParameterServer",
-            "replicas": {"worker": {"replicas": 2}, "ps": {"replicas": 1}},
-            "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
-            "runPolicy": {"backoffLimit": 5},
-        },
-    }
-
-
-def expected_pods(name: str) -> set[str]:
-    return {f"{name}-chief-0", f"{name}-worker-0", f"{name}-worker-1", f"{name}-ps-0"}
 
 
 def apply(cluster: LocalCluster, namespace: str, *docs: dict[str, Any]) -> None:
@@ -78,13 +69,23 @@ def kubelet(crds: LocalCluster, namespace: str) -> Iterator[KubeletStandIn]:
 
 @pytest.fixture
 def api_server_back(crds: LocalCluster) -> Iterator[LocalCluster]:
-    """Whatever the test does, the session's API server runs again afterwards."""
+    """Whatever the test does, the session's API server runs again afterwards, and the
+    controllers behind it work again (their watches back off up to 30 s while it is
+    down): a new namespace gets its default ServiceAccount, as the next test needs."""
     try:
         yield crds
     finally:
         for component in ("etcd", APISERVER):
             if component not in crds.procs:
                 crds.start_component(component)
+        probe = f"probe-{uuid.uuid4().hex[:8]}"
+        crds.kubectl("create", "namespace", probe)
+        wait_for(
+            lambda: crds.kubectl("get", "sa", "default", "-n", probe, check=False).returncode == 0,
+            180,
+            "the controller-manager serving again",
+        )
+        crds.kubectl("delete", "namespace", probe, "--wait=false", check=False)
 
 
 def test_api_server_down_30s_mid_burst_every_job_ends_with_exactly_its_pods(
@@ -94,7 +95,7 @@ def test_api_server_down_30s_mid_burst_every_job_ends_with_exactly_its_pods(
     op = OperatorProcess(cluster, namespace, tmp_path / "operator.log").start()
     try:
         names = [f"b{i}" for i in range(BURST)]
-        apply(cluster, namespace, ps_job(names[0]))
+        apply(cluster, namespace, ps_job(names[0], runPolicy={"backoffLimit": 5}))
         wait_for(
             lambda: job_status(cluster, namespace, names[0]).get("phase") == "Running",
             60,
@@ -103,7 +104,9 @@ def test_api_server_down_30s_mid_burst_every_job_ends_with_exactly_its_pods(
         # The rest of the burst, a replica failing, and the API server gone: the operator
         # is in the middle of creating pods and of handling the failure.
         apply(cluster, namespace, *(ps_job(n) for n in names[1:]))
-        kubelet.terminate(f"{names[0]}-worker-1", 1)
+        failed = f"{names[0]}-worker-1"
+        failed_uid = pods(cluster, namespace)[failed]["metadata"]["uid"]
+        kubelet.terminate(failed, 1)
         cluster.stop_component(APISERVER)
         outage_end = time.monotonic() + OUTAGE_SECONDS
         while time.monotonic() < outage_end:  # the outage itself, not a wait for a condition
@@ -111,23 +114,32 @@ def test_api_server_down_30s_mid_burst_every_job_ends_with_exactly_its_pods(
             time.sleep(1)
         cluster.start_component(APISERVER)
 
-        want = set().union(*(expected_pods(n) for n in names))
-        wait_for(lambda: set(live_pods(cluster, namespace)) == want, 120, "every job's pods")
+        want = set().union(*(ps_job_pods(n) for n in names))
+        wait_for(
+            lambda: (
+                set(live := live_pods(cluster, namespace)) == want
+                and live[failed]["metadata"]["uid"] != failed_uid
+            ),
+            120,
+            "every job's pods, the failed one replaced",
+        )
         wait_for(
             lambda: all(job_status(cluster, namespace, n).get("phase") == "Running" for n in names),
             120,
             "every job Running",
         )
         wait_for(lambda: restarts(cluster, namespace, names[0]) == 1, 60, "one restart of b0")
-        # Settled: further passes (resync every 5 s) create nothing and count nothing more.
+        # Settled: further passes (resync every 5 s) create, delete and count nothing more.
+        uids = {n: p["metadata"]["uid"] for n, p in live_pods(cluster, namespace).items()}
         baseline = _reconciles(op)
         wait_for(lambda: _reconciles(op) >= baseline + 2 * BURST, 60, "two more passes a job")
-        assert set(live_pods(cluster, namespace)) == want
+        assert {n: p["metadata"]["uid"] for n, p in live_pods(cluster, namespace).items()} == uids
         assert {n: restarts(cluster, namespace, n) for n in names} == {
             n: (1 if n == names[0] else 0) for n in names
         }
-        # Exactly one pod created per replica, plus the one replacement: no duplicates.
-        assert pods_created(op) == len(want) + 1
+        # At most one creation per replica plus the replacement (a create whose answer the
+        # outage swallowed is not counted; its retry finds the pod there).
+        assert pods_created(op) <= len(want) + 1
         assert all(
             len(p["metadata"]["ownerReferences"]) == 1 for p in pods(cluster, namespace).values()
         )
@@ -150,7 +162,7 @@ def test_expired_watch_is_resumed_without_missing_a_pod_failure(
     op = OperatorProcess(cluster, namespace, tmp_path / "operator.log", extra=quiet).start()
     try:
         apply(cluster, namespace, ps_job("w"))
-        wait_for(lambda: set(live_pods(cluster, namespace)) == expected_pods("w"), 60, "pods")
+        wait_for(lambda: set(live_pods(cluster, namespace)) == ps_job_pods("w"), 60, "pods")
         wait_for(
             lambda: job_status(cluster, namespace, "w").get("phase") == "Running", 60, "Running"
         )
@@ -173,7 +185,7 @@ def test_expired_watch_is_resumed_without_missing_a_pod_failure(
             "worker 1 replaced",
         )
         wait_for(lambda: restarts(cluster, namespace, "w") == 1, 30, "one restart counted")
-        assert set(live_pods(cluster, namespace)) == expected_pods("w")
+        assert set(live_pods(cluster, namespace)) == ps_job_pods("w")
         # The resumed watch really expired (kopf logs it at debug level).
         log = op.log.read_text(errors="replace")
         assert "Restarting the watch-stream for pods" in log, op.tail(80)

@@ -22,7 +22,15 @@ import pytest
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
-from .operator_helpers import ETJ, KubeletStandIn, OperatorProcess, job_status, live_pods
+from .operator_helpers import (
+    ETJ,
+    KubeletStandIn,
+    OperatorProcess,
+    job_status,
+    live_pods,
+    ps_job,
+    ps_job_pods,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -34,22 +42,9 @@ HUGE: dict[str, Any] = {
         "model": {"embeddings": [{"name": "big", "vocabularySize": 2**40, "dimension": 8192}]},
     },
 }
-ORDINARY: dict[str, Any] = {
-    "apiVersion": "training.etj.dev/v1alpha1",
-    "kind": "EmbeddingTrainingJob",
-    "metadata": {"name": "ordinary"},
-    "spec": {
-        "strategy": "ParameterServer",
-        "replicas": {"worker": {"replicas": 3}, "ps": {"replicas": 2}},
-        "model": {"embeddings": [{"name": "user_id", "vocabularySize": 100000, "dimension": 16}]},
-        "sharding": {"maxShardBytes": "4Mi"},
-    },
-}
 # chief + 3 workers + 2 ps: the 6-pod job.
-ORDINARY_PODS = {f"ordinary-{r}" for r in ("chief-0", "worker-0", "worker-1", "worker-2")} | {
-    "ordinary-ps-0",
-    "ordinary-ps-1",
-}
+ORDINARY = ps_job("ordinary", workers=3, ps=2)
+ORDINARY_PODS = ps_job_pods("ordinary", workers=3, ps=2)
 # What the acceptance asks; the test allows more (the machine is shared), the note says more.
 FAILED_WITHIN = 5.0
 PODS_WITHIN = 5.0

@@ -60,22 +60,30 @@ def test_directory(command, tmp_path):
     assert "is a directory" in result.stderr
 
 
+# Content no command can use, and what the one line says about it.
+BAD_CONTENT = {
+    "not-utf8": (b"apiVersion: v1\nkind: caf\xe9\n", "not UTF-8 text (byte 0xe9 on line 2)"),
+    "not-yaml": (b"spec: [unclosed\n  model: {\n", "not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("content", BAD_CONTENT)
 @pytest.mark.parametrize("command", FILE_COMMANDS)
-def test_not_utf8(command, tmp_path):
-    path = tmp_path / "latin1.yaml"
-    path.write_bytes(b"apiVersion: v1\nkind: caf\xe9\n")
+def test_bad_content(command, content, tmp_path):
+    data, says = BAD_CONTENT[content]
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(data)
     result = invoke(_args(command, str(path)))
     _one_line_exit_2(result, str(path))
-    assert "not UTF-8" in result.stderr and "line 2" in result.stderr
+    assert says in result.stderr
 
 
-@pytest.mark.parametrize("command", [c for c in FILE_COMMANDS if c != "operator --kubeconfig"])
-def test_not_yaml_is_one_line_too(command, tmp_path):
-    path = tmp_path / "broken.yaml"
-    path.write_text("spec: [unclosed\n  model: {\n")
-    result = invoke(_args(command, str(path)))
+def test_kubeconfig_that_is_not_one_is_one_line_too(tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    result = invoke(_args("operator --kubeconfig", str(path)))
     _one_line_exit_2(result, str(path))
-    assert "not valid YAML" in result.stderr
+    assert "cannot be used" in result.stderr
 
 
 @pytest.mark.parametrize("command", FILE_COMMANDS)

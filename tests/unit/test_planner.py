@@ -9,9 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from etj.api.quantity import quantity_bytes
-from etj.api.spec import EmbeddingTrainingJobSpec
+from etj.api.spec import MAX_PS, EmbeddingTrainingJobSpec
 from etj.planner import (
-    MAX_PS,
     MAX_TOTAL_SHARDS,
     PlanError,
     PlanTooLarge,

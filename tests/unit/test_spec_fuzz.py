@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 import etj.planner as planner
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
+from etj.api.spec import MAX_PS
 from etj.crd import build_crd
 from etj.render import RenderSettings, build_config_map, build_pod, build_service
 from etj.render.objects import replica_set
@@ -233,7 +234,7 @@ def test_schema_valid_extremes_plan_render_and_validate_within_bounds(manifest, 
     shards = sum(t.shards for t in plan.tables)
     assert shards <= planner.MAX_TOTAL_SHARDS
     assert all(t.shards <= planner.MAX_SHARDS_PER_TABLE for t in plan.tables)
-    assert plan.ps_replicas <= planner.MAX_PS
+    assert plan.ps_replicas <= MAX_PS
     # The plan's size follows from tables, shards and ps, never from rows.
     assert _size(plan.to_wire()) <= 400 * tables + 160 * shards + 120 * plan.ps_replicas + 400
 

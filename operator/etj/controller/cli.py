@@ -96,10 +96,11 @@ def operator(
 ) -> None:
     """Run the etj operator."""
     import kopf
+    from kubernetes.config import ConfigException
     from prometheus_client import start_http_server
 
     import etj.controller.handlers  # noqa: F401  (registers the handlers)
-    from etj.cliio import check_readable
+    from etj.cliio import InputError, read_kubeconfig
     from etj.controller.handlers import post_event
     from etj.controller.login import register_login
     from etj.controller.reconciler import Reconciler
@@ -107,7 +108,12 @@ def operator(
     from etj.k8s import Kube, load_config
 
     if kubeconfig:
-        check_readable(kubeconfig)
+        read_kubeconfig(kubeconfig)
+    try:
+        api = load_config(kubeconfig)
+    except ConfigException as exc:
+        message = " ".join(str(exc).split())
+        raise InputError(kubeconfig or "kubeconfig", f"cannot be used: {message}") from None
 
     settings = OperatorSettings(
         default_image=default_image,
@@ -118,7 +124,6 @@ def operator(
     )
     if metrics_port:
         start_http_server(metrics_port)
-    api = load_config(kubeconfig)
     if kubeconfig:
         register_login(api.configuration)  # kopf's own login would ignore the path
     reconciler = Reconciler(Kube(api), settings, post_event)

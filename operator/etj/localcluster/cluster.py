@@ -14,6 +14,12 @@ the thread that started it; ``stop()`` ends them all (SIGTERM, then SIGKILL afte
 deadline). Because the death signal follows the starting *thread*, call ``start()`` from
 a thread that lives as long as the cluster (the main thread, a pytest fixture).
 
+Faults, for tests of what survives them: ``stop_component(name)`` stops one component
+alone (the API server as an outage, etcd) and ``start_component(name)`` starts it again
+with the same arguments — the same ports, certificates and data — once it is healthy;
+``compact_etcd()`` compacts etcd's history as the API server does every few minutes, so a
+watch resumed from an older resourceVersion gets 410 Gone.
+
 Logs go to ``<state>/logs/<component>.log``. Readiness is polled with a deadline:
 ``/readyz`` of the API server and ``/healthz`` of the controller-manager and scheduler.
 
