@@ -304,6 +304,7 @@ def test_unplannable_spec_fails_with_message_and_no_pods(
     doc = job()
     doc["spec"]["model"]["embeddings"][0]["vocabularySize"] = 50_000_000
     doc["spec"]["model"]["embeddings"][0]["dimension"] = 64
+    doc["spec"]["sharding"]["maxShardBytes"] = "512Mi"  # 4Mi would be 6104 shards: too many
     doc["spec"]["replicas"]["ps"] = {
         "replicas": "auto",
         "maxReplicas": 2,

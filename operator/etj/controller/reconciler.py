@@ -163,7 +163,7 @@ class Reconciler:
         if plan is not None and d.create_service:
             await self.kube.create(build_service(job, render))
         if plan is not None and d.create_config_map:
-            await self.kube.create(build_config_map(job, plan, render))
+            await self.kube.create(await asyncio.to_thread(build_config_map, job, plan, render))
         for pod in d.delete_pods:
             await self.kube.delete_pod(ns, pod)
         if plan is not None and d.create_pods:
