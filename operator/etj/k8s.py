@@ -43,6 +43,7 @@ class Kube:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
 
     def _plain(self, obj: Any) -> Any:
         return self.api_client.sanitize_for_serialization(obj)
@@ -138,3 +139,52 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    # ---- the leader Lease --------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            lease = await asyncio.to_thread(
+                self.coordination.read_namespaced_lease, name, namespace
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(self._plain(lease))
+
+    async def create_lease(self, namespace: str, name: str, spec: dict[str, Any]) -> bool:
+        """False when another candidate created it first."""
+        body: Any = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+        try:
+            await asyncio.to_thread(self.coordination.create_namespaced_lease, namespace, body)
+            return True
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+
+    async def replace_lease(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> bool:
+        """Replace the Lease if it is still at ``resource_version``; False when it changed."""
+        body: Any = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": resource_version},
+            "spec": spec,
+        }
+        try:
+            await asyncio.to_thread(
+                self.coordination.replace_namespaced_lease, name, namespace, body
+            )
+            return True
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
