@@ -10,12 +10,14 @@ No decisions are made here.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from etj.api.constants import GROUP, PLURAL, VERSION
+from etj import __version__
+from etj.api.constants import GROUP, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PLURAL, VERSION
 from etj.render.objects import job_selector
 
 
@@ -29,7 +31,13 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     # The burst benchmark creates hundreds of pods at once: allow parallel connections.
     cfg.connection_pool_maxsize = 32
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    # Its own name in the API server's audit log (not the generator's default).
+    api.user_agent = USER_AGENT
+    return api
+
+
+USER_AGENT = f"etj-operator/{__version__}"
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -74,6 +82,41 @@ class Kube:
         )
         return list(self._plain(pods).get("items") or [])
 
+    async def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every job (of one namespace, or cluster-wide) and the list's resourceVersion."""
+        found: Any
+        if namespace is None:
+            found = await asyncio.to_thread(
+                self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
+            )
+        else:
+            found = await asyncio.to_thread(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+            )
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
+    async def list_managed_pods(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every pod etj made (of one namespace, or cluster-wide) and the list's version."""
+        selector = _selector({LABEL_MANAGED_BY: MANAGED_BY_VALUE})
+        # The raw JSON: building V1Pod models for thousands of pods only to turn them back
+        # into dicts costs seconds of CPU.
+        resp: Any
+        if namespace is None:
+            resp = await asyncio.to_thread(
+                self.core.list_pod_for_all_namespaces,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        else:
+            resp = await asyncio.to_thread(
+                self.core.list_namespaced_pod,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        found = json.loads(resp.data)
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
     async def exists(self, kind: str, namespace: str, name: str) -> bool:
         read = {
             "Service": self.core.read_namespaced_service,
@@ -89,20 +132,21 @@ class Kube:
 
     # ---- writes ------------------------------------------------------------------------
 
-    async def create(self, obj: dict[str, Any]) -> bool:
-        """Create a Service, ConfigMap or Pod; False when it already existed."""
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a Service, ConfigMap or Pod: the object as stored; None when it already
+        existed."""
         create: Any = {
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
             "Pod": self.core.create_namespaced_pod,
         }[obj["kind"]]
         try:
-            await asyncio.to_thread(create, obj["metadata"]["namespace"], obj)
-            return True
+            created = await asyncio.to_thread(create, obj["metadata"]["namespace"], obj)
         except ApiException as exc:
             if exc.status == 409:
-                return False
+                return None
             raise
+        return dict(self._plain(created))
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod; False when it was already gone."""
@@ -114,8 +158,11 @@ class Kube:
                 return False
             raise
 
-    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await asyncio.to_thread(
+    async def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the job's status subresource; the job as stored afterwards."""
+        stored: Any = await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
@@ -124,6 +171,7 @@ class Kube:
             name,
             {"status": status},
         )
+        return dict(stored)
 
     async def delete_job(self, namespace: str, name: str) -> None:
         try:

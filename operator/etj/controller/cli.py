@@ -64,7 +64,13 @@ from etj.api.quantity import quantity_bytes
     "active, the others on standby). The chart sets it when replicaCount > 1.",
 )
 @click.option(
-    "--resync-seconds", default=30.0, type=float, envvar="ETJ_RESYNC_SECONDS", show_default=True
+    "--resync-seconds",
+    default=30.0,
+    type=float,
+    envvar="ETJ_RESYNC_SECONDS",
+    show_default=True,
+    help="A full resync of the watch cache from the API (one LIST of jobs, one of pods) "
+    "and a pass over every unfinished job at least this often.",
 )
 @click.option(
     "--progress-seconds",
@@ -110,6 +116,7 @@ def operator(
 
     import etj.controller.handlers  # noqa: F401  (registers the handlers)
     from etj.controller import metrics
+    from etj.controller.cache import WatchCache
     from etj.controller.handlers import post_event
     from etj.controller.leader import LeaderElector, serve_liveness
     from etj.controller.reconciler import Reconciler
@@ -125,8 +132,15 @@ def operator(
     )
     if metrics_port:
         start_http_server(metrics_port)
-    reconciler = Reconciler(Kube(load_config(kubeconfig)), settings, post_event)
-    memo = kopf.Memo(reconciler=reconciler, settings=settings, wakeups={})
+    cache = WatchCache()
+    reconciler = Reconciler(Kube(load_config(kubeconfig)), settings, post_event, cache=cache)
+    memo = kopf.Memo(
+        reconciler=reconciler,
+        settings=settings,
+        wakeups={},
+        cache=cache,
+        namespaces=list(namespaces),
+    )
     kopf.configure(
         verbose=verbose,
         log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,

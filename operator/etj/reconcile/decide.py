@@ -24,7 +24,7 @@ from etj.api.status import (
     Progress,
     ReplicaBackoff,
 )
-from etj.reconcile.conditions import set_condition
+from etj.reconcile.conditions import condition_true, set_condition
 from etj.reconcile.observe import PodState
 from etj.reconcile.policies.backoff import due_time, recovered, wait_for, waiting_seconds
 from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
@@ -378,7 +378,9 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
     restarting = set(p.st.restarting_pods)
     deleting = set(p.d.delete_pods)
     desired = set(replicas.tasks())
-    first_time = not p.w.pods and not restarting
+    # Said once per job, even when the status write of the pass that created the pods
+    # failed (the next pass then finds them there).
+    first_time = not condition_true(p.st.conditions, "Created")
     for key in replicas.tasks():
         pod = p.pods.get(key)
         name = pod_name(p.job.name, *key)
@@ -400,12 +402,12 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
         pod.name for key, pod in p.pods.items() if key not in desired and not pod.terminating
     )
     p.st.restarting_pods = sorted(restarting)
-    if first_time and p.d.create_pods:
-        p.condition("Created", True, "PodsCreated", f"{len(p.d.create_pods)} pods created")
+    if first_time and (p.d.create_pods or p.w.pods):
+        p.condition("Created", True, "PodsCreated", f"{len(desired)} pods created")
         p.event(
             "Normal",
             "Created",
-            f"created {len(p.d.create_pods)} pods ({p.w.plan.strategy if p.w.plan else ''}, {replicas.ps} ps)",
+            f"created {len(desired)} pods ({p.w.plan.strategy if p.w.plan else ''}, {replicas.ps} ps)",
         )
 
 
