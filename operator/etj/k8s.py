@@ -40,6 +40,25 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
 USER_AGENT = f"etj-operator/{__version__}"
 
 
+async def _call(tolerated: int, fn: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """Run a blocking client call in a worker thread: ``(True, result)``, or ``(False,
+    None)`` when the API answered ``tolerated`` (404: already gone, 409: already exists or
+    changed meanwhile). Any other error is raised."""
+    try:
+        return True, await asyncio.to_thread(fn, *args, **kwargs)
+    except ApiException as exc:
+        if exc.status == tolerated:
+            return False, None
+        raise
+
+
+def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None = None) -> Any:
+    meta = {"name": name, "namespace": namespace}
+    if version is not None:
+        meta["resourceVersion"] = version
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+
+
 def _selector(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
@@ -59,20 +78,10 @@ class Kube:
     # ---- reads -------------------------------------------------------------------------
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            job: dict[str, Any] = await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object,  # type: ignore[arg-type]
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-            )
-            return job
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found, job = await _call(
+            404, self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+        )
+        return dict(job) if found else None
 
     async def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
         pods = await asyncio.to_thread(
@@ -122,13 +131,8 @@ class Kube:
             "Service": self.core.read_namespaced_service,
             "ConfigMap": self.core.read_namespaced_config_map,
         }[kind]
-        try:
-            await asyncio.to_thread(read, name, namespace)
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        found, _ = await _call(404, read, name, namespace)
+        return found
 
     # ---- writes ------------------------------------------------------------------------
 
@@ -140,23 +144,13 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Pod": self.core.create_namespaced_pod,
         }[obj["kind"]]
-        try:
-            created = await asyncio.to_thread(create, obj["metadata"]["namespace"], obj)
-        except ApiException as exc:
-            if exc.status == 409:
-                return None
-            raise
-        return dict(self._plain(created))
+        made, created = await _call(409, create, obj["metadata"]["namespace"], obj)
+        return dict(self._plain(created)) if made else None
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod; False when it was already gone."""
-        try:
-            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace)
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace)
+        return deleted
 
     async def patch_job_status(
         self, namespace: str, name: str, status: dict[str, Any]
@@ -174,65 +168,36 @@ class Kube:
         return dict(stored)
 
     async def delete_job(self, namespace: str, name: str) -> None:
-        try:
-            await asyncio.to_thread(
-                self.custom.delete_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                propagation_policy="Background",
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await _call(
+            404,
+            self.custom.delete_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            propagation_policy="Background",
+        )
 
     # ---- the leader Lease --------------------------------------------------------------
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            lease = await asyncio.to_thread(
-                self.coordination.read_namespaced_lease, name, namespace
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(self._plain(lease))
+        found, lease = await _call(404, self.coordination.read_namespaced_lease, name, namespace)
+        return dict(self._plain(lease)) if found else None
 
     async def create_lease(self, namespace: str, name: str, spec: dict[str, Any]) -> bool:
         """False when another candidate created it first."""
-        body: Any = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": spec,
-        }
-        try:
-            await asyncio.to_thread(self.coordination.create_namespaced_lease, namespace, body)
-            return True
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
+        made, _ = await _call(
+            409, self.coordination.create_namespaced_lease, namespace, _lease(namespace, name, spec)
+        )
+        return made
 
     async def replace_lease(
         self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
     ) -> bool:
         """Replace the Lease if it is still at ``resource_version``; False when it changed."""
-        body: Any = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": name, "namespace": namespace, "resourceVersion": resource_version},
-            "spec": spec,
-        }
-        try:
-            await asyncio.to_thread(
-                self.coordination.replace_namespaced_lease, name, namespace, body
-            )
-            return True
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
+        body = _lease(namespace, name, spec, resource_version)
+        replaced, _ = await _call(
+            409, self.coordination.replace_namespaced_lease, name, namespace, body
+        )
+        return replaced

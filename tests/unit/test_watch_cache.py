@@ -89,3 +89,12 @@ def test_children_are_forgotten_with_their_job():
     cache.on_job_event("DELETED", job("j", 3))
     assert not cache.has("Service", "a", "j") and not cache.has("ConfigMap", "a", "j")
     assert cache.has("Service", "a", "k")
+
+
+def test_managed_fields_are_not_kept():
+    cache = WatchCache()
+    fat = job("j", 3)
+    fat["metadata"]["managedFields"] = [{"manager": "etj", "fieldsV1": {"f:status": {}}}]
+    cache.put_job(fat)
+    assert "managedFields" not in cache.job("a", "j")["metadata"]
+    assert "managedFields" in fat["metadata"]  # the caller's object is left alone

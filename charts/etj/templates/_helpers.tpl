@@ -44,7 +44,7 @@ app.kubernetes.io/component: operator
   verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [services, configmaps]
-  verbs: [get, create]
+  verbs: [create]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create]

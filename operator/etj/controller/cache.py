@@ -50,6 +50,15 @@ def newer(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
     return True
 
 
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without ``metadata.managedFields``: nothing a reconcile reads, and for a
+    job whose status the operator writes, a copy of the status's shape (most of its size)."""
+    meta = obj.get("metadata") or {}
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def _key(obj: dict[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -86,7 +95,7 @@ class WatchCache:
         current = self.jobs.get(key)
         if not newer(obj, current) or (current is not None and _rv(current) == _rv(obj)):
             return False
-        self.jobs[key] = obj
+        self.jobs[key] = _slim(obj)
         return True
 
     def put_pod(self, obj: dict[str, Any]) -> bool:
@@ -98,7 +107,7 @@ class WatchCache:
         current = pods.get(name)
         if not newer(obj, current) or (current is not None and _rv(current) == _rv(obj)):
             return False
-        pods[name] = obj
+        pods[name] = _slim(obj)
         return True
 
     def put_child(self, kind: str, namespace: str, job: str) -> None:

@@ -109,6 +109,8 @@ class LocalCluster:
     bin_dir: Path = field(default_factory=default_bin_dir)
     procs: dict[str, Proc] = field(default_factory=dict)
     api_port: int = 0
+    # Extra kube-apiserver flags, after the defaults (a later flag wins), e.g. for a benchmark.
+    apiserver_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -269,6 +271,7 @@ class LocalCluster:
                 "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
 
