@@ -42,11 +42,13 @@ from tests.integration.operator_helpers import OperatorProcess  # noqa: E402
 
 from etj.k8s import load_config  # noqa: E402
 from etj.localcluster import LocalCluster  # noqa: E402
+from etj.localcluster.cluster import NODE_NAME  # noqa: E402
 from operator_burst import wait  # noqa: E402  (this directory: the same deadline-bounded poll)
 
 NS = "scale"
 GROUP, VERSION, PLURAL = "training.etj.dev", "v1alpha1", "embeddingtrainingjobs"
 SA = "etj-operator"
+ROOMY = {"cpu": "1k", "memory": "4Ti", "pods": "5k"}
 PRODUCTION = ("--resync-seconds", "30", "--progress-seconds", "10")
 
 
@@ -57,7 +59,15 @@ def job(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "strategy": "MultiWorkerMirrored",
-            "replicas": {"worker": {"replicas": 1}},
+            "replicas": {
+                "worker": {
+                    "replicas": 1,
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "64Mi"},
+                        "limits": {"memory": "1Gi"},  # what the planner wants a worker to have
+                    },
+                }
+            },
             "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
         },
     }
@@ -198,6 +208,13 @@ def phases(custom: client.CustomObjectsApi) -> dict[str, int]:
     return counts
 
 
+def all_running(custom: client.CustomObjectsApi, jobs: int) -> bool:
+    counts = phases(custom)
+    if counts.get("Failed"):
+        raise SystemExit(f"jobs failed during the set-up: {counts}")
+    return counts.get("Running", 0) == jobs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
@@ -226,6 +243,16 @@ def main() -> None:
                 ),
                 30,
             )
+            # Room on the one node for a thousand workers of the planned 769Mi each.
+            cluster.kubectl(
+                "patch",
+                "node",
+                NODE_NAME,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps({"status": {key: ROOMY for key in ("capacity", "allocatable")}}),
+            )
             core = client.CoreV1Api(load_config(str(cluster.kubeconfig)))
             custom = client.CustomObjectsApi(core.api_client)
             kubeconfig = operator_identity(cluster, Path(tmp) / "operator.kubeconfig")
@@ -249,7 +276,7 @@ def main() -> None:
                         names,
                     )
                 )
-            wait(lambda: phases(custom).get("Running", 0) == args.jobs, 1800, every=2)
+            wait(lambda: all_running(custom, args.jobs), 1800, every=2)
             setup_running = time.monotonic() - t0
             # 2. All but n_running finish: their worker (the leader) exits 0.
             assert kubelet is not None
