@@ -235,7 +235,17 @@ def main() -> None:
         try:
             for path in sorted((ROOT / "crds").glob("*.yaml")):
                 cluster.kubectl("apply", "--server-side", "-f", str(path))
-            cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
+            # A CRD just applied may not have its conditions yet: kubectl wait then errs.
+            wait(
+                lambda: (
+                    cluster.kubectl(
+                        "wait", "--for=condition=Established", "crd", "--all", check=False
+                    ).returncode
+                    == 0
+                ),
+                60,
+                every=0.5,
+            )
             cluster.kubectl("create", "namespace", NS)
             wait(
                 lambda: (
