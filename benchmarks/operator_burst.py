@@ -45,6 +45,8 @@ def job(name: str) -> dict:
             "model": {
                 "embeddings": [{"name": "user_id", "vocabularySize": 100000, "dimension": 16}]
             },
+            # The replacement latency measured is the operator's, not the restart back-off.
+            "runPolicy": {"restartBackoff": {"initialSeconds": 0}},
         },
     }
 

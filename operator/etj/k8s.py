@@ -10,26 +10,57 @@ No decisions are made here.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from etj.api.constants import GROUP, PLURAL, VERSION
+from etj import __version__
+from etj.api.constants import GROUP, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PLURAL, VERSION
 from etj.render.objects import job_selector
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
-    """An API client from KUBECONFIG (like kubectl) or the in-cluster service account."""
-    try:
-        config.load_incluster_config()
-        cfg = client.Configuration.get_default_copy()
-    except config.ConfigException:
-        cfg = client.Configuration()
+    """An API client from ``kubeconfig`` when given, else the in-cluster service account,
+    else KUBECONFIG / ~/.kube/config (like kubectl). An explicit path always wins: inside a
+    pod, ``--kubeconfig`` must not be silently replaced by the pod's own account."""
+    cfg = client.Configuration()
+    if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)
     # The burst benchmark creates hundreds of pods at once: allow parallel connections.
     cfg.connection_pool_maxsize = 32
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    # Its own name in the API server's audit log (not the generator's default).
+    api.user_agent = USER_AGENT
+    return api
+
+
+USER_AGENT = f"etj-operator/{__version__}"
+
+
+async def _call(tolerated: int, fn: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """Run a blocking client call in a worker thread: ``(True, result)``, or ``(False,
+    None)`` when the API answered ``tolerated`` (404: already gone, 409: already exists or
+    changed meanwhile). Any other error is raised."""
+    try:
+        return True, await asyncio.to_thread(fn, *args, **kwargs)
+    except ApiException as exc:
+        if exc.status == tolerated:
+            return False, None
+        raise
+
+
+def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None = None) -> Any:
+    meta = {"name": name, "namespace": namespace}
+    if version is not None:
+        meta["resourceVersion"] = version
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -43,6 +74,7 @@ class Kube:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
 
     def _plain(self, obj: Any) -> Any:
         return self.api_client.sanitize_for_serialization(obj)
@@ -50,20 +82,10 @@ class Kube:
     # ---- reads -------------------------------------------------------------------------
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            job: dict[str, Any] = await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object,  # type: ignore[arg-type]
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-            )
-            return job
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found, job = await _call(
+            404, self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+        )
+        return dict(job) if found else None
 
     async def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
         pods = await asyncio.to_thread(
@@ -73,48 +95,72 @@ class Kube:
         )
         return list(self._plain(pods).get("items") or [])
 
+    async def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every job (of one namespace, or cluster-wide) and the list's resourceVersion."""
+        found: Any
+        if namespace is None:
+            found = await asyncio.to_thread(
+                self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
+            )
+        else:
+            found = await asyncio.to_thread(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+            )
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
+    async def list_managed_pods(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every pod etj made (of one namespace, or cluster-wide) and the list's version."""
+        selector = _selector({LABEL_MANAGED_BY: MANAGED_BY_VALUE})
+        # The raw JSON: building V1Pod models for thousands of pods only to turn them back
+        # into dicts costs seconds of CPU.
+        resp: Any
+        if namespace is None:
+            resp = await asyncio.to_thread(
+                self.core.list_pod_for_all_namespaces,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        else:
+            resp = await asyncio.to_thread(
+                self.core.list_namespaced_pod,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        found = json.loads(resp.data)
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
     async def exists(self, kind: str, namespace: str, name: str) -> bool:
         read = {
             "Service": self.core.read_namespaced_service,
             "ConfigMap": self.core.read_namespaced_config_map,
         }[kind]
-        try:
-            await asyncio.to_thread(read, name, namespace)
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        found, _ = await _call(404, read, name, namespace)
+        return found
 
     # ---- writes ------------------------------------------------------------------------
 
-    async def create(self, obj: dict[str, Any]) -> bool:
-        """Create a Service, ConfigMap or Pod; False when it already existed."""
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a Service, ConfigMap or Pod: the object as stored; None when it already
+        existed."""
         create: Any = {
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
             "Pod": self.core.create_namespaced_pod,
         }[obj["kind"]]
-        try:
-            await asyncio.to_thread(create, obj["metadata"]["namespace"], obj)
-            return True
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
+        made, created = await _call(409, create, obj["metadata"]["namespace"], obj)
+        return dict(self._plain(created)) if made else None
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod; False when it was already gone."""
-        try:
-            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace)
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace)
+        return deleted
 
-    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await asyncio.to_thread(
+    async def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the job's status subresource; the job as stored afterwards."""
+        stored: Any = await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
@@ -123,18 +169,39 @@ class Kube:
             name,
             {"status": status},
         )
+        return dict(stored)
 
     async def delete_job(self, namespace: str, name: str) -> None:
-        try:
-            await asyncio.to_thread(
-                self.custom.delete_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                propagation_policy="Background",
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await _call(
+            404,
+            self.custom.delete_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            propagation_policy="Background",
+        )
+
+    # ---- the leader Lease --------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found, lease = await _call(404, self.coordination.read_namespaced_lease, name, namespace)
+        return dict(self._plain(lease)) if found else None
+
+    async def create_lease(self, namespace: str, name: str, spec: dict[str, Any]) -> bool:
+        """False when another candidate created it first."""
+        made, _ = await _call(
+            409, self.coordination.create_namespaced_lease, namespace, _lease(namespace, name, spec)
+        )
+        return made
+
+    async def replace_lease(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> bool:
+        """Replace the Lease if it is still at ``resource_version``; False when it changed."""
+        body = _lease(namespace, name, spec, resource_version)
+        replaced, _ = await _call(
+            409, self.coordination.replace_namespaced_lease, name, namespace, body
+        )
+        return replaced

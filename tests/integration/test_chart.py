@@ -20,6 +20,8 @@ from .test_operator import PS_PODS, apply, job, phase
 pytestmark = pytest.mark.integration
 CHART = str(ROOT / "charts" / "etj")
 RELEASE, RELEASE_NS = "etj", "etj-system"
+# What the chart passes with replicaCount > 1.
+LEADER_ARGS = (f"--leader-election={RELEASE_NS}/{RELEASE}",)
 
 
 def helm(cluster: LocalCluster, *args: str, check: bool = True):  # type: ignore[no-untyped-def]
@@ -58,14 +60,24 @@ def test_lint_and_template(cluster: LocalCluster):
         )
         if d
     ]
-    assert sorted(d["kind"] for d in scoped).count("Role") == 2
-    assert sum(d["kind"] == "KopfPeering" for d in scoped) == 2
-    args = next(d for d in scoped if d["kind"] == "Deployment")["spec"]["template"]["spec"][
-        "containers"
-    ][0]["args"]
-    assert "--namespace=a" in args and any(a.startswith("--peering=") for a in args)
+    # A Role per watched namespace, and one for the leader Lease in the release's namespace.
+    roles = [d for d in scoped if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b", "default"]
+    lease_role = next(r for r in roles if r["metadata"]["name"] == "etj-leader")
+    assert {tuple(r["verbs"]) for r in lease_role["rules"]} == {("create",), ("get", "update")}
+    deployment = next(d for d in scoped if d["kind"] == "Deployment")["spec"]
+    args = deployment["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=a" in args and "--leader-election=default/etj" in args
+    assert "strategy" not in deployment  # several replicas: a rolling update is safe
+    single = next(d for d in cluster_wide if d and d["kind"] == "Deployment")["spec"]
+    assert single["strategy"] == {"type": "Recreate"}
+    assert not any(a.startswith("--leader-election") for a in _args(single))
     bad = helm(cluster, "template", "etj", CHART, "--set", "replicaCount=-1", check=False)
     assert bad.returncode != 0 and "replicaCount" in bad.stderr
+
+
+def _args(deployment_spec: dict) -> list[str]:
+    return list(deployment_spec["template"]["spec"]["containers"][0]["args"])
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +91,10 @@ def installed(crds: LocalCluster) -> Iterator[LocalCluster]:
         RELEASE_NS,
         "--create-namespace",
         "--skip-crds",
+        # Two replicas: the chart adds the leader Lease and its Role, which the operator
+        # below then uses under the chart's ServiceAccount.
+        "--set",
+        "replicaCount=2",
     )
     try:
         yield crds
@@ -121,10 +137,16 @@ def test_operator_under_the_chart_service_account_runs_a_whole_lifecycle(
     installed: LocalCluster, namespace: str, tmp_path: Path
 ):
     kubeconfig = service_account_kubeconfig(installed, tmp_path / "sa.kubeconfig")
-    op = OperatorProcess(installed, namespace, tmp_path / "op.log", kubeconfig=kubeconfig).start()
+    op = OperatorProcess(
+        installed, namespace, tmp_path / "op.log", LEADER_ARGS, kubeconfig=kubeconfig
+    ).start()
     try:
         with KubeletStandIn(installed, namespace) as kubelet:
             lifecycle(installed, namespace, kubelet)
+        lease = json.loads(
+            installed.kubectl("get", "lease", RELEASE, "-n", RELEASE_NS, "-o", "json").stdout
+        )
+        assert lease["spec"]["holderIdentity"]  # it ran as the elected leader
         assert "Forbidden" not in op.tail(400) and "forbidden" not in op.tail(400)
         assert set() == set(live_pods(installed, namespace)) - PS_PODS
     finally:

@@ -37,7 +37,8 @@ PS_JOB: dict[str, Any] = {
         "replicas": {"worker": {"replicas": 2}, "ps": {"replicas": 2}},
         "model": {"embeddings": [{"name": "user_id", "vocabularySize": 100000, "dimension": 16}]},
         "sharding": {"maxShardBytes": "4Mi"},
-        "runPolicy": {"backoffLimit": 3},
+        # A short back-off keeps these tests quick; its doubling is shown in unit tests.
+        "runPolicy": {"backoffLimit": 3, "restartBackoff": {"initialSeconds": 1}},
     },
 }
 PS_PODS = {"ctr-chief-0", "ctr-worker-0", "ctr-worker-1", "ctr-ps-0", "ctr-ps-1"}

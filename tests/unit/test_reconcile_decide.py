@@ -65,9 +65,10 @@ def test_ps_worker_failure_replaces_only_that_worker_and_counts_it():
     assert d.status.restarting_pods == ["j-worker-1"]
     assert d.status.replica_statuses.worker.restarts == 1
     assert d.status.phase == Phase.RESTARTING
-    # Next pass: the old pod is gone; exactly that one is created, nothing counted twice.
+    # Next pass after the 10 s back-off: the old pod is gone; exactly that one is created,
+    # nothing counted twice.
     job2 = with_status(job, d)
-    d2 = run(job2, [p for p in pods if p.key != ("worker", 1)])
+    d2 = run(job2, [p for p in pods if p.key != ("worker", 1)], now=later(10))
     assert d2.create_pods == [("worker", 1)]
     assert d2.status.restarts == 1 and d2.status.restarting_pods == []
 

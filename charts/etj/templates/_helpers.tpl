@@ -29,8 +29,9 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
-{{/* The operator's permissions: exactly what etj.k8s, kopf's watches, events and
-     peering use. Shared by the ClusterRole and the per-namespace Roles. */}}
+{{/* The operator's permissions: exactly what etj.k8s, kopf's watches and
+     events use (the leader Lease has its own Role). Shared by the ClusterRole and the
+     per-namespace Roles. */}}
 {{- define "etj.rules" -}}
 - apiGroups: [training.etj.dev]
   resources: [embeddingtrainingjobs]
@@ -43,13 +44,8 @@ app.kubernetes.io/component: operator
   verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [services, configmaps]
-  verbs: [get, create]
+  verbs: [create]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create]
-{{- if gt (int .Values.replicaCount) 1 }}
-- apiGroups: [kopf.dev]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
 {{- end -}}

@@ -353,6 +353,31 @@ class CheckpointSpec(ApiModel):
     keep: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
 
 
+class RestartBackoff(ApiModel):
+    """How long a failed replica waits before it is recreated (as batch/v1 Job's back-off)."""
+
+    initial_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=3600,
+        description=(
+            "Wait before the first restart of a replica; each further consecutive failure "
+            "doubles it. 0 restarts at once."
+        ),
+    )
+    max_seconds: int = Field(
+        default=300, ge=0, le=86400, description="The longest wait between restarts."
+    )
+    reset_after_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=604800,
+        description=(
+            "A replica that ran this long before it failed starts again from initialSeconds."
+        ),
+    )
+
+
 class RunPolicy(ApiModel):
     """Restarts, deadlines and clean-up."""
 
@@ -365,6 +390,13 @@ class RunPolicy(ApiModel):
     )
     backoff_limit: int = Field(
         default=6, ge=0, le=10000, description="Restarts of the job before it is Failed."
+    )
+    restart_backoff: RestartBackoff = Field(
+        default_factory=RestartBackoff,
+        description=(
+            "Exponential back-off between restarts of a crashing replica. A worker under "
+            "ParameterServer whose pod was deleted or evicted (preempted) is replaced at once."
+        ),
     )
     watchdog_seconds: int = Field(
         default=600,

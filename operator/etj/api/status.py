@@ -74,6 +74,17 @@ class Progress(ApiModel):
     update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
 
 
+class ReplicaBackoff(ApiModel):
+    """The restart back-off of one replica (kept in status so an operator restart keeps it)."""
+
+    failures: int = Field(
+        default=0, ge=0, description="Consecutive failures of this replica (back-off doubles)."
+    )
+    next_restart_time: str | None = Field(
+        default=None, description="When the replica is recreated (RFC 3339); none: not waiting."
+    )
+
+
 class EmbeddingTrainingJobStatus(ApiModel):
     """The observed state of a job."""
 
@@ -111,4 +122,8 @@ class EmbeddingTrainingJobStatus(ApiModel):
     memory_limits: dict[str, int] = Field(
         default_factory=dict,
         description="Memory limits (bytes) raised after OOM kills, by pod name.",
+    )
+    restart_backoff: dict[str, ReplicaBackoff] = Field(
+        default_factory=dict,
+        description="Restart back-off by pod name: consecutive failures and the next restart.",
     )

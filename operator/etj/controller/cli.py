@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 import click
 
@@ -55,7 +57,21 @@ from etj.api.quantity import quantity_bytes
 )
 @click.option("--priority", default=0, type=int, envvar="ETJ_PRIORITY", help="Peering priority.")
 @click.option(
-    "--resync-seconds", default=30.0, type=float, envvar="ETJ_RESYNC_SECONDS", show_default=True
+    "--leader-election",
+    default=None,
+    envvar="ETJ_LEADER_ELECTION",
+    metavar="NAMESPACE/NAME",
+    help="Run only while holding this coordination.k8s.io Lease (several replicas: one "
+    "active, the others on standby). The chart sets it when replicaCount > 1.",
+)
+@click.option(
+    "--resync-seconds",
+    default=30.0,
+    type=float,
+    envvar="ETJ_RESYNC_SECONDS",
+    show_default=True,
+    help="A full resync of the watch cache from the API (one LIST of jobs, one of pods) "
+    "and a pass over every unfinished job at least this often.",
 )
 @click.option(
     "--progress-seconds",
@@ -88,6 +104,7 @@ def operator(
     metrics_port: int,
     peering: str | None,
     priority: int,
+    leader_election: str | None,
     resync_seconds: float,
     progress_seconds: float,
     max_memory_on_oom: str,
@@ -101,7 +118,10 @@ def operator(
 
     import etj.controller.handlers  # noqa: F401  (registers the handlers)
     from etj.cliio import InputError, read_kubeconfig
+    from etj.controller import metrics
+    from etj.controller.cache import WatchCache
     from etj.controller.handlers import post_event
+    from etj.controller.leader import LeaderElector, serve_liveness
     from etj.controller.login import register_login
     from etj.controller.reconciler import Reconciler
     from etj.controller.settings import OperatorSettings
@@ -126,24 +146,42 @@ def operator(
         start_http_server(metrics_port)
     if kubeconfig:
         register_login(api.configuration)  # kopf's own login would ignore the path
-    reconciler = Reconciler(Kube(api), settings, post_event)
-    memo = kopf.Memo(reconciler=reconciler, settings=settings, wakeups={})
+    cache = WatchCache()
+    reconciler = Reconciler(Kube(api), settings, post_event, cache=cache)
+    memo = kopf.Memo(
+        reconciler=reconciler,
+        settings=settings,
+        wakeups={},
+        cache=cache,
+        namespaces=list(namespaces),
+    )
     kopf.configure(
         verbose=verbose,
         log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
     )
     _configure_logging(verbose)
-    asyncio.run(
-        kopf.operator(
+
+    def run_kopf(liveness_endpoint: str | None) -> Coroutine[Any, Any, None]:
+        return kopf.operator(
             clusterwide=not namespaces,
             namespaces=list(namespaces),
             standalone=peering is None,
             peering_name=peering,
             priority=priority,
-            liveness_endpoint=liveness or None,
+            liveness_endpoint=liveness_endpoint,
             memo=memo,
         )
-    )
+
+    if leader_election is None:
+        metrics.LEADER.set(1)
+        asyncio.run(run_kopf(liveness or None))
+    else:
+        lease_ns, _, lease_name = leader_election.rpartition("/")
+        if not lease_ns or not lease_name:
+            raise click.BadParameter("expected NAMESPACE/NAME", param_hint="--leader-election")
+        elector = LeaderElector(reconciler.kube, lease_ns, lease_name)
+        # A standby must answer its liveness probe too: the elector's process serves it.
+        asyncio.run(serve_liveness(liveness, elector.run(lambda: run_kopf(None))))
     sys.exit(0)
 
 

@@ -1,11 +1,16 @@
-"""kopf registrations: a loop per job, woken by events on the job and on its pods.
+"""kopf registrations: watches that feed the cache, and a loop per job woken by them.
 
-Each job gets a kopf daemon that runs ``Reconciler.reconcile`` whenever the job or one
-of its pods changes, when a decision asks to be requeued (TTL, deadline, progress), and
-at least every ``resync_seconds``. kopf provides the watches, the daemon lifecycle (started
-for every job on operator start, stopped on deletion or when a peer takes over), retries
-of failed passes, peering and the liveness endpoint. Daemons put a finalizer on the job,
-so deleting a job needs the operator running.
+kopf's watches on the jobs and on the operator's pods put every object into the
+``WatchCache`` a reconcile reads, and wake the job's loop. Each unfinished job gets a kopf
+daemon that runs ``Reconciler.reconcile`` whenever the job or one of its pods changes,
+when a decision asks to be requeued (back-off, TTL, deadline, progress), and at least
+every ``resync_seconds``; all from the cache, so an idle job costs the API server
+nothing. A finished job's loop ends (after its TTL if it has one). The cache is filled
+from the API before the first reconcile, again every ``resync_seconds`` (one LIST of jobs,
+one of pods), and soon after kopf re-lists following a broken watch that showed something
+new. kopf provides the watches, the daemon lifecycle, retries of failed passes and the
+liveness endpoint. Daemons put a finalizer on the job, so deleting a job needs the
+operator running.
 """
 
 from __future__ import annotations
@@ -25,8 +30,11 @@ from etj.api.constants import (
     PLURAL,
     VERSION,
 )
+from etj.controller.cache import WatchCache
 from etj.controller.reconciler import Reconciler
 from etj.reconcile.decide import Event
+
+log = logging.getLogger("etj.controller")
 
 
 def post_event(obj: dict[str, Any], event: Event) -> None:
@@ -39,7 +47,7 @@ def _wakeup(memo: kopf.Memo, namespace: str | None, name: str | None) -> asyncio
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # etj.k8s runs the blocking client in threads; asyncio's default pool has cpu+4 of
     # them (6 on 2 cores), which throttles a burst of jobs to 6 API calls in flight.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
@@ -55,6 +63,45 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # CRD or namespace scanning: the operator needs no permission on either.
     settings.scanning.disabled = True
     settings.execution.max_workers = 32
+    # The cache is full before the first reconcile; then kept fresh in the background.
+    memo.resync_due = asyncio.Event()
+    await resync(memo)
+    memo.resync_task = asyncio.create_task(_resync_forever(memo))
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "resync_task", None)
+    if task is not None:
+        task.cancel()
+
+
+async def resync(memo: kopf.Memo) -> None:
+    """Refill the cache from the API: one LIST of jobs and one of pods per namespace."""
+    cache: WatchCache = memo.cache
+    kube = memo.reconciler.kube
+    for ns in memo.namespaces or [None]:
+        jobs, jobs_version = await kube.list_jobs(ns)
+        pods, pods_version = await kube.list_managed_pods(ns)
+        cache.replace(jobs, jobs_version, pods, pods_version, namespace=ns)
+
+
+async def _resync_forever(memo: kopf.Memo) -> None:
+    due: asyncio.Event = memo.resync_due
+    while True:
+        try:
+            await asyncio.wait_for(due.wait(), memo.settings.resync_seconds)
+            await asyncio.sleep(1.0)  # a re-listing arrives as many events: resync once
+        except TimeoutError:
+            pass
+        due.clear()
+        try:
+            await resync(memo)
+        except Exception as exc:  # the API may be briefly away; the next round retries
+            log.warning("resync from the API failed: %s", exc)
+            continue
+        for wake in list(memo.wakeups.values()):
+            wake.set()
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)  # type: ignore[arg-type]
@@ -70,8 +117,10 @@ async def job_loop(
         except Exception as exc:  # a failed pass is retried; the loop must not die
             logger.exception(f"reconcile failed: {exc}")
             outcome = None
-        if outcome is not None and outcome.gone:
-            return
+        if outcome is not None and (
+            outcome.gone or (outcome.finished and outcome.requeue_after is None)
+        ):
+            break  # a finished job needs no loop (kopf does not restart a daemon that ended)
         delay = memo.settings.resync_seconds
         if outcome is not None and outcome.requeue_after is not None:
             delay = max(0.5, min(delay, outcome.requeue_after))
@@ -90,12 +139,21 @@ async def job_loop(
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]
-def job_changed(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    _wakeup(memo, namespace, name).set()
+def job_changed(
+    event: dict[str, Any], namespace: str, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    if memo.cache.on_job_event(event.get("type"), event["object"]):
+        memo.resync_due.set()
+    if (wake := memo.wakeups.get((namespace, name))) is not None:
+        wake.set()
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY_VALUE})  # type: ignore[arg-type]
-def pod_changed(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+def pod_changed(
+    event: dict[str, Any], namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any
+) -> None:
+    if memo.cache.on_pod_event(event.get("type"), event["object"]):
+        memo.resync_due.set()
     job = labels.get(LABEL_JOB_NAME)
-    if job:
-        _wakeup(memo, namespace, job).set()
+    if job and (wake := memo.wakeups.get((namespace, job))) is not None:
+        wake.set()

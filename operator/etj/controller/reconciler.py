@@ -1,10 +1,13 @@
 """One reconcile pass of one job: read the world, call the pure core, apply the Decision.
 
-Reads go through ``etj.k8s``; the decision is ``etj.reconcile.decide``; objects come from
-``etj.render``. The status is written at most once per pass, and only when it changed, so
-the operator's own writes do not wake it into a loop. Every create is idempotent (fixed
-names: "already exists" is success), so an operator restart or a second pass never
-duplicates a pod.
+The world is read from the ``WatchCache`` the watches keep (no API request per pass), or,
+without one, from the API through ``etj.k8s``; the decision is ``etj.reconcile.decide``;
+objects come from ``etj.render``. Writes go through ``etj.k8s`` and their answers go back
+into the cache, so the next pass sees them before the watch event arrives. The status is
+written at most once per pass, and only when it changed, so the operator's own writes do
+not wake it into a loop; its Events are posted only once that write succeeded. Every
+create is idempotent (fixed names: "already exists" is success), so an operator restart or
+a second pass never duplicates a pod.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Progress
 from etj.controller import metrics
+from etj.controller.cache import WatchCache
 from etj.controller.settings import OperatorSettings
 from etj.k8s import Kube
 from etj.reconcile import Decision, World, decide, observe_pod
@@ -46,6 +50,8 @@ Scrape = Callable[[str], Awaitable[str | None]]
 class Outcome:
     gone: bool = False
     requeue_after: float | None = None
+    # Succeeded or Failed: nothing more happens to the job but its TTL (``requeue_after``).
+    finished: bool = False
 
 
 async def scrape_http(address: str) -> str | None:
@@ -68,8 +74,10 @@ class Reconciler:
         settings: OperatorSettings,
         post_event: PostEvent,
         scrape: Scrape = scrape_http,
+        cache: WatchCache | None = None,
     ):
         self.kube = kube
+        self.cache = cache
         self.settings = settings
         self.post_event = post_event
         self.scrape = scrape
@@ -86,8 +94,33 @@ class Reconciler:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         return outcome
 
-    async def _reconcile(self, namespace: str, name: str) -> Outcome:
+    # ---- reads: the watch cache, or the API ---------------------------------------------
+
+    async def _job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.cache is not None:
+            cached = self.cache.job(namespace, name)
+            if cached is not None:
+                return cached
+        # Not cached: a job so new that its watch event is still on its way, or no cache.
         obj = await self.kube.get_job(namespace, name)
+        if obj is not None and self.cache is not None:
+            self.cache.put_job(obj)
+        return obj
+
+    async def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.job_pods(namespace, name)
+        return await self.kube.list_job_pods(namespace, name)
+
+    async def _has(self, kind: str, namespace: str, job: str) -> bool:
+        if self.cache is not None:
+            return self.cache.has(kind, namespace, job)
+        return await self.kube.exists(
+            kind, namespace, job if kind == "Service" else f"{job}-trainer-config"
+        )
+
+    async def _reconcile(self, namespace: str, name: str) -> Outcome:
+        obj = await self._job(namespace, name)
         if obj is None:
             self._last_scrape.pop((namespace, name), None)
             return Outcome(gone=True)
@@ -105,15 +138,13 @@ class Reconciler:
             await self._write_status(obj, new)
             if status.phase != "Failed":
                 self.post_event(obj, Event("Warning", "InvalidSpec", problems))
-            return Outcome()
+            return Outcome(finished=True)
         job = validated.job.model_copy(update={"status": status})
-        raw_pods = await self.kube.list_job_pods(namespace, name)
+        raw_pods = await self._pods(namespace, name)
         pods = [p for p in (observe_pod(r) for r in raw_pods) if p is not None]
         plan = validated.plan
-        has_service = plan is not None and await self.kube.exists("Service", namespace, name)
-        has_cm = plan is not None and await self.kube.exists(
-            "ConfigMap", namespace, f"{name}-trainer-config"
-        )
+        has_service = plan is not None and await self._has("Service", namespace, name)
+        has_cm = plan is not None and await self._has("ConfigMap", namespace, name)
         world = World(
             job=job,
             plan=plan,
@@ -129,7 +160,10 @@ class Reconciler:
         if decision.skipped:
             return Outcome()
         await self._apply(obj, job, plan, decision)
-        return Outcome(requeue_after=self._requeue(decision))
+        return Outcome(
+            requeue_after=self._requeue(decision),
+            finished=decision.status is not None and decision.status.phase in FINISHED_PHASES,
+        )
 
     def _requeue(self, d: Decision) -> float | None:
         candidates = [d.requeue_after]
@@ -162,8 +196,10 @@ class Reconciler:
         )
         if plan is not None and d.create_service:
             await self.kube.create(build_service(job, render))
+            self._known("Service", ns, name)
         if plan is not None and d.create_config_map:
             await self.kube.create(await asyncio.to_thread(build_config_map, job, plan, render))
+            self._known("ConfigMap", ns, name)
         for pod in d.delete_pods:
             await self.kube.delete_pod(ns, pod)
         if plan is not None and d.create_pods:
@@ -171,7 +207,10 @@ class Reconciler:
                 lambda: [build_pod(job, plan, r, i, render) for r, i in d.create_pods]
             )
             created = await asyncio.gather(*(self.kube.create(pod) for pod in pods))
-            metrics.PODS_CREATED.inc(sum(created))
+            for stored in created:
+                if stored is not None and self.cache is not None:
+                    self.cache.put_pod(stored)
+            metrics.PODS_CREATED.inc(sum(1 for c in created if c is not None))
         if d.status is not None:
             _count_restarts(job.status, d.status)
             await self._write_status(obj, d.status)
@@ -186,11 +225,18 @@ class Reconciler:
         if d.delete_job:
             await self.kube.delete_job(ns, name)
 
+    def _known(self, kind: str, namespace: str, job: str) -> None:
+        # Created now or "already exists": either way it is there.
+        if self.cache is not None:
+            self.cache.put_child(kind, namespace, job)
+
     async def _write_status(self, obj: dict[str, Any], status: EmbeddingTrainingJobStatus) -> None:
         wire = status.to_wire()
         if wire != (obj.get("status") or {}):
             meta = obj["metadata"]
-            await self.kube.patch_job_status(meta["namespace"], meta["name"], wire)
+            stored = await self.kube.patch_job_status(meta["namespace"], meta["name"], wire)
+            if self.cache is not None and stored:
+                self.cache.put_job(stored)
 
 
 def _status_of(obj: dict[str, Any]) -> EmbeddingTrainingJobStatus:

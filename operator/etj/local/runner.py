@@ -5,8 +5,8 @@ TF_CONFIG peers mapped to free 127.0.0.1 ports and volumes to directories under 
 directory. Each pass turns the processes into ``PodState``s and calls the operator's pure
 ``etj.reconcile.decide``; its Decision is applied by starting and stopping processes. So
 a killed worker is replaced alone under ParameterServer, all workers restart under
-MultiWorkerMirrored, ``backoffLimit`` counts, and the ps are stopped when the chief is
-done — the same code path as in a cluster.
+MultiWorkerMirrored, a crashing replica waits out its restart back-off, ``backoffLimit``
+counts, and the ps are stopped when the chief is done — the same code path as in a cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from etj.api.job import EmbeddingTrainingJob
@@ -144,7 +144,7 @@ class LocalRunner:
 
     # ---- observing ---------------------------------------------------------------------
 
-    def _pod_states(self) -> list[PodState]:
+    def _pod_states(self, now: datetime) -> list[PodState]:
         states = []
         for (role, index), proc in list(self.procs.items()):
             code = proc.exit_code
@@ -162,6 +162,9 @@ class LocalRunner:
                     exit_code=code,
                     terminating=proc.stopping,
                     message=proc.termination_message() if code is not None else None,
+                    # How long it ran decides its restart back-off (ended: seen now).
+                    started_at=now - timedelta(seconds=time.monotonic() - proc.started),
+                    finished_at=now if code is not None else None,
                 )
             )
         return states
@@ -188,7 +191,7 @@ class LocalRunner:
             job=self.job.model_copy(update={"status": self.status}),
             plan=self.plan,
             plan_error=None,
-            pods=self._pod_states(),
+            pods=self._pod_states(now),
             has_service=True,
             has_config_map=True,
             now=now,

@@ -120,6 +120,8 @@ class LocalCluster:
     _args: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _health: dict[str, tuple[str, Pki | None]] = field(default_factory=dict, repr=False)
     _etcd_url: str = ""
+    # Extra kube-apiserver flags, after the defaults (a later flag wins), e.g. for a benchmark.
+    apiserver_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -331,6 +333,7 @@ class LocalCluster:
                 "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
 

@@ -3,7 +3,8 @@
 The order of the rules: not ours → nothing; invalid spec → Failed; finished → clean up and
 honour the TTL; suspended → delete pods; deadline → Failed; leader succeeded → Succeeded;
 failed replicas → restart their group (or fail the job when the policy or backoffLimit
-says so); then create whatever is missing. The whole new status comes out once, for one
+says so), after the replica's restart back-off; then create whatever is missing (a
+replica still in back-off waits: the Decision asks to be requeued when it is due). The whole new status comes out once, for one
 status write.
 """
 
@@ -16,9 +17,16 @@ from etj.api.constants import MANAGED_BY
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.quantity import human_bytes, quantity_bytes
-from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Phase, Progress
-from etj.reconcile.conditions import set_condition
+from etj.api.status import (
+    FINISHED_PHASES,
+    EmbeddingTrainingJobStatus,
+    Phase,
+    Progress,
+    ReplicaBackoff,
+)
+from etj.reconcile.conditions import condition_true, set_condition
 from etj.reconcile.observe import PodState
+from etj.reconcile.policies.backoff import due_time, recovered, wait_for, waiting_seconds
 from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
 from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
 from etj.reconcile.policies.oom import raised_limit
@@ -104,6 +112,7 @@ class _Pass:
         self.st.phase = phase
         self.st.completion_time = self.st.completion_time or self.now
         self.st.restarting_pods = []
+        self.stop_waiting()
         self.condition(phase.value, True, reason, message)
         self.condition("Running", False, reason, message)
         self.condition("Restarting", False, reason, "")
@@ -111,6 +120,19 @@ class _Pass:
         self.d.delete_pods = pods_to_clean(
             self.w.pods, str(self.job.spec.run_policy.clean_pod_policy)
         )
+
+    def stop_waiting(self) -> None:
+        """No restart is pending any more: back-off times go, failure counts stay."""
+        self.st.restart_backoff = {
+            n: e.model_copy(update={"next_restart_time": None})
+            for n, e in self.st.restart_backoff.items()
+            if e.failures
+        }
+
+    def requeue(self, seconds: float | None) -> None:
+        if seconds is not None:
+            current = self.d.requeue_after
+            self.d.requeue_after = seconds if current is None else min(current, seconds)
 
     def done(self, replicas: ReplicaSet | None = None) -> Decision:
         if replicas is not None:
@@ -179,8 +201,8 @@ def decide(world: World) -> Decision:
         return p.done(replicas)
     _create_missing(p, replicas)
     _summarise(p, replicas)
-    p.d.requeue_after = seconds_to_deadline(
-        parse_time(p.st.start_time), rp.active_deadline_seconds, world.now
+    p.requeue(
+        seconds_to_deadline(parse_time(p.st.start_time), rp.active_deadline_seconds, world.now)
     )
     return p.done(replicas)
 
@@ -226,6 +248,7 @@ def _finished(p: _Pass, replicas: ReplicaSet) -> Decision:
 def _suspend(p: _Pass, replicas: ReplicaSet) -> Decision:
     p.d.delete_pods = pods_to_suspend(p.w.pods)
     p.st.restarting_pods = []
+    p.stop_waiting()
     if p.st.phase != Phase.SUSPENDED.value:
         p.st.phase = Phase.SUSPENDED
         p.condition("Suspended", True, "Suspended", "pods deleted; status and checkpoints kept")
@@ -277,14 +300,45 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     p.d.delete_pods = sorted(
         pod.name for key, pod in p.pods.items() if key in group and not pod.terminating
     )
+    when = _back_off(p, failures, names)
     p.event(
         "Warning",
         "Restarting",
-        f"{whys}; restarting {', '.join(names)} (restart {p.st.restarts} of backoffLimit {rp.backoff_limit})",
+        f"{whys}; restarting {', '.join(names)} {when}"
+        f"(restart {p.st.restarts} of backoffLimit {rp.backoff_limit})",
     )
     p.st.phase = Phase.RESTARTING
-    p.condition("Restarting", True, "ReplicaFailed", whys)
+    p.condition(
+        "Restarting", True, "ReplicaFailed", f"{whys}; next restart {when}" if when else whys
+    )
     return False
+
+
+def _back_off(p: _Pass, failures: list[Failure], names: list[str]) -> str:
+    """Record when the restarting replicas may come back; '' when at once, else
+    'in 20s at <time> (back-off after 2 consecutive failures of <pod>) '."""
+    assert p.w.plan is not None
+    policy = p.job.spec.run_policy.restart_backoff
+    backoff = dict(p.st.restart_backoff)
+    longest = (0.0, 0, "")
+    for f in failures:
+        w = wait_for(f.pod, backoff.get(f.pod.name), p.w.plan.strategy, policy, p.w.now)
+        backoff[f.pod.name] = ReplicaBackoff(failures=w.failures)
+        longest = max(longest, (w.seconds, w.failures, f.pod.name))
+    seconds, count, failed = longest
+    due = iso(due_time(p.w.now, seconds)) if seconds > 0 else None
+    # The whole group waits as long as its longest back-off: a ps and the chief come back
+    # together, or the chief would hang on the missing ps.
+    for name in names:
+        entry = backoff.get(name) or ReplicaBackoff()
+        backoff[name] = entry.model_copy(update={"next_restart_time": due})
+    p.st.restart_backoff = {n: e for n, e in backoff.items() if e.failures or e.next_restart_time}
+    if due is None:
+        return ""
+    return (
+        f"in {seconds:g}s, at {due} (back-off after {count} consecutive "
+        f"failure{'s' if count > 1 else ''} of {failed}) "
+    )
 
 
 def _count_role_restarts(p: _Pass, group: set[tuple[str, int]], replicas: ReplicaSet) -> None:
@@ -324,13 +378,20 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
     restarting = set(p.st.restarting_pods)
     deleting = set(p.d.delete_pods)
     desired = set(replicas.tasks())
-    first_time = not p.w.pods and not restarting
+    # Said once per job, even when the status write of the pass that created the pods
+    # failed (the next pass then finds them there).
+    first_time = not condition_true(p.st.conditions, "Created")
     for key in replicas.tasks():
         pod = p.pods.get(key)
         name = pod_name(p.job.name, *key)
         if pod is None and name not in deleting:
+            wait = waiting_seconds(p.st.restart_backoff.get(name), p.w.now)
+            if name in restarting and wait > 0:
+                p.requeue(wait)  # in back-off: come back when it is due
+                continue
             p.d.create_pods.append(key)
             restarting.discard(name)
+            _restarted(p, name)
         elif (
             pod is not None and name in restarting and not pod.terminating and name not in deleting
         ):
@@ -341,16 +402,39 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
         pod.name for key, pod in p.pods.items() if key not in desired and not pod.terminating
     )
     p.st.restarting_pods = sorted(restarting)
-    if first_time and p.d.create_pods:
-        p.condition("Created", True, "PodsCreated", f"{len(p.d.create_pods)} pods created")
+    if first_time and (p.d.create_pods or p.w.pods):
+        p.condition("Created", True, "PodsCreated", f"{len(desired)} pods created")
         p.event(
             "Normal",
             "Created",
-            f"created {len(p.d.create_pods)} pods ({p.w.plan.strategy if p.w.plan else ''}, {replicas.ps} ps)",
+            f"created {len(desired)} pods ({p.w.plan.strategy if p.w.plan else ''}, {replicas.ps} ps)",
         )
 
 
+def _restarted(p: _Pass, name: str) -> None:
+    entry = p.st.restart_backoff.get(name)
+    if entry is None:
+        return
+    if entry.failures:
+        p.st.restart_backoff[name] = entry.model_copy(update={"next_restart_time": None})
+    else:
+        del p.st.restart_backoff[name]
+
+
+def _forget_recovered(p: _Pass) -> None:
+    """A replica that has run cleanly for resetAfterSeconds loses its failure count."""
+    policy = p.job.spec.run_policy.restart_backoff
+    running = {pod.name: pod for pod in p.w.pods}
+    p.st.restart_backoff = {
+        n: e
+        for n, e in p.st.restart_backoff.items()
+        if e.next_restart_time is not None
+        or not ((pod := running.get(n)) and recovered(pod, policy, p.w.now))
+    }
+
+
 def _summarise(p: _Pass, replicas: ReplicaSet) -> None:
+    _forget_recovered(p)
     if p.st.restarting_pods:
         p.st.phase = Phase.RESTARTING
         return

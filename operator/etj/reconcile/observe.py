@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from etj.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
@@ -28,6 +29,20 @@ class PodState:
     memory_limit: int | None = None
     # The container's termination message: the trainer writes "<Reason>: <message>".
     message: str | None = None
+    # When the container started and (if it ended) finished: how long it ran cleanly.
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    def ran_seconds(self, now: datetime) -> float | None:
+        """How long the container ran (until now if it still runs); None if unknown."""
+        if self.started_at is None:
+            return None
+        return max(0.0, ((self.finished_at or now) - self.started_at).total_seconds())
+
+    @property
+    def preempted(self) -> bool:
+        """Taken away rather than crashed: deleted (or evicted) before its process ended."""
+        return (self.terminating and not self.finished) or self.reason == "Evicted"
 
     @property
     def key(self) -> tuple[str, int]:
@@ -69,6 +84,26 @@ class PodState:
 _TRAINER_REASON = re.compile(r"([A-Z][A-Za-z]+): ")
 
 
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _container_times(pod: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state:
+            return _time((state["running"] or {}).get("startedAt")), None
+        term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            return _time(term.get("startedAt")), _time(term.get("finishedAt"))
+    return None, None
+
+
 def _container_termination(pod: dict[str, Any]) -> tuple[int | None, str | None, str | None]:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         state = cs.get("state") or {}
@@ -98,6 +133,7 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
     status = pod.get("status") or {}
     exit_code, reason, message = _container_termination(pod)
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    started_at, finished_at = _container_times(pod)
     return PodState(
         name=meta.get("name", ""),
         role=role,
@@ -110,4 +146,6 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         terminating=meta.get("deletionTimestamp") is not None,
         memory_limit=_memory_limit(pod),
         message=message,
+        started_at=started_at,
+        finished_at=finished_at,
     )

@@ -1,0 +1,184 @@
+"""What a reconcile sees, kept from watches instead of read from the API on every pass.
+
+kopf already watches the jobs and the operator's pods; its event handlers feed every
+object into a ``WatchCache``, and a reconcile reads the job, its pods and whether its
+Service and ConfigMap exist from here: no API request per pass, so a thousand idle jobs
+cost the API server nothing. (A kopf index would hold the same, but an index cannot take
+the operator's own writes: after a status patch or a pod create the reconcile must see
+the result before the watch event arrives, or it would redo the work; the cache takes the
+API's answers to those writes as well.)
+
+Correctness rests on full resyncs from the API (``resync``: one LIST of the jobs and one of
+the operator's pods, objects missing from the lists dropped): once on start, before any
+reconcile; whenever kopf re-lists after a broken watch and that listing shows something the
+cache did not know (a watch error may have hidden a deletion); and every resync period.
+
+Objects are compared by resourceVersion so that an older copy (a late watch event after
+the operator's own write) never replaces a newer one. Kubernetes calls resourceVersions
+opaque; every API server backed by etcd issues increasing integers, and where one is not
+an integer the later arrival wins.
+
+Services and ConfigMaps are not watched (one per job, made once): the cache remembers
+those it created or found existing ("already exists" on create).
+
+No decisions here, and no I/O except through the ``Kube`` passed to ``resync``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from etj.api.constants import LABEL_JOB_NAME
+
+log = logging.getLogger("etj.cache")
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+def _rv(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def newer(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
+    """``candidate`` is at least as new as ``current``."""
+    if current is None:
+        return True
+    a, b = _rv(candidate), _rv(current)
+    if a.isdigit() and b.isdigit():
+        return int(a) >= int(b)
+    return True
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without ``metadata.managedFields``: nothing a reconcile reads, and for a
+    job whose status the operator writes, a copy of the status's shape (most of its size)."""
+    meta = obj.get("metadata") or {}
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _job_of(pod: dict[str, Any]) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_NAME)
+
+
+class WatchCache:
+    def __init__(self) -> None:
+        self.jobs: dict[Key, dict[str, Any]] = {}
+        self.pods: dict[Key, dict[str, dict[str, Any]]] = {}  # (ns, job) -> name -> pod
+        # (kind, namespace, job) of the Services and ConfigMaps known to exist.
+        self.children: set[tuple[str, str, str]] = set()
+        self.synced = False
+
+    # ---- reads -------------------------------------------------------------------------
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.jobs.get((namespace, name))
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return list(self.pods.get((namespace, job), {}).values())
+
+    def has(self, kind: str, namespace: str, job: str) -> bool:
+        return (kind, namespace, job) in self.children
+
+    # ---- writes: the operator's own, and watch events ----------------------------------
+
+    def put_job(self, obj: dict[str, Any]) -> bool:
+        """Store a job if it is newer; True when it told the cache something new."""
+        key = _key(obj)
+        current = self.jobs.get(key)
+        if not newer(obj, current) or (current is not None and _rv(current) == _rv(obj)):
+            return False
+        self.jobs[key] = _slim(obj)
+        return True
+
+    def put_pod(self, obj: dict[str, Any]) -> bool:
+        job = _job_of(obj)
+        if job is None:
+            return False
+        ns, name = _key(obj)
+        pods = self.pods.setdefault((ns, job), {})
+        current = pods.get(name)
+        if not newer(obj, current) or (current is not None and _rv(current) == _rv(obj)):
+            return False
+        pods[name] = _slim(obj)
+        return True
+
+    def put_child(self, kind: str, namespace: str, job: str) -> None:
+        self.children.add((kind, namespace, job))
+
+    def forget_job(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
+        self.pods.pop((namespace, name), None)
+        self.children = {c for c in self.children if (c[1], c[2]) != (namespace, name)}
+
+    def on_job_event(self, event_type: str | None, obj: dict[str, Any]) -> bool:
+        """A watch event on a job. True when it was a re-listed object (type None) that
+        the cache did not know in this version: the watch broke and may have hidden
+        something, so a full resync is due."""
+        if event_type == "DELETED":
+            self.forget_job(*_key(obj))
+            return False
+        changed = self.put_job(obj)
+        return event_type is None and changed and self.synced
+
+    def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> bool:
+        """As ``on_job_event``, for one of the operator's pods."""
+        if event_type == "DELETED":
+            job = _job_of(obj)
+            ns, name = _key(obj)
+            if job is not None:
+                self.pods.get((ns, job), {}).pop(name, None)
+            return False
+        changed = self.put_pod(obj)
+        return event_type is None and changed and self.synced
+
+    # ---- full resync --------------------------------------------------------------------
+
+    def replace(
+        self,
+        jobs: list[dict[str, Any]],
+        jobs_version: str,
+        pods: list[dict[str, Any]],
+        pods_version: str,
+        namespace: str | None = None,
+    ) -> None:
+        """Take fresh lists (of ``namespace``, or of all) from the API: what they hold is
+        stored (unless the cache has a newer copy), what they lack is dropped (unless it
+        came after the list)."""
+
+        def mine(key: Key) -> bool:
+            return namespace is None or key[0] == namespace
+
+        def after(obj: dict[str, Any], version: str) -> bool:
+            v = _rv(obj)
+            return v.isdigit() and version.isdigit() and int(v) > int(version)
+
+        listed_jobs = {_key(j) for j in jobs}
+        for key, job in list(self.jobs.items()):
+            if mine(key) and key not in listed_jobs and not after(job, jobs_version):
+                self.forget_job(*key)
+        for j in jobs:
+            self.put_job(j)
+        listed_pods = {_key(p) for p in pods}
+        for job_key, by_name in list(self.pods.items()):
+            if not mine(job_key):
+                continue
+            kept = {
+                n: p
+                for n, p in by_name.items()
+                if (job_key[0], n) in listed_pods or after(p, pods_version)
+            }
+            if kept:
+                self.pods[job_key] = kept
+            else:
+                del self.pods[job_key]
+        for p in pods:
+            self.put_pod(p)
+        self.synced = True

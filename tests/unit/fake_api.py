@@ -1,0 +1,105 @@
+"""An in-memory stand-in for ``etj.k8s.Kube``: objects with resourceVersions, every call
+logged in order, so tests can count requests and see what came before what."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from etj.api.constants import LABEL_JOB_NAME
+
+_versions = itertools.count(100)
+
+
+def stamp(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj.setdefault("metadata", {})["resourceVersion"] = str(next(_versions))
+    return obj
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # kind, ns, name
+        self.log: list[tuple[str, ...]] = []
+        self.fail_status_patch = False
+
+    # ---- test set-up -------------------------------------------------------------------
+
+    def add_job(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stored = stamp(obj)
+        meta = stored["metadata"]
+        self.jobs[(meta["namespace"], meta["name"])] = stored
+        return stored
+
+    def set_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        pod = self.objects[("Pod", namespace, name)]
+        pod = stamp({**pod, "status": status})
+        self.objects[("Pod", namespace, name)] = pod
+        return pod
+
+    def calls(self, verb: str) -> list[tuple[str, ...]]:
+        return [c for c in self.log if c[0] == verb]
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        return [o for (k, ns, _), o in self.objects.items() if k == "Pod" and ns == namespace]
+
+    # ---- the Kube interface ------------------------------------------------------------
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.log.append(("get", "job", name))
+        job = self.jobs.get((namespace, name))
+        return copy.deepcopy(job) if job else None
+
+    async def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        self.log.append(("list", "pods", job_name))
+        return [
+            copy.deepcopy(p)
+            for p in self.pods(namespace)
+            if p["metadata"]["labels"].get(LABEL_JOB_NAME) == job_name
+        ]
+
+    async def exists(self, kind: str, namespace: str, name: str) -> bool:
+        self.log.append(("get", kind, name))
+        return (kind, namespace, name) in self.objects
+
+    async def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        self.log.append(("list", "jobs", str(namespace)))
+        return [copy.deepcopy(j) for j in self.jobs.values()], str(next(_versions))
+
+    async def list_managed_pods(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        self.log.append(("list", "pods", str(namespace)))
+        return [copy.deepcopy(p) for p in self.objects.values() if p["kind"] == "Pod"], str(
+            next(_versions)
+        )
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        meta = obj["metadata"]
+        key = (obj["kind"], meta["namespace"], meta["name"])
+        self.log.append(("create", obj["kind"], meta["name"]))
+        if key in self.objects:
+            return None
+        stored = stamp(obj)
+        self.objects[key] = stored
+        return copy.deepcopy(stored)
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        self.log.append(("delete", "Pod", name))
+        return self.objects.pop(("Pod", namespace, name), None) is not None
+
+    async def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.log.append(("patch", "status", name))
+        if self.fail_status_patch:
+            raise ApiException(status=500, reason="etcd timeout")
+        job = stamp({**self.jobs[(namespace, name)], "status": copy.deepcopy(status)})
+        self.jobs[(namespace, name)] = job
+        return copy.deepcopy(job)
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        self.log.append(("delete", "job", name))
+        self.jobs.pop((namespace, name), None)

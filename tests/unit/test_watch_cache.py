@@ -1,0 +1,100 @@
+"""controller/cache: watch events and the operator's own writes kept by resourceVersion;
+a full resync drops what the API no longer has; a re-listing that shows something new asks
+for a resync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from etj.controller.cache import WatchCache, newer
+
+
+def job(name: str, rv: int, ns: str = "a", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": ns, "name": name, "resourceVersion": str(rv)},
+        "status": status,
+    }
+
+
+def pod(name: str, job_name: str, rv: int, ns: str = "a") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "resourceVersion": str(rv),
+            "labels": {"training.etj.dev/job-name": job_name},
+        }
+    }
+
+
+def test_an_older_copy_never_replaces_a_newer_one():
+    cache = WatchCache()
+    cache.put_job(job("j", 10, phase="Running"))  # the answer to our status patch
+    cache.on_job_event("MODIFIED", job("j", 9, phase="Pending"))  # a late watch event
+    assert cache.job("a", "j")["status"]["phase"] == "Running"
+    cache.on_job_event("MODIFIED", job("j", 11, phase="Succeeded"))
+    assert cache.job("a", "j")["status"]["phase"] == "Succeeded"
+    assert newer(job("j", 12), job("j", 11)) and not newer(job("j", 2), job("j", 11))
+    assert newer({"metadata": {"resourceVersion": "x"}}, job("j", 11))  # opaque: later wins
+
+
+def test_pods_are_kept_by_job_and_deletions_remove_them():
+    cache = WatchCache()
+    cache.on_pod_event("ADDED", pod("j-chief-0", "j", 5))
+    cache.on_pod_event("ADDED", pod("j-ps-0", "j", 6))
+    cache.on_pod_event("ADDED", pod("k-chief-0", "k", 7))
+    assert {p["metadata"]["name"] for p in cache.job_pods("a", "j")} == {"j-chief-0", "j-ps-0"}
+    cache.on_pod_event("DELETED", pod("j-ps-0", "j", 8))
+    assert [p["metadata"]["name"] for p in cache.job_pods("a", "j")] == ["j-chief-0"]
+    assert cache.job_pods("b", "j") == []
+    cache.on_pod_event("ADDED", {"metadata": {"namespace": "a", "name": "stray"}})
+    assert cache.job_pods("a", "stray") == []
+
+
+def test_a_resync_drops_what_a_broken_watch_hid_and_keeps_what_came_after():
+    cache = WatchCache()
+    cache.on_job_event(None, job("gone", 5))
+    cache.on_job_event(None, job("stays", 6))
+    cache.on_pod_event(None, pod("gone-chief-0", "stays", 7))
+    cache.on_pod_event(None, pod("new-chief-0", "stays", 30))  # created after the list
+    cache.put_child("Service", "a", "gone")
+    cache.on_job_event(None, job("other-ns", 8, ns="b"))
+    cache.replace([job("stays", 6)], "20", [], "20", namespace="a")
+    assert cache.job("a", "gone") is None and cache.job("a", "stays") is not None
+    assert [p["metadata"]["name"] for p in cache.job_pods("a", "stays")] == ["new-chief-0"]
+    assert not cache.has("Service", "a", "gone")
+    assert cache.job("b", "other-ns") is not None  # another namespace's list: untouched
+    assert cache.synced
+
+
+def test_a_relisting_that_shows_something_new_asks_for_a_resync():
+    cache = WatchCache()
+    # Before the first resync, the initial listing is expected: no resync asked.
+    assert not cache.on_job_event(None, job("j", 5))
+    cache.replace([job("j", 5)], "5", [], "5")
+    # kopf re-lists after a broken watch: the same versions are nothing new...
+    assert not cache.on_job_event(None, job("j", 5))
+    # ...a newer one means events were missed, perhaps deletions too.
+    assert cache.on_job_event(None, job("j", 9))
+    assert cache.on_pod_event(None, pod("j-chief-0", "j", 10))
+    # Ordinary watch events never ask.
+    assert not cache.on_job_event("MODIFIED", job("j", 11))
+
+
+def test_children_are_forgotten_with_their_job():
+    cache = WatchCache()
+    cache.put_child("Service", "a", "j")
+    cache.put_child("ConfigMap", "a", "j")
+    cache.put_child("Service", "a", "k")
+    cache.on_job_event("DELETED", job("j", 3))
+    assert not cache.has("Service", "a", "j") and not cache.has("ConfigMap", "a", "j")
+    assert cache.has("Service", "a", "k")
+
+
+def test_managed_fields_are_not_kept():
+    cache = WatchCache()
+    fat = job("j", 3)
+    fat["metadata"]["managedFields"] = [{"manager": "etj", "fieldsV1": {"f:status": {}}}]
+    cache.put_job(fat)
+    assert "managedFields" not in cache.job("a", "j")["metadata"]
+    assert "managedFields" in fat["metadata"]  # the caller's object is left alone
