@@ -70,7 +70,16 @@ def cluster() -> None:
 @cluster.command()
 @state_option
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(state_dir: str | None, timeout: float) -> None:
+@click.option(
+    "--node",
+    type=click.Choice(["process", "kubelet", "none"]),
+    default="process",
+    show_default=True,
+    help="process: a node that runs pods as local processes (no root); kubelet: a real "
+    "node (root: containerd, CNI bridge, kubelet, CoreDNS; images from `make images`); "
+    "none: a control plane only (pods are scheduled, never run).",
+)
+def up(state_dir: str | None, timeout: float, node: str) -> None:
     """Start the cluster in the background and print its kubeconfig path."""
     state = _state(state_dir)
     kubeconfig = state / "cluster" / "kubeconfig"
@@ -86,7 +95,7 @@ def up(state_dir: str | None, timeout: float) -> None:
     log_path = state / "supervisor.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "etj.localcluster", str(state)],
+            [sys.executable, "-m", "etj.localcluster", str(state), node],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
