@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv lint fmt unit test demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages node-binaries
+	node-packages node-binaries e2e
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -67,6 +67,11 @@ cluster-down: venv
 
 e2e-kind: venv
 	$(PY) -m pytest -m e2e tests/e2e -v
+
+# The end-to-end suite on real containers: the cluster ETJ_E2E_KUBECONFIG names, else the
+# local cluster's real node (root; needs node-packages, node-binaries, images).
+e2e: venv binaries node-packages node-binaries images
+	ETJ_E2E=1 $(PY) -m pytest -m e2e tests/e2e/test_real_node.py -v
 
 bench: venv
 	$(PY) benchmarks/trainer_throughput.py --quick

@@ -10,27 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from etj.localcluster.cluster import process_alive
+from etj.local.procs import processes_naming
 
 from .conftest import require_binaries, wait_for
 from .test_cluster_lifecycle import etj_cluster
 
 pytestmark = pytest.mark.integration
-
-
-def processes_naming(directory: Path) -> list[int]:
-    """Live processes whose command line names ``directory`` (the node, its pods)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(directory).encode() in cmdline and process_alive(int(proc.name)):
-            found.append(int(proc.name))
-    return found
 
 
 POD = {

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from etj.local.procs import processes_naming
 from etj.localcluster.cluster import NODE_NAME, LocalCluster
 from etj.localcluster.kubelet_node import (
     BRIDGE,
@@ -46,16 +47,7 @@ print("api", urllib.request.urlopen(req, context=ctx, timeout=10).status, flush=
 
 def leftovers(node: KubeletNode) -> list[str]:
     """What a stopped node must not leave behind."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(node.state).encode() in cmdline or str(node.run_dir).encode() in cmdline:
-            found.append(f"process {proc.name}: {cmdline[:120]!r}")
+    found = [f"process {pid}" for pid in processes_naming(node.state, node.run_dir)]
     if node.run_dir.exists():
         found.append(f"socket directory {node.run_dir}")
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:

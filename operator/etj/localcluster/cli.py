@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from etj.localcluster.cluster import cache_dir, process_alive
+from etj.localcluster.kubelet_node import clean_up_after
 
 
 def _state(state_dir: str | None) -> Path:
@@ -144,6 +145,8 @@ def _stop(state: Path, timeout: float) -> bool:
         if process_alive(p):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
+    # A real node's containers, mounts, bridge and iptables chain outlive a killed supervisor.
+    clean_up_after(state / "cluster")
     (state / "supervisor.pid").unlink(missing_ok=True)
     (state / "ready").unlink(missing_ok=True)
     return bool(pids)
@@ -151,7 +154,7 @@ def _stop(state: Path, timeout: float) -> bool:
 
 @cluster.command()
 @state_option
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds before SIGKILL.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds before SIGKILL.")
 def down(state_dir: str | None, timeout: float) -> None:
     """Stop every process of the cluster."""
     state = _state(state_dir)

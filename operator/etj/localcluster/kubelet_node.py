@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from etj.local.procs import Proc, start
+from etj.local.procs import Proc, processes_naming, start
 from etj.localcluster.cluster import NODE_NAME, ClusterError, LocalCluster, cache_dir
 from etj.localcluster.pki import Pki, issue
 
@@ -63,6 +63,13 @@ def image_archives() -> list[Path]:
     for path in sorted((cache_dir() / "images").glob("etj-*.tar"), key=lambda p: p.stat().st_mtime):
         newest[path.name.rsplit("-", 1)[0]] = path
     return list(newest.values())
+
+
+def clean_up_after(cluster_state: Path) -> None:
+    """Remove what a real node of the cluster in ``cluster_state`` left, if it had one (its
+    supervisor was killed before it could stop it): ``etj cluster down`` calls this."""
+    if (cluster_state / "kubelet-node").exists() and os.geteuid() == 0:
+        KubeletNode(LocalCluster(cluster_state)).stop()
 
 
 class NodeError(ClusterError):
@@ -406,16 +413,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     def stop(self, grace: float = 10.0) -> None:
         """Remove everything ``start()`` made, in reverse; each step runs whatever failed."""
-        kubelet = self.procs.get("kubelet")
-        if kubelet is not None and kubelet.popen.poll() is None:
-            # The kubelet tears pods down properly (CNI DEL, volume unmounts) while it runs.
-            self.cluster.kubectl(
-                "delete", "pods", "--all-namespaces", "--all", "--grace-period=0", "--force",
-                "--wait=false", check=False,
-            )  # fmt: skip
-            end = time.monotonic() + 30
-            while time.monotonic() < end and self._sandboxes():
-                time.sleep(0.5)  # poll interval of a deadline-bounded wait
         for name in ("kubelet", "coredns"):
             if name in self.procs:
                 self.procs.pop(name).stop(grace=grace)
@@ -427,7 +424,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             for ctr in self._ctr("containers", "ls", "-q", check=False).stdout.split():
                 self._ctr("containers", "delete", ctr, check=False)
             self.procs.pop("containerd").stop(grace=grace)
-        self._kill_shims()
+        self._kill_leftovers()
         for point in _mounts_under([self.state, self.store, self.run_dir]):
             _run("umount", "-l", point, check=False)
         # Only after the unmounts: never remove files through a mount.
@@ -446,20 +443,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         _run("iptables", "-t", "nat", "-X", CHAIN, check=False)
         _run("ip", "link", "delete", BRIDGE, check=False)
 
-    def _sandboxes(self) -> list[str]:
-        if "containerd" not in self.procs:
-            return []
-        return self._ctr("tasks", "ls", "-q", check=False).stdout.split()
-
-    def _kill_shims(self) -> None:
-        """containerd's shims outlive it by design; ours name our socket on their command line."""
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"containerd-shim" in cmdline and str(self.sock).encode() in cmdline:
+    def _kill_leftovers(self) -> None:
+        """SIGKILL every process naming this node's directories: containerd's shims, which
+        outlive it by design, and whatever a killed supervisor left (kubelet, containerd,
+        CoreDNS). Containers die with their shim's SIGKILLed tasks above."""
+        for procs in CGROUP_ROOT.glob("*/kubepods*/**/cgroup.procs"):
+            for member in procs.read_text().split():  # every container of every pod
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(proc.name), 9)
+                    os.kill(int(member), 9)
+        for pid in processes_naming(self.state, self.run_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
