@@ -21,12 +21,12 @@ from etj.local.procs import processes_naming
 from etj.localcluster.cluster import NODE_NAME, LocalCluster
 from etj.localcluster.kubelet_node import (
     BRIDGE,
-    CHAIN,
     KUBELET_NODE_NAME,
     KubeletNode,
     _cgroup_dirs,
     _mounts_under,
     image_archives,
+    leftover_rules,
     unavailable_reason,
 )
 
@@ -53,8 +53,7 @@ def leftovers(node: KubeletNode) -> list[str]:
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:
         found.append(f"bridge {BRIDGE}")
     found += [f"mount {m}" for m in _mounts_under([node.state, node.store, node.run_dir])]
-    chains = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True)
-    found += [f"iptables: {line}" for line in chains.stdout.splitlines() if CHAIN in line]
+    found += leftover_rules()
     found += [f"cgroup {c}" for c in _cgroup_dirs()]
     return found
 

@@ -46,6 +46,9 @@ GATEWAY = "10.244.0.1"
 KUBERNETES_SERVICE_IP = "10.0.0.1"  # first address of the API server's service range
 CLUSTER_DOMAIN = "cluster.local"
 CHAIN = "ETJ-LOCAL-NODE"
+# The chains the kubelet makes for itself (IPv4 and IPv6), removed with the node.
+KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
+IPTABLES_TABLES = ("filter", "nat", "mangle")
 PAUSE_IMAGE = "localhost/etj-pause:dev"
 CRI_NAMESPACE = "k8s.io"
 NETNS_DIR = Path("/run/netns")
@@ -63,6 +66,35 @@ def image_archives() -> list[Path]:
     for path in sorted((cache_dir() / "images").glob("etj-*.tar"), key=lambda p: p.stat().st_mtime):
         newest[path.name.rsplit("-", 1)[0]] = path
     return list(newest.values())
+
+
+def leftover_rules() -> list[str]:
+    """This node's and the kubelet's iptables chains and the rules jumping to them."""
+    found = []
+    for tool in ("iptables", "ip6tables"):
+        for table in IPTABLES_TABLES:
+            rules = _run(tool, "-t", table, "-S", check=False).stdout.splitlines()
+            found += [
+                f"{tool} -t {table} {r}"
+                for r in rules
+                if any(c in r.split() for c in (CHAIN, *KUBELET_CHAINS))
+            ]
+    return found
+
+
+def _remove_chains() -> None:
+    for tool in ("iptables", "ip6tables"):
+        for table in IPTABLES_TABLES:
+            rules = _run(tool, "-t", table, "-S", check=False).stdout.splitlines()
+            chains = [c for c in (CHAIN, *KUBELET_CHAINS) if f"-N {c}" in rules]
+            for rule in rules:  # the jumps from built-in chains first
+                words = rule.split()
+                if words[:1] == ["-A"] and words[1] not in chains and set(words) & set(chains):
+                    _run(tool, "-t", table, "-D", *words[1:], check=False)
+            for chain in chains:
+                _run(tool, "-t", table, "-F", chain, check=False)
+            for chain in chains:
+                _run(tool, "-t", table, "-X", chain, check=False)
 
 
 def clean_up_after(cluster_state: Path) -> None:
@@ -438,9 +470,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         for cg in _cgroup_dirs():
             with contextlib.suppress(OSError):
                 cg.rmdir()
-        _run("iptables", "-t", "nat", "-D", "PREROUTING", "-i", BRIDGE, "-j", CHAIN, check=False)
-        _run("iptables", "-t", "nat", "-F", CHAIN, check=False)
-        _run("iptables", "-t", "nat", "-X", CHAIN, check=False)
+        _remove_chains()
         _run("ip", "link", "delete", BRIDGE, check=False)
 
     def _kill_leftovers(self) -> None:
