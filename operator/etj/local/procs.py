@@ -127,3 +127,21 @@ def processes_under(directory: Path) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def processes_naming(*paths: Path) -> list[int]:
+    """Live pids (this process excepted) whose command line names any of ``paths``: what a
+    local cluster or node started, found again after its starter died (and by tests)."""
+    needles = [str(p).encode() for p in paths]
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            zombie = "State:\tZ" in (proc / "status").read_text()
+        except OSError:
+            continue
+        if not zombie and any(n in cmdline for n in needles):
+            found.append(int(proc.name))
+    return found

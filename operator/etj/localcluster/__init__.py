@@ -2,7 +2,9 @@
 
 No mock: etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from Go
 modules by ``tests/cluster/build-binaries.sh`` (``make binaries``), plus one Node object.
-It never runs pods (no kubelet), listens on 127.0.0.1 only and leaves no process behind.
+``LocalCluster`` runs no pods itself, listens on 127.0.0.1 only and leaves no process
+behind; ``etj cluster up`` adds a node that runs them: the process-backed one
+(``etj.localcluster.node``) or, as root, a real kubelet (``etj.localcluster.kubelet_node``).
 
 Use from Python::
 

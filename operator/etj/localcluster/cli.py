@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from etj.localcluster.cluster import cache_dir, process_alive
+from etj.localcluster.kubelet_node import clean_up_after
 
 
 def _state(state_dir: str | None) -> Path:
@@ -70,7 +71,16 @@ def cluster() -> None:
 @cluster.command()
 @state_option
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(state_dir: str | None, timeout: float) -> None:
+@click.option(
+    "--node",
+    type=click.Choice(["process", "kubelet", "none"]),
+    default="process",
+    show_default=True,
+    help="process: a node that runs pods as local processes (no root); kubelet: a real "
+    "node (root: containerd, CNI bridge, kubelet, CoreDNS; images from `make images`); "
+    "none: a control plane only (pods are scheduled, never run).",
+)
+def up(state_dir: str | None, timeout: float, node: str) -> None:
     """Start the cluster in the background and print its kubeconfig path."""
     state = _state(state_dir)
     kubeconfig = state / "cluster" / "kubeconfig"
@@ -86,7 +96,7 @@ def up(state_dir: str | None, timeout: float) -> None:
     log_path = state / "supervisor.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "etj.localcluster", str(state)],
+            [sys.executable, "-m", "etj.localcluster", str(state), node],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -135,6 +145,8 @@ def _stop(state: Path, timeout: float) -> bool:
         if process_alive(p):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
+    # A real node's containers, mounts, bridge and iptables chain outlive a killed supervisor.
+    clean_up_after(state / "cluster")
     (state / "supervisor.pid").unlink(missing_ok=True)
     (state / "ready").unlink(missing_ok=True)
     return bool(pids)
@@ -142,7 +154,7 @@ def _stop(state: Path, timeout: float) -> bool:
 
 @cluster.command()
 @state_option
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds before SIGKILL.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds before SIGKILL.")
 def down(state_dir: str | None, timeout: float) -> None:
     """Stop every process of the cluster."""
     state = _state(state_dir)

@@ -122,6 +122,9 @@ class LocalCluster:
     _etcd_url: str = ""
     # Extra kube-apiserver flags, after the defaults (a later flag wins), e.g. for a benchmark.
     apiserver_args: tuple[str, ...] = ()
+    # A real kubelet node (etj.localcluster.kubelet_node) gives pods routable addresses:
+    # then the endpoint controllers run, so headless Services get DNS records.
+    pod_network: bool = False
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -332,6 +335,10 @@ class LocalCluster:
                 "--requestheader-username-headers=X-Remote-User",
                 "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                # `kubectl logs/exec` on a real kubelet: the API server authenticates to it.
+                f"--kubelet-client-certificate={pki.admin_crt}",
+                f"--kubelet-client-key={pki.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--v=1",
                 *self.apiserver_args,
             ],
@@ -411,8 +418,13 @@ class LocalCluster:
                 # node unreachable and evict everything. Pods run on loopback addresses,
                 # which Endpoints and EndpointSlices may not hold: those controllers would
                 # only fail and log (nothing here routes through Services).
-                "--controllers=*,-node-lifecycle-controller,-endpoints-controller,"
-                "-endpointslice-controller,-endpointslice-mirroring-controller",
+                "--controllers=*,-node-lifecycle-controller"
+                + (
+                    ""
+                    if self.pod_network
+                    else ",-endpoints-controller,-endpointslice-controller,"
+                    "-endpointslice-mirroring-controller"
+                ),
                 "--concurrent-gc-syncs=5",
                 "--v=1",
             ],

@@ -1,0 +1,137 @@
+"""The two images, built from their Dockerfiles by ``make images`` (tests/cluster/build-images.sh).
+
+Checks what a user of the images sees first: each prints its help, and the trainer image
+trains the quickstart in single-process mode (no TF_CONFIG) to its last step, writing
+checkpoints to a mounted directory. Runs with docker where a Docker engine answers, else
+with podman (root: buildah/podman come from Debian packages). Skips with the reason
+elsewhere, except in CI (``CI`` set), where a missing engine is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "tests" / "cluster" / "build-images.sh"
+OPERATOR = "etj-operator:dev"
+TRAINER = "etj-trainer:dev"
+STEPS = 200  # a short run of the quickstart's model: what matters is that it trains and ends
+CONTAINERS_CONF = ROOT / "tests" / "cluster" / "containers.conf"
+
+
+def _engine() -> tuple[str | None, str]:
+    """The engine to build and run with, or None and why not."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "info"], capture_output=True).returncode == 0:
+        return "docker", ""
+    if os.geteuid() != 0:
+        return None, "no Docker engine, and buildah/podman need root here"
+    return "podman", ""
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[str]:
+    name, why = _engine()
+    if name is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must build the images: {why}")
+        pytest.skip(f"images not built: {why}")
+    env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+    # Cached by the hash of the inputs: cold ~5 min, warm under a few seconds.
+    build = subprocess.run(
+        ["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=3600
+    )
+    assert build.returncode == 0, f"make images failed:\n{build.stdout[-3000:]}{build.stderr}"
+    yield name
+
+
+def run(engine: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [engine, "run", "--rm", "--network", "none", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)},
+    )
+
+
+def test_operator_image_prints_help_without_tensorflow(engine: str) -> None:
+    help_ = run(engine, OPERATOR, "--help")
+    assert help_.returncode == 0, help_.stderr
+    assert "operator" in help_.stdout and "render" in help_.stdout
+    # The operator image must not carry TensorFlow; kopf and the client are there.
+    probe = run(
+        engine,
+        "--entrypoint",
+        "python",
+        OPERATOR,
+        "-c",
+        "import importlib.util as u; print(u.find_spec('tensorflow'), "
+        "u.find_spec('kopf') is not None, u.find_spec('kubernetes') is not None)",
+    )
+    assert probe.stdout.split() == ["None", "True", "True"], probe.stderr
+    user = run(engine, "--entrypoint", "id", OPERATOR, "-u")
+    assert user.stdout.strip() == "1000"
+
+
+def test_trainer_image_prints_help(engine: str) -> None:
+    help_ = run(engine, TRAINER, "--help")
+    assert help_.returncode == 0, help_.stderr
+    assert "--config" in help_.stdout and "etj trainer" in help_.stdout
+
+
+def _quickstart_config(steps: int) -> dict:
+    """The chief's trainer.json for the quickstart, as the operator renders it."""
+    job = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    job["spec"]["training"]["steps"] = steps
+    job["spec"]["checkpoint"]["everySteps"] = steps // 2
+    etj = Path(sys.executable).with_name("etj")
+    rendered = subprocess.run(
+        [str(etj), "render", "-"], input=yaml.safe_dump(job), capture_output=True, text=True
+    )
+    if rendered.returncode != 0:  # `render` takes a path; write one
+        raise AssertionError(rendered.stderr)
+    for doc in yaml.safe_load_all(rendered.stdout):
+        if doc and doc.get("kind") == "ConfigMap":
+            return json.loads(doc["data"]["trainer.json"])
+    raise AssertionError("no trainer ConfigMap in `etj render` output")
+
+
+def test_trainer_image_trains_quickstart_single_process(engine: str, tmp_path: Path) -> None:
+    config = _quickstart_config(STEPS)
+    etc = tmp_path / "etc"
+    ckpt = tmp_path / "checkpoints"
+    etc.mkdir()
+    ckpt.mkdir()
+    ckpt.chmod(0o777)  # the image runs as uid 1000
+    (etc / "trainer.json").write_text(json.dumps(config))
+    trained = run(
+        engine,
+        "-v",
+        f"{etc}:/etc/etj:ro",
+        "-v",
+        f"{ckpt}:/var/lib/etj/checkpoints",
+        "-e",
+        "ETJ_TRAINER_CONFIG=/etc/etj/trainer.json",
+        "--memory",
+        "4g",
+        TRAINER,
+        timeout=900,
+    )
+    out = trained.stdout + trained.stderr
+    assert trained.returncode == 0, out[-4000:]
+    assert "strategy local" in out, out[-4000:]  # single-process: no TF_CONFIG
+    events = [json.loads(line) for line in trained.stdout.splitlines() if line.startswith("{")]
+    assert {"event": "done", "step": STEPS} in events, out[-4000:]
+    assert any(e["event"] == "progress" for e in events), out[-4000:]
+    checkpoints = list((ckpt / "quickstart").glob("ckpt-*.index"))
+    assert checkpoints, f"no checkpoint written: {sorted(p.name for p in ckpt.rglob('*'))}"
