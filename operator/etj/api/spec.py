@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from etj.api.base import ApiModel, Quantity
+from etj.api.constants import MANAGED_BY
 
 
 def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
@@ -391,10 +392,16 @@ class RunPolicy(ApiModel):
         description="Pods deleted when the job finishes: All, Running (those still running, e.g. ps), or None.",
     )
     managed_by: str = Field(
-        default="training.etj.dev/operator",
+        default=MANAGED_BY,
         min_length=1,
         max_length=63,
-        description="The controller that runs this job; any other value makes etj leave it alone (e.g. for MultiKueue).",
+        description=(
+            "The controller that runs this job; any other value makes etj leave it alone "
+            "(e.g. for MultiKueue). Fixed at creation: the API server rejects a change."
+        ),
+        # The Kubernetes convention (Job, JobSet): managedBy is immutable, so two controllers
+        # never take turns on one job. A CEL transition rule, checked by the API server.
+        json_schema_extra=_cel(("self == oldSelf", "managedBy is immutable")),
     )
     max_memory_on_oom: Quantity | None = Field(
         default=None,
