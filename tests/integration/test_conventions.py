@@ -53,6 +53,24 @@ def test_managed_by_cannot_change_on_a_live_job(crds: LocalCluster, namespace: s
     assert get_json(crds, "etj", "ctr", "-n", namespace)["spec"]["runPolicy"]["suspend"] is True
 
 
+def test_a_job_created_without_run_policy_cannot_gain_another_manager(
+    crds: LocalCluster, namespace: str
+):
+    doc = job()
+    del doc["spec"]["runPolicy"]
+    apply(crds, namespace, doc)
+    assert "runPolicy" not in get_json(crds, "etj", "ctr", "-n", namespace)["spec"]
+    changed = _patch(
+        crds, namespace, {"spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}}}
+    )
+    assert changed.returncode != 0 and "managedBy is immutable" in changed.stderr
+    # Naming etj's own manager explicitly changes nothing, so it is allowed.
+    same = _patch(
+        crds, namespace, {"spec": {"runPolicy": {"managedBy": "training.etj.dev/operator"}}}
+    )
+    assert same.returncode == 0, same.stderr
+
+
 def test_a_job_created_for_another_manager_keeps_it(crds: LocalCluster, namespace: str):
     apply(crds, namespace, job(managedBy="kueue.x-k8s.io/multikueue"))
     back = _patch(

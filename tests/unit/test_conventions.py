@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from etj.api.constants import CATEGORIES, SHORT_NAMES
+from etj.api.constants import CATEGORIES, MANAGED_BY, SHORT_NAMES
+from etj.api.spec import IMMUTABLE_MANAGED_BY
 from etj.api.status import (
     CONDITION_REASON_PATTERN,
     Condition,
@@ -36,13 +37,18 @@ def _schema() -> dict[str, Any]:
 
 
 def test_managed_by_carries_a_cel_transition_rule_in_the_crd():
-    field = _schema()["properties"]["spec"]["properties"]["runPolicy"]["properties"]["managedBy"]
-    rules = field["x-kubernetes-validations"]
-    assert [r["rule"] for r in rules] == ["self == oldSelf"]
-    assert "immutable" in rules[0]["message"]
-    # A default keeps the rule meaningful for jobs created without the field: the stored
-    # object always has a managedBy to compare against.
-    assert field["default"] == "training.etj.dev/operator"
+    spec = _schema()["properties"]["spec"]
+    rules = [r for r in spec["x-kubernetes-validations"] if "oldSelf" in r["rule"]]
+    assert rules == [IMMUTABLE_MANAGED_BY]
+    rule = rules[0]
+    assert rule["fieldPath"] == ".runPolicy.managedBy"
+    assert "immutable" in rule["message"]
+    # Both sides fall back to the default, so a job created without runPolicy (or without
+    # managedBy) cannot gain another manager later.
+    assert rule["rule"].count(f"'{MANAGED_BY}'") == 2
+    assert "has(oldSelf.runPolicy)" in rule["rule"] and "has(self.runPolicy)" in rule["rule"]
+    field = spec["properties"]["runPolicy"]["properties"]["managedBy"]
+    assert field["default"] == MANAGED_BY
 
 
 # --- startTime and activeDeadlineSeconds ----------------------------------------------
