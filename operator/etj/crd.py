@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from etj.api.constants import (
+    CATEGORIES,
     CRD_NAME,
     GROUP,
     KIND,
@@ -154,7 +155,7 @@ def build_crd() -> dict[str, Any]:
                 "plural": PLURAL,
                 "singular": SINGULAR,
                 "shortNames": list(SHORT_NAMES),
-                "categories": ["all"],
+                "categories": list(CATEGORIES),
             },
             "versions": [
                 {

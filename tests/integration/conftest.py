@@ -83,7 +83,18 @@ def crds(cluster: LocalCluster) -> LocalCluster:
     assert paths, "no CRDs in crds/"
     for path in paths:
         cluster.kubectl("apply", "--server-side", "-f", str(path))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    # Retried: right after the apply a CRD may have no status.conditions yet, and kubectl
+    # wait then fails at once (".status.conditions accessor error") instead of waiting.
+    wait_for(
+        lambda: (
+            cluster.kubectl(
+                "wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False
+            ).returncode
+            == 0
+        ),
+        90,
+        "the CRDs Established",
+    )
     return cluster
 
 

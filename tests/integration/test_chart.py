@@ -43,7 +43,14 @@ def test_lint_and_template(cluster: LocalCluster):
     assert "0 chart(s) failed" in lint.stdout
     cluster_wide = list(yaml.safe_load_all(helm(cluster, "template", "etj", CHART).stdout))
     kinds = sorted(d["kind"] for d in cluster_wide if d)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Pod",  # the `helm test` pod (a test hook)
+        "Service",
+        "ServiceAccount",
+    ]
     scoped = [
         d
         for d in yaml.safe_load_all(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
@@ -272,6 +273,7 @@ def test_suspend_deletes_pods_and_resume_recreates_them(
 ):
     apply(crds, namespace, job())
     wait_for(lambda: phase(crds, namespace) == "Running", 60, "Running")
+    started = job_status(crds, namespace, "ctr")["startTime"]
     crds.kubectl(
         "patch",
         "etj",
@@ -284,6 +286,8 @@ def test_suspend_deletes_pods_and_resume_recreates_them(
     )
     wait_for(lambda: phase(crds, namespace) == "Suspended", 30, "Suspended")
     wait_for(lambda: not pods(crds, namespace), 30, "no pods")
+    # startTime has second resolution: resume in a later second than the first start.
+    wait_for(lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") > started, 5, "a new second")
     crds.kubectl(
         "patch",
         "etj",
@@ -297,6 +301,8 @@ def test_suspend_deletes_pods_and_resume_recreates_them(
     wait_for(lambda: set(live_pods(crds, namespace)) == PS_PODS, 30, "pods back")
     wait_for(lambda: phase(crds, namespace) == "Running", 60, "Running again")
     assert job_status(crds, namespace, "ctr")["restarts"] == 0
+    # activeDeadlineSeconds counts from the resume, not from the first start.
+    assert job_status(crds, namespace, "ctr")["startTime"] > started
 
 
 def test_unplannable_spec_fails_with_message_and_no_pods(

@@ -9,6 +9,11 @@ KIND = "EmbeddingTrainingJob"
 PLURAL = "embeddingtrainingjobs"
 SINGULAR = "embeddingtrainingjob"
 SHORT_NAMES = ["etj"]
+# etj's own category (besides "all"): `kubectl get etj-all` lists every kind etj defines.
+# Not "etj": kubectl expands a category before it tries short names, so a category "etj"
+# would shadow the short name and `kubectl delete etj --all` would one day delete every
+# kind in the category, not just the jobs.
+CATEGORIES = ["all", "etj-all"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 # The value of spec.runPolicy.managedBy that this operator acts on.

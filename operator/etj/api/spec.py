@@ -18,11 +18,16 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from etj.api.base import ApiModel, Quantity
+from etj.api.constants import MANAGED_BY
 
 
-def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
-    """Schema extra carrying CEL rules (rule, message) into the CRD."""
-    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+def _cel(*rules: tuple[str, str], extra: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Schema extra carrying CEL rules (rule, message) into the CRD; ``extra``: whole
+    rule objects (with fieldPath, say)."""
+    return {
+        "x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]
+        + list(extra or [])
+    }
 
 
 class Strategy(StrEnum):
@@ -423,10 +428,13 @@ class RunPolicy(ApiModel):
         description="Pods deleted when the job finishes: All, Running (those still running, e.g. ps), or None.",
     )
     managed_by: str = Field(
-        default="training.etj.dev/operator",
+        default=MANAGED_BY,
         min_length=1,
         max_length=63,
-        description="The controller that runs this job; any other value makes etj leave it alone (e.g. for MultiKueue).",
+        description=(
+            "The controller that runs this job; any other value makes etj leave it alone "
+            "(e.g. for MultiKueue). Fixed at creation: the API server rejects a change."
+        ),
     )
     max_memory_on_oom: Quantity | None = Field(
         default=None,
@@ -468,6 +476,25 @@ class PodTemplateOverrides(ApiModel):
     env: list[EnvVar] | None = Field(default=None, description="Extra environment variables.")
 
 
+def _managed_by(obj: str) -> str:
+    """CEL: the effective runPolicy.managedBy of ``obj`` (the default when not given)."""
+    return (
+        f"(has({obj}.runPolicy) && has({obj}.runPolicy.managedBy) "
+        f"? {obj}.runPolicy.managedBy : '{MANAGED_BY}')"
+    )
+
+
+# The Kubernetes convention (Job, JobSet): managedBy is fixed at creation, so two controllers
+# never take turns on one job. A transition rule on the spec, not on the field: a rule on
+# the field runs only when old and new both have it, so a job created without runPolicy
+# could gain a managedBy later.
+IMMUTABLE_MANAGED_BY = {
+    "rule": f"{_managed_by('self')} == {_managed_by('oldSelf')}",
+    "message": "runPolicy.managedBy is immutable: it is fixed when the job is created",
+    "fieldPath": ".runPolicy.managedBy",
+}
+
+
 class EmbeddingTrainingJobSpec(ApiModel):
     """The desired training job."""
 
@@ -485,6 +512,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.worker) && self.replicas.worker.replicas < 1)",
                 "strategy ParameterServer needs at least one worker",
             ),
+            extra=[IMMUTABLE_MANAGED_BY],
         )
     }
 

@@ -24,13 +24,23 @@ class Phase(StrEnum):
 
 FINISHED_PHASES = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
 
+# metav1.Condition's reason: a CamelCase word (letters, digits, '_', ',' and ':').
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
 
 class Condition(ApiModel):
     """A Kubernetes-shaped condition (as metav1.Condition)."""
 
     type: str = Field(description="Created, Running, Restarting, Suspended, Succeeded or Failed.")
     status: str = Field(pattern=r"^(True|False|Unknown)$", description="True, False or Unknown.")
-    reason: str = Field(default="", description="CamelCase reason for the last transition.")
+    # Required and never empty, as in metav1.Condition: a condition without a reason tells a
+    # person nothing they can act on. The pattern is metav1.Condition's.
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=CONDITION_REASON_PATTERN,
+        description="CamelCase reason for the last transition (required, never empty).",
+    )
     message: str = Field(default="", description="Human-readable details.")
     last_transition_time: str | None = Field(
         default=None, description="When the status last changed (RFC 3339)."

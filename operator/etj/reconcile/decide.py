@@ -31,7 +31,7 @@ from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
 from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
 from etj.reconcile.policies.oom import raised_limit
 from etj.reconcile.policies.restart import Failure, classify, restart_group
-from etj.reconcile.policies.suspend import pods_to_suspend
+from etj.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
 from etj.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
 from etj.reconcile.status import all_running, replica_statuses, workers_column
 from etj.render.objects import replica_set
@@ -176,6 +176,7 @@ def decide(world: World) -> Decision:
             "job resumed: recreating pods; training resumes from the last checkpoint",
         )
         p.st.phase = Phase.PENDING
+        p.st.start_time = start_time_on_resume(p.now)
     p.st.start_time = p.st.start_time or p.now
     rp = job.spec.run_policy
     if deadline_exceeded(parse_time(p.st.start_time), rp.active_deadline_seconds, world.now):

@@ -1,4 +1,8 @@
-"""activeDeadlineSeconds: a job running longer fails. Pure."""
+"""activeDeadlineSeconds: a job running longer fails. Pure.
+
+``start`` is ``status.startTime``: the job's first start, or its last resume (see
+policies/suspend), so suspended time does not count.
+"""
 
 from __future__ import annotations
 
