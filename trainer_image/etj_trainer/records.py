@@ -1,0 +1,180 @@
+"""What every file format shares: finding the files, compression, numbering records, the
+``DataError`` a person can act on, and skipping/counting bad records.
+
+Bad data never ends in a bare TensorFlow stack trace. A check inside a ``tf.data``
+pipeline fails with ``tf.debugging.Assert`` carrying ``<file>:<line>: <what>`` between
+markers; ``data_error_from`` turns that (wherever it surfaces: a worker under
+ParameterServer, the coordinator, a local iterator) back into ``DataError`` with exactly
+that text. Checks that need no record (no file matches, an empty file, gzip that is not
+gzip, a header without a declared column) run before training (``preflight`` of each
+format) and raise ``DataError`` directly.
+
+No format-specific parsing here, and no strategies.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import tensorflow as tf
+
+from etj.api.spec import DataSpec, FileData
+
+BAD_KEY = "bad_records"
+_START, _END = "<<etj-data-error>>", "<</etj-data-error>>"
+_MARKED = re.compile(re.escape(_START) + r"(.*?)" + re.escape(_END), re.S)
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class DataError(ValueError):
+    """The data cannot be read as the spec says: ``<file>:<line or record>: <what>``."""
+
+
+def data_error_from(error: BaseException) -> DataError | None:
+    """The ``DataError`` a pipeline check raised, from the TensorFlow error carrying it."""
+    if isinstance(error, DataError):
+        return error
+    match = _MARKED.search(str(error))
+    if match:
+        # tf.debugging.Assert prints strings escaped; undo the escapes it adds.
+        text = match.group(1).replace("\\'", "'").replace('\\"', '"').replace("\\t", "\t")
+        return DataError(text)
+    text = str(error)
+    if isinstance(error, tf.errors.DataLossError) or "corrupted record" in text.lower():
+        return DataError(f"unreadable data: {text.splitlines()[0][:500]}")
+    return None
+
+
+def marked(description: tf.Tensor) -> tf.Tensor:
+    """A description wrapped so ``data_error_from`` finds it in any error text."""
+    return tf.strings.join([_START, description, _END])
+
+
+def files_of(pattern: str) -> list[str]:
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise DataError(f"{pattern}: matches no file (data.files.pattern)")
+    return files
+
+
+def compression_of(path: str, files: FileData) -> str:
+    """TensorFlow's compression_type for one file: 'GZIP' or ''."""
+    if files.compression == "gzip" or (files.compression == "auto" and path.endswith(".gz")):
+        return "GZIP"
+    return ""
+
+
+def check_file_start(path: str, files: FileData) -> bytes:
+    """The first bytes of a file; DataError when it is empty or its compression is wrong."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            head = f.read(2)
+    except tf.errors.OpError as e:
+        raise DataError(f"{path}: cannot read: {e.message}") from None
+    if not head:
+        raise DataError(f"{path}:1: empty file")
+    gzip = compression_of(path, files) == "GZIP"
+    if gzip and head != GZIP_MAGIC:
+        raise DataError(f"{path}:1: not a gzip file (compression is {files.compression})")
+    if not gzip and head == GZIP_MAGIC:
+        raise DataError(
+            f"{path}:1: the file is gzip-compressed but data.files.compression is "
+            f"{files.compression}: set compression: gzip"
+        )
+    return head
+
+
+def _per_file(files: list[str], data: FileData, reader: Any, skip: int) -> tuple[Any, Any]:
+    """The file names (with compression) and the function reading one file as
+    ``(file, number, record)``; ``reader(file, compression)`` makes one file's dataset,
+    numbers start at 1 (the first line or record) and ``skip`` header lines are dropped."""
+    compressions = [compression_of(f, data) for f in files]
+    names = tf.data.Dataset.from_tensor_slices((files, compressions))
+
+    def one(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
+        records = reader(name, compression).enumerate(start=1).skip(skip)
+        return records.map(lambda n, r: (name, n, r))
+
+    return names, one
+
+
+def sharded_records(
+    files: list[str],
+    data: FileData,
+    reader: Any,
+    skip: int,
+    num_shards: int,
+    shard_index: int,
+    seed: int | None,
+    repeat: bool,
+    shuffle: int,
+) -> tf.data.Dataset:
+    """This shard's ``(file, number, record)``: whole files when there are at least as many
+    files as shards, else every ``num_shards``-th record; shuffled (file order and a
+    record buffer), repeated forever when ``repeat``."""
+    names, one = _per_file(files, data, reader, skip)
+    by_file = len(files) >= num_shards
+    if by_file and num_shards > 1:
+        names = names.shard(num_shards, shard_index)
+    if shuffle:
+        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        names = names.repeat()
+    records = names.interleave(
+        one, cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    if not by_file and num_shards > 1:
+        records = records.shard(num_shards, shard_index)
+    if shuffle:
+        records = records.shuffle(shuffle, seed=seed)
+    return records
+
+
+def first_bad(bad: tf.Tensor, describe: Any) -> tf.Tensor:
+    """The description of the first bad row of a batch (``describe(index)``)."""
+    return describe(tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32))
+
+
+def strict_or_skip(
+    out: dict[str, tf.Tensor], bad: tf.Tensor, describe: Any, max_bad: int
+) -> dict[str, tf.Tensor]:
+    """Stop at the first bad row (``max_bad == 0``), or drop the bad rows and count them
+    under ``BAD_KEY`` (the limit is checked over the whole job by the chief)."""
+    if max_bad == 0:
+        check = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(bad)), [marked(first_bad(bad, describe))], summarize=1
+        )
+        with tf.control_dependencies([check]):
+            out = {k: tf.identity(v) for k, v in out.items()}
+        out[BAD_KEY] = tf.constant(0, tf.int64)
+        return out
+    any_bad = tf.reduce_any(bad)
+
+    # Name the first skipped record of the batch in the log (stderr of the worker).
+    def log() -> tf.Tensor:
+        note = tf.strings.join(["skipped bad record: ", first_bad(bad, describe)])
+        with tf.control_dependencies([tf.print(note, output_stream=sys.stderr)]):
+            return tf.constant(True)
+
+    logged = tf.cond(any_bad, log, lambda: tf.constant(False))
+    keep = tf.logical_not(bad)
+    with tf.control_dependencies([logged]):
+        out = {k: tf.boolean_mask(v, keep) for k, v in out.items()}
+    out[BAD_KEY] = tf.reduce_sum(tf.cast(bad, tf.int64))
+    return out
+
+
+def quoted(cells: tf.Tensor, limit: int = 60) -> tf.Tensor:
+    """A cell as shown in an error: quoted, cut at ``limit`` bytes."""
+    return tf.strings.join(["'", tf.strings.substr(cells, 0, limit), "'"])
+
+
+def location(file: tf.Tensor, number: tf.Tensor) -> tf.Tensor:
+    return tf.strings.join([file, ":", tf.strings.as_string(number)])
+
+
+def validation_files(data: DataSpec) -> list[str]:
+    assert data.validation is not None
+    return files_of(data.validation.pattern)
