@@ -63,6 +63,7 @@ def string_rows(
     values: tf.Tensor, vocabulary_size: int, vocabulary: Vocabulary | None = None
 ) -> tf.Tensor:
     """Rows of string ids (any shape); empty strings get the reserved row."""
+    values = tf.convert_to_tensor(values, tf.string)
     known = vocabulary.size if vocabulary else 0
     if vocabulary_size == 1:
         return tf.zeros_like(values, dtype=tf.int64)
@@ -81,7 +82,7 @@ def int_rows(
     A vocabulary file holds integer ids as text; they are matched as text.
     """
     known = vocabulary.size if vocabulary else 0
-    values = tf.cast(values, tf.int64)
+    values = tf.cast(tf.convert_to_tensor(values), tf.int64)
     rows = 1 + known + tf.math.floormod(values, hashed_range(vocabulary_size, known))
     if vocabulary is not None:
         index = vocabulary.table.lookup(tf.strings.as_string(values))

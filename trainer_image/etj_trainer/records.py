@@ -26,6 +26,8 @@ BAD_KEY = "bad_records"
 _START, _END = "<<etj-data-error>>", "<</etj-data-error>>"
 _MARKED = re.compile(re.escape(_START) + r"(.*?)" + re.escape(_END), re.S)
 GZIP_MAGIC = b"\x1f\x8b"
+# parse_example names the record ("Name: <file>:<n>") and the feature of a type mismatch.
+_PARSE_ERROR = re.compile(r"Name: ([^,]+), (?:Feature|Key): ([^\s.,]+)[.,]?\s*(.*)", re.S)
 
 
 class DataError(ValueError):
@@ -42,6 +44,11 @@ def data_error_from(error: BaseException) -> DataError | None:
         text = match.group(1).replace("\\'", "'").replace('\\"', '"').replace("\\t", "\t")
         return DataError(text)
     text = str(error)
+    parsed = _PARSE_ERROR.search(text)
+    if parsed and isinstance(error, tf.errors.InvalidArgumentError):
+        where, key, what = parsed.groups()
+        detail = " ".join(what.split("[[")[0].split())[:300]
+        return DataError(f"{where}: feature {key}: {detail or 'cannot be parsed as declared'}")
     if isinstance(error, tf.errors.DataLossError) or "corrupted record" in text.lower():
         return DataError(f"unreadable data: {text.splitlines()[0][:500]}")
     return None

@@ -15,7 +15,6 @@ Reads and parses; knows nothing of strategies or the model.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import tensorflow as tf
@@ -40,18 +39,6 @@ _LISTS = {
     ValueType.INT: "int64_list",
     ValueType.FLOAT: "float_list",
 }
-# parse_example names the record ("Name: <file>:<n>") and the feature of a type mismatch.
-_PARSE_ERROR = re.compile(r"Name: ([^,]+), (?:Feature|Key): ([^\s.,]+)[.,]?\s*(.*)", re.S)
-
-
-def parse_error(text: str) -> DataError | None:
-    """A ``DataError`` from ``parse_example``'s error about one record."""
-    match = _PARSE_ERROR.search(text)
-    if not match:
-        return None
-    where, key, what = match.groups()
-    detail = " ".join(what.split())[:300]
-    return DataError(f"{where}: feature {key}: {detail or 'cannot be parsed as declared'}")
 
 
 def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> None:
