@@ -43,9 +43,12 @@ class Lookup:
     masked: bool
 
 
+INPUT_PREFIX = "ids/"
+
+
 def input_key(feature: str) -> str:
     """The batch key of a categorical feature's rows (apart from "label" and "dense")."""
-    return f"ids/{feature}"
+    return f"{INPUT_PREFIX}{feature}"
 
 
 def lookups(model: ModelSpec) -> list[Lookup]:
