@@ -37,7 +37,7 @@ from etj.api.spec import DataSpec, ModelSpec
 from etj_trainer import delimited, tfrecord
 from etj_trainer.features import FeatureSet
 from etj_trainer.model import DENSE_KEY, LABEL_KEY
-from etj_trainer.records import BAD_KEY, DataError, files_of
+from etj_trainer.records import BAD_KEY, DataError, Sharding, files_of
 
 __all__ = ["DENSE_KEY", "LABEL_KEY", "DataError", "make_dataset", "validation_dataset"]
 
@@ -215,9 +215,7 @@ def file_dataset(
     # Batch first, then parse whole batches: one vectorised op per batch.
     ds = records.batch(batch_size, drop_remainder=True)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.deterministic = False
-    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return _prefetched(ds, deterministic=False)
 
 
 def make_dataset(
@@ -260,18 +258,21 @@ def feature_dataset(
     assert data.files is not None
     fs = FeatureSet(model)
     files = files or files_of(data.files.pattern)
-    kwargs: dict[str, Any] = dict(
-        num_shards=num_shards, shard_index=shard_index, seed=seed, repeat=repeat, shuffle=repeat
-    )
+    sharding = Sharding(num_shards, shard_index, seed, repeat)
     max_bad = data.max_bad_records
     if data.files.format == "csv":
         columns = delimited.preflight(files, data.files, fs)
-        ds = delimited.dataset(files, data.files, fs, columns, batch_size, max_bad, **kwargs)
+        ds = delimited.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
     else:
         tfrecord.preflight(files, data.files, fs)
-        ds = tfrecord.dataset(files, data.files, fs, batch_size, max_bad, **kwargs)
+        ds = tfrecord.dataset(files, data.files, fs, batch_size, max_bad, sharding)
+    return _prefetched(ds, deterministic=not repeat)
+
+
+def _prefetched(ds: tf.data.Dataset, deterministic: bool) -> tf.data.Dataset:
+    """``ds`` prefetched; a training stream need not keep its order (faster)."""
     options = tf.data.Options()
-    options.deterministic = not repeat
+    options.deterministic = deterministic
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import io
-from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -25,13 +24,15 @@ from etj.api.spec import FileData
 from etj_trainer import features as fx
 from etj_trainer.model import DENSE_KEY, LABEL_KEY, input_key
 from etj_trainer.records import (
+    Check,
     DataError,
+    Sharding,
     check_file_start,
+    checked,
     compression_of,
-    location,
+    parsed_batches,
     quoted,
     sharded_records,
-    strict_or_skip,
 )
 
 SHUFFLE_LINES = 10_000
@@ -85,9 +86,6 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
     return columns
 
 
-Check = tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]
-
-
 class DelimitedParser:
     """Parses a batch of numbered lines into model input; bad lines stop or are skipped."""
 
@@ -117,15 +115,7 @@ class DelimitedParser:
             out[DENSE_KEY] = tf.stack([self._dense(f, cells, checks) for f in self.fs.dense], 1)
         for f in self.fs.categorical:
             out[input_key(f.name)] = self._categorical(f, cells, checks)
-        masks = tf.stack([mask for mask, _ in checks], axis=1)
-        bad = tf.reduce_any(masks, axis=1)
-
-        def describe(i: tf.Tensor) -> tf.Tensor:
-            which = tf.argmax(tf.cast(masks[i], tf.int32), output_type=tf.int32)
-            what = tf.switch_case(which, [lambda c=c: c[1](i) for c in checks])
-            return tf.strings.join([location(file[i], number[i]), ": ", what])
-
-        return strict_or_skip(out, bad, describe, self.max_bad)
+        return checked(out, checks, file, number, self.max_bad)
 
     def _cell(self, feature: Feature, cells: tf.Tensor) -> tf.Tensor:
         return cells[:, self.index[feature.name]]
@@ -222,29 +212,16 @@ def dataset(
     columns: list[str],
     batch_size: int,
     max_bad: int,
-    num_shards: int = 1,
-    shard_index: int = 0,
-    seed: int | None = None,
-    repeat: bool = True,
-    shuffle: bool = True,
+    sharding: Sharding,
 ) -> tf.data.Dataset:
     """Batches of parsed lines from this shard of the files."""
 
     def read(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
         return tf.data.TextLineDataset(name, compression_type=compression)
 
-    lines = sharded_records(
-        files,
-        data,
-        read,
-        1 if data.header else 0,
-        num_shards,
-        shard_index,
-        seed,
-        repeat,
-        SHUFFLE_LINES if shuffle else 0,
-    )
+    skip = 1 if data.header else 0
+    lines = sharded_records(files, data, read, skip, sharding, SHUFFLE_LINES)
     # Blank lines (a trailing newline, an empty last line) are not records.
     lines = lines.filter(lambda f, n, text: tf.strings.length(tf.strings.strip(text)) > 0)
     parse = DelimitedParser(fs, columns, data.delimiter, max_bad)
-    return lines.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return parsed_batches(lines, parse, batch_size)

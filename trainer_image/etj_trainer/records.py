@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
@@ -107,20 +108,27 @@ def _per_file(files: list[str], data: FileData, reader: Any, skip: int) -> tuple
     return names, one
 
 
+@dataclass(frozen=True)
+class Sharding:
+    """Which part of the files one input pipeline reads, and how: shard ``shard_index`` of
+    ``num_shards``, shuffled with ``seed`` (None: differently in every process) and
+    repeated forever when ``repeat`` (else once, in file order)."""
+
+    num_shards: int = 1
+    shard_index: int = 0
+    seed: int | None = None
+    repeat: bool = True
+
+
 def sharded_records(
-    files: list[str],
-    data: FileData,
-    reader: Any,
-    skip: int,
-    num_shards: int,
-    shard_index: int,
-    seed: int | None,
-    repeat: bool,
-    shuffle: int,
+    files: list[str], data: FileData, reader: Any, skip: int, sharding: Sharding, shuffle: int
 ) -> tf.data.Dataset:
     """This shard's ``(file, number, record)``: whole files when there are at least as many
     files as shards, else every ``num_shards``-th record; shuffled (file order and a
-    record buffer), repeated forever when ``repeat``."""
+    ``shuffle``-record buffer) when repeated."""
+    num_shards, shard_index, seed = sharding.num_shards, sharding.shard_index, sharding.seed
+    repeat = sharding.repeat
+    shuffle = shuffle if repeat else 0
     names, one = _per_file(files, data, reader, skip)
     by_file = len(files) >= num_shards
     if by_file and num_shards > 1:
@@ -137,6 +145,30 @@ def sharded_records(
     if shuffle:
         records = records.shuffle(shuffle, seed=seed)
     return records
+
+
+def parsed_batches(records: tf.data.Dataset, parse: Any, batch_size: int) -> tf.data.Dataset:
+    """Batches of ``(file, number, record)`` parsed as whole batches (one vectorised op)."""
+    return records.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+Check = tuple[tf.Tensor, Any]  # (bad rows [batch], index -> what is wrong)
+
+
+def checked(
+    out: dict[str, Any], checks: list[Check], file: tf.Tensor, number: tf.Tensor, max_bad: int
+) -> dict[str, Any]:
+    """A parsed batch after its checks: a row is bad when any check says so, and is named
+    ``<file>:<number>: <what the first failing check says>``."""
+    masks = tf.stack([mask for mask, _ in checks], axis=1)
+    bad = tf.reduce_any(masks, axis=1)
+
+    def describe(i: tf.Tensor) -> tf.Tensor:
+        which = tf.argmax(tf.cast(masks[i], tf.int32), output_type=tf.int32)
+        what = tf.switch_case(which, [lambda c=c: c[1](i) for c in checks])
+        return tf.strings.join([location(file[i], number[i]), ": ", what])
+
+    return strict_or_skip(out, bad, describe, max_bad)
 
 
 def first_bad(bad: tf.Tensor, describe: Any) -> tf.Tensor:

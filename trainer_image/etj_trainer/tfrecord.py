@@ -24,12 +24,15 @@ from etj.api.spec import FileData
 from etj_trainer import features as fx
 from etj_trainer.model import DENSE_KEY, LABEL_KEY, input_key
 from etj_trainer.records import (
+    Check,
     DataError,
+    Sharding,
     check_file_start,
+    checked,
     compression_of,
     location,
+    parsed_batches,
     sharded_records,
-    strict_or_skip,
 )
 
 SHUFFLE_RECORDS = 10_000
@@ -94,7 +97,7 @@ class ExampleParser:
             tf.logical_not(missing), tf.logical_not(fx.label_ok(first, label))
         )
         need = "a finite number" if label.threshold is not None else "0 or 1 (set a threshold)"
-        checks = [
+        checks: list[Check] = [
             (missing, lambda i: tf.constant(f"label {label.name} is missing (or not one value)")),
             (
                 unusable,
@@ -108,15 +111,7 @@ class ExampleParser:
             out[DENSE_KEY] = tf.stack([self._dense(f, parsed[f.name]) for f in self.fs.dense], 1)
         for f in self.fs.categorical:
             out[input_key(f.name)] = self._categorical(f, parsed[f.name])
-        masks = tf.stack([m for m, _ in checks], axis=1)
-        bad = tf.reduce_any(masks, axis=1)
-
-        def describe(i: tf.Tensor) -> tf.Tensor:
-            which = tf.argmax(tf.cast(masks[i], tf.int32), output_type=tf.int32)
-            what = tf.switch_case(which, [lambda c=c: c[1](i) for c in checks])
-            return tf.strings.join([names[i], ": ", what])
-
-        return strict_or_skip(out, bad, describe, self.max_bad)
+        return checked(out, checks, file, number, self.max_bad)
 
     @staticmethod
     def _dense(f: Feature, values: tf.RaggedTensor) -> tf.Tensor:
@@ -140,27 +135,12 @@ def dataset(
     fs: fx.FeatureSet,
     batch_size: int,
     max_bad: int,
-    num_shards: int = 1,
-    shard_index: int = 0,
-    seed: int | None = None,
-    repeat: bool = True,
-    shuffle: bool = True,
+    sharding: Sharding,
 ) -> tf.data.Dataset:
     """Batches of parsed Examples from this shard of the files."""
 
     def read(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
         return tf.data.TFRecordDataset(name, compression_type=compression)
 
-    records = sharded_records(
-        files,
-        data,
-        read,
-        0,
-        num_shards,
-        shard_index,
-        seed,
-        repeat,
-        SHUFFLE_RECORDS if shuffle else 0,
-    )
-    parse = ExampleParser(fs, max_bad)
-    return records.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    records = sharded_records(files, data, read, 0, sharding, SHUFFLE_RECORDS)
+    return parsed_batches(records, ExampleParser(fs, max_bad), batch_size)
