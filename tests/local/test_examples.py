@@ -65,3 +65,34 @@ def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
         auc, abs=1e-4
     )
     assert processes_under(workdir) == []
+
+
+def test_a_bad_line_fails_the_job_with_file_and_line(tmp_path: Path):
+    """The chief's termination message and the job's message name the file and line; the
+    job fails at once (a DataError is permanent: no restart can fix the data)."""
+    (train,), _ = write_train_and_validation("criteo", tmp_path, 1, 300, 10)
+    with train.open("a") as f:
+        f.write("1\t2\t3\n")
+    job = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())
+    job["metadata"]["name"] = "bad"
+    job["spec"]["data"]["files"]["pattern"] = str(train)
+    del job["spec"]["data"]["validation"]
+    job["spec"]["training"] = {"batchSizePerReplica": 64, "steps": 200}
+    job["spec"]["runPolicy"] = {"restartPolicy": "ExitCode"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    workdir = tmp_path / "run"
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "etj"), "run", str(path), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    where = f"{train}:301: expected 40 fields, found 3"
+    message = (workdir / "logs" / "bad-chief-0.log.termination").read_text()
+    assert message == f"DataError: {where}"
+    assert f"(DataError): {where}" in " ".join(out.stdout.split())
+    assert "Traceback" not in (workdir / "logs" / "bad-chief-0.log").read_text()
+    assert processes_under(workdir) == []
