@@ -232,3 +232,21 @@ def test_max_bad_records_skips_and_counts(tmp_path: Path):
     assert sum(int(b["bad_records"]) for b in batches) == 3
     assert sum(len(b["label"]) for b in batches) == 6
     assert all(len(b["label"]) == len(b["ids/C1"]) == len(b["dense"]) for b in batches)
+
+
+@pytest.mark.parametrize("files", [1, 2])
+def test_shards_read_disjoint_files_or_records(tmp_path: Path, files: int):
+    """Two workers: whole files each when there are enough files, else every other line."""
+    from etj_trainer.data import feature_dataset
+
+    for k in range(files):
+        rows = [f"{i % 2}\t{k * 100 + i}\t1\tx\tDrama" for i in range(1, 41)]
+        (tmp_path / f"part-{k}.tsv").write_text("\n".join(rows) + "\n")
+    data = _data(str(tmp_path / "part-*.tsv"))
+    seen = []
+    for index in range(2):
+        ds = feature_dataset(_model(), data, 8, num_shards=2, shard_index=index, repeat=False)
+        values = {round(float(np.expm1(v))) for b in ds for v in b["dense"][:, 0].numpy()}
+        seen.append(values)
+    assert not seen[0] & seen[1]
+    assert len(seen[0] | seen[1]) == 40 * files
