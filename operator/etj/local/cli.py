@@ -56,10 +56,12 @@ def run(
         raise SystemExit(2)
     job, plan = result.job, result.plan
     steps = job.spec.training.steps
+    epochs = job.spec.training.epochs
+    length = f"{epochs} epochs (steps counted by the trainer)" if epochs else f"{steps} steps"
     console.print(
         f"[bold]{job.name}[/]: {plan.strategy}, chief+{job.spec.replicas.worker.replicas} workers"
         f"+{plan.ps_replicas} ps, {len(plan.tables)} tables in "
-        f"{sum(t.shards for t in plan.tables)} shards, {steps} steps"
+        f"{sum(t.shards for t in plan.tables)} shards, {length}"
     )
     with Progress(
         TextColumn("[bold]{task.fields[phase]:<10}"),
