@@ -31,6 +31,16 @@ def _events(log: Path, event: str) -> list[dict]:
     return out
 
 
+def _etj_run(job: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "etj"), "run", str(job), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+
+
 @pytest.mark.parametrize("layout", ["criteo", "avazu", "movielens"])
 def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
     data = tmp_path / "data"
@@ -45,13 +55,7 @@ def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     workdir = tmp_path / "run"
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "etj"), "run", str(path), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    out = _etj_run(path, workdir)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = out.stdout[out.stdout.index("Summary") :]
     assert "Succeeded" in summary
@@ -82,13 +86,7 @@ def test_a_bad_line_fails_the_job_with_file_and_line(tmp_path: Path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     workdir = tmp_path / "run"
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "etj"), "run", str(path), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "300"},
-    )
+    out = _etj_run(path, workdir)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     where = f"{train}:301: expected 40 fields, found 3"
     message = (workdir / "logs" / "bad-chief-0.log.termination").read_text()

@@ -119,9 +119,10 @@ class TrainingState:
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
         with tf.GradientTape() as tape:
             logits = self.model(batch)
-            loss = tf.reduce_mean(
+            # A mean that is 0, not NaN, for a batch whose records were all skipped as bad.
+            loss = tf.reduce_sum(
                 tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-            )
+            ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
         grads = tape.gradient(loss, self.variables)
         ctx = tf.distribute.get_replica_context()
         if self.sync_replicas:

@@ -24,18 +24,18 @@ from etj.api.spec import FileData
 from etj_trainer import features as fx
 from etj_trainer.model import DENSE_KEY, LABEL_KEY, input_key
 from etj_trainer.records import (
+    BAD_KEY,
     Check,
     DataError,
     Sharding,
     check_file_start,
     checked,
     compression_of,
-    parsed_batches,
     quoted,
-    sharded_records,
+    sharded_batches,
 )
 
-SHUFFLE_LINES = 10_000
+SHUFFLE_BATCHES = 16
 
 
 def first_line(path: str, files: FileData) -> str:
@@ -97,6 +97,9 @@ class DelimitedParser:
         self.index = {name: i for i, name in enumerate(columns)}
 
     def __call__(self, file: tf.Tensor, number: tf.Tensor, line: tf.Tensor) -> dict[str, Any]:
+        # Blank lines (a trailing newline, an empty last line) are not records.
+        text = tf.strings.length(tf.strings.strip(line)) > 0
+        file, number, line = (tf.boolean_mask(t, text) for t in (file, number, line))
         line = tf.strings.regex_replace(line, "\r$", "")
         fields = tf.strings.split(line, self.delimiter)
         found = fields.row_lengths()
@@ -220,8 +223,9 @@ def dataset(
         return tf.data.TextLineDataset(name, compression_type=compression)
 
     skip = 1 if data.header else 0
-    lines = sharded_records(files, data, read, skip, sharding, SHUFFLE_LINES)
-    # Blank lines (a trailing newline, an empty last line) are not records.
-    lines = lines.filter(lambda f, n, text: tf.strings.length(tf.strings.strip(text)) > 0)
+    batches = sharded_batches(files, data, read, skip, sharding, batch_size, SHUFFLE_BATCHES)
     parse = DelimitedParser(fs, columns, data.delimiter, max_bad)
-    return parsed_batches(lines, parse, batch_size)
+    parsed = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    # A batch of blank lines only (the end of a file) is no batch; one whose lines were
+    # all skipped still carries their count.
+    return parsed.filter(lambda b: tf.logical_or(tf.size(b[LABEL_KEY]) > 0, b[BAD_KEY] > 0))

@@ -94,25 +94,11 @@ def check_file_start(path: str, files: FileData) -> bytes:
     return head
 
 
-def _per_file(files: list[str], data: FileData, reader: Any, skip: int) -> tuple[Any, Any]:
-    """The file names (with compression) and the function reading one file as
-    ``(file, number, record)``; ``reader(file, compression)`` makes one file's dataset,
-    numbers start at 1 (the first line or record) and ``skip`` header lines are dropped."""
-    compressions = [compression_of(f, data) for f in files]
-    names = tf.data.Dataset.from_tensor_slices((files, compressions))
-
-    def one(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
-        records = reader(name, compression).enumerate(start=1).skip(skip)
-        return records.map(lambda n, r: (name, n, r))
-
-    return names, one
-
-
 @dataclass(frozen=True)
 class Sharding:
     """Which part of the files one input pipeline reads, and how: shard ``shard_index`` of
     ``num_shards``, shuffled with ``seed`` (None: differently in every process) and
-    repeated forever when ``repeat`` (else once, in file order)."""
+    repeated forever when ``repeat`` (else once, in file order, deterministic)."""
 
     num_shards: int = 1
     shard_index: int = 0
@@ -120,36 +106,50 @@ class Sharding:
     repeat: bool = True
 
 
-def sharded_records(
-    files: list[str], data: FileData, reader: Any, skip: int, sharding: Sharding, shuffle: int
+def sharded_batches(
+    files: list[str],
+    data: FileData,
+    reader: Any,
+    skip: int,
+    sharding: Sharding,
+    batch_size: int,
+    shuffle: int,
 ) -> tf.data.Dataset:
-    """This shard's ``(file, number, record)``: whole files when there are at least as many
-    files as shards, else every ``num_shards``-th record; shuffled (file order and a
-    ``shuffle``-record buffer) when repeated."""
-    num_shards, shard_index, seed = sharding.num_shards, sharding.shard_index, sharding.seed
-    repeat = sharding.repeat
-    shuffle = shuffle if repeat else 0
-    names, one = _per_file(files, data, reader, skip)
-    by_file = len(files) >= num_shards
-    if by_file and num_shards > 1:
-        names = names.shard(num_shards, shard_index)
-    if shuffle:
-        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    """This shard's batches ``(file [n], number [n], record [n])``, numbers from 1 (the
+    file's first line or record; ``skip`` header lines are dropped).
+
+    Batches are cut within each file, so no per-record tf.data op runs: the record
+    numbering costs one ``range`` per batch (a per-record ``map`` or ``filter`` would cost
+    more than the parse). Whole files are sharded when there are at least as many files as
+    shards, else every ``num_shards``-th batch. When repeated: file order shuffled, four
+    files interleaved batch by batch, and a buffer of ``shuffle`` batches shuffled.
+    """
+    repeat, seed = sharding.repeat, sharding.seed
+    names = tf.data.Dataset.from_tensor_slices((files, [compression_of(f, data) for f in files]))
+
+    def one(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
+        batches = reader(name, compression).skip(skip).batch(batch_size).enumerate()
+
+        def numbered(i: tf.Tensor, records: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            n = tf.shape(records, out_type=tf.int64)[0]
+            first = i * batch_size + 1 + skip
+            return tf.fill([n], name), tf.range(first, first + n), records
+
+        return batches.map(numbered)
+
+    by_file = len(files) >= sharding.num_shards
+    if by_file and sharding.num_shards > 1:
+        names = names.shard(sharding.num_shards, sharding.shard_index)
     if repeat:
-        names = names.repeat()
-    records = names.interleave(
+        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    batches = names.interleave(
         one, cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE
     )
-    if not by_file and num_shards > 1:
-        records = records.shard(num_shards, shard_index)
-    if shuffle:
-        records = records.shuffle(shuffle, seed=seed)
-    return records
-
-
-def parsed_batches(records: tf.data.Dataset, parse: Any, batch_size: int) -> tf.data.Dataset:
-    """Batches of ``(file, number, record)`` parsed as whole batches (one vectorised op)."""
-    return records.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    if not by_file and sharding.num_shards > 1:
+        batches = batches.shard(sharding.num_shards, sharding.shard_index)
+    if repeat and shuffle:
+        batches = batches.shuffle(shuffle, seed=seed)
+    return batches
 
 
 Check = tuple[tf.Tensor, Any]  # (bad rows [batch], index -> what is wrong)
@@ -182,9 +182,11 @@ def strict_or_skip(
     """Stop at the first bad row (``max_bad == 0``), or drop the bad rows and count them
     under ``BAD_KEY`` (the limit is checked over the whole job by the chief)."""
     if max_bad == 0:
-        check = tf.debugging.Assert(
-            tf.logical_not(tf.reduce_any(bad)), [marked(first_bad(bad, describe))], summarize=1
-        )
+        any_bad = tf.reduce_any(bad)
+        # The description is built only for a batch that has a bad row (and never for an
+        # empty batch, where there is no row to name).
+        text = tf.cond(any_bad, lambda: marked(first_bad(bad, describe)), lambda: tf.constant(""))
+        check = tf.debugging.Assert(tf.logical_not(any_bad), [text], summarize=1)
         with tf.control_dependencies([check]):
             out = {k: tf.identity(v) for k, v in out.items()}
         out[BAD_KEY] = tf.constant(0, tf.int64)

@@ -31,11 +31,10 @@ from etj_trainer.records import (
     checked,
     compression_of,
     location,
-    parsed_batches,
-    sharded_records,
+    sharded_batches,
 )
 
-SHUFFLE_RECORDS = 10_000
+SHUFFLE_BATCHES = 16
 _DTYPES = {ValueType.STRING: tf.string, ValueType.INT: tf.int64, ValueType.FLOAT: tf.float32}
 _LISTS = {
     ValueType.STRING: "bytes_list",
@@ -142,5 +141,5 @@ def dataset(
     def read(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
         return tf.data.TFRecordDataset(name, compression_type=compression)
 
-    records = sharded_records(files, data, read, 0, sharding, SHUFFLE_RECORDS)
-    return parsed_batches(records, ExampleParser(fs, max_bad), batch_size)
+    batches = sharded_batches(files, data, read, 0, sharding, batch_size, SHUFFLE_BATCHES)
+    return batches.map(ExampleParser(fs, max_bad), num_parallel_calls=tf.data.AUTOTUNE)
