@@ -96,7 +96,7 @@ def run_single(seconds: float) -> tuple[float, float]:
     state.train_chunk(it, chunk)  # trace and warm up
     steps, start, cpu0 = 0, time.perf_counter(), _own_cpu()
     while time.perf_counter() - start < seconds:
-        loss, _ = state.train_chunk(it, chunk)
+        loss, *_ = state.train_chunk(it, chunk)
         steps += 50
     float(loss)
     examples = steps * BATCH

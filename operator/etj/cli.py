@@ -37,6 +37,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "cluster": "etj.localcluster.cli:cluster",
+        "init": "etj.init_cli:init",
         "operator": "etj.controller.cli:operator",
         "run": "etj.local.cli:run",
     },

@@ -46,6 +46,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "PS", "type": "integer", "jsonPath": ".status.shardPlan.psReplicas"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "AUC", "type": "number", "jsonPath": ".status.evaluation.auc"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

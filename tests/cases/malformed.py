@@ -92,6 +92,12 @@ def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any
 
 
 E0 = "spec.model.embeddings.0"
+# A valid feature list for BASE's tables (label, then one categorical per table).
+FEATURES: list[dict[str, Any]] = [
+    {"name": "clicked", "kind": "label"},
+    {"name": "user", "kind": "categorical", "table": "user_id"},
+    {"name": "item", "kind": "categorical", "table": "item_id"},
+]
 F0 = "spec.model.embeddings[0]"
 
 CASES: list[Case] = [
@@ -391,6 +397,79 @@ CASES: list[Case] = [
         "spec",
         "at least one worker",
         _set("spec.replicas.worker.replicas", 0),
+    ),
+    Case(
+        "feature-unknown-table",
+        "cel",
+        "spec.model",
+        "must be one of model.embeddings",
+        _set("spec.model.features", [*FEATURES[:2], {**FEATURES[2], "table": "nope"}]),
+    ),
+    Case(
+        "feature-no-label",
+        "cel",
+        "spec.model",
+        "exactly one feature of kind label",
+        _set("spec.model.features", FEATURES[1:]),
+    ),
+    Case(
+        "table-unused-by-features",
+        "cel",
+        "spec.model",
+        "must be used by a categorical feature",
+        _set("spec.model.features", FEATURES[:2]),
+    ),
+    Case(
+        "categorical-without-table",
+        "cel",
+        "spec.model.features[1]",
+        "names its table",
+        _set("spec.model.features", [FEATURES[0], {"name": "C1", "kind": "categorical"}]),
+    ),
+    Case(
+        "standardize-without-std",
+        "cel",
+        "spec.model.features[3]",
+        "standardize needs mean and std",
+        _set(
+            "spec.model.features",
+            [*FEATURES, {"name": "I1", "kind": "dense", "transform": "standardize", "mean": 1}],
+        ),
+    ),
+    Case(
+        "max-length-without-delimiter",
+        "cel",
+        "spec.model.features[1]",
+        "maxLength needs a delimiter",
+        _set("spec.model.features", [FEATURES[0], {**FEATURES[1], "maxLength": 4}, FEATURES[2]]),
+    ),
+    Case(
+        "no-header-no-columns",
+        "cel",
+        "spec.data.files",
+        "columns must name the columns",
+        _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "header": False}}),
+    ),
+    Case(
+        "epochs-on-synthetic",
+        "cel",
+        "spec",
+        "training.epochs needs data.source files",
+        _set("spec.training.epochs", 2),
+    ),
+    Case(
+        "feature-kind-unknown",
+        "schema",
+        "spec.model.features[0].kind",
+        "'label', 'dense' or 'categorical'",
+        _set("spec.model.features", [{"name": "y", "kind": "target"}]),
+    ),
+    Case(
+        "delimiter-two-chars",
+        "schema",
+        "spec.data.files.delimiter",
+        "at most 1 character",
+        _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "delimiter": "||"}}),
     ),
     Case(
         "files-without-files",

@@ -232,7 +232,7 @@ def test_evaluator_scores_the_final_checkpoint(job: LocalJob) -> None:
     assert code == 0, job.log_tail("evaluator", 0)
     final = [e for e in events if e["event"] == "evaluation"][-1]
     assert final["step"] == job.config.training.steps
-    assert final["loss"] < 0.66 and final["auc"] > 0.65
+    assert final["logloss"] < 0.66 and final["auc"] > 0.65
 
 
 def test_hung_worker_trips_the_watchdog_and_a_whole_restart_resumes(job: LocalJob) -> None:

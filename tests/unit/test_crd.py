@@ -82,6 +82,7 @@ def test_names_columns_and_subresources():
         "PS",
         "Step",
         "Restarts",
+        "AUC",
         "Age",
     ]
     assert version["additionalPrinterColumns"] == PRINTER_COLUMNS

@@ -25,3 +25,33 @@ def test_parses_known_gauges_and_skips_nan():
 def test_no_step_no_progress():
     assert parse_progress("etj_trainer_loss 1.0\n", "t") is None
     assert parse_progress("", "t") is None
+
+
+EVAL_PAGE = """# HELP etj_trainer_step Global training step.
+# TYPE etj_trainer_step gauge
+etj_trainer_step 600.0
+etj_trainer_bad_records 3.0
+etj_trainer_eval_step 500.0
+etj_trainer_eval_auc 0.8123
+etj_trainer_eval_logloss 0.4567
+etj_trainer_eval_examples 4000.0
+"""
+
+
+def test_parses_the_held_out_evaluation_and_skipped_records():
+    from etj.reconcile.progress import parse_evaluation
+
+    ev = parse_evaluation(EVAL_PAGE, "t")
+    assert ev is not None
+    assert (ev.step, ev.auc, ev.logloss, ev.examples) == (500, 0.8123, 0.4567, 4000)
+    progress = parse_progress(EVAL_PAGE, "t")
+    assert progress is not None and progress.bad_records == 3
+
+
+def test_no_evaluation_before_one_scored_examples():
+    from etj.reconcile.progress import parse_evaluation
+
+    # Gauges read 0 before the first evaluation; a broken page is no evaluation either.
+    assert parse_evaluation(PAGE, "t") is None
+    assert parse_evaluation(EVAL_PAGE.replace("4000.0", "0.0"), "t") is None
+    assert parse_evaluation("not { a metrics page", "t") is None

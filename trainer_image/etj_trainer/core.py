@@ -20,8 +20,9 @@ import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
 from etj_trainer.auc import BINS
-from etj_trainer.model import LABEL_KEY, CtrModel, TablePartitioner
+from etj_trainer.model import LABEL_KEY, CtrModel, TablePartitioner, ids_per_table
 from etj_trainer.optim import SLOTS, Slotted, apply_update, create_slots
+from etj_trainer.records import BAD_KEY
 
 # Steps written out per loop iteration of ``train_chunk``.
 UNROLL = 10
@@ -85,8 +86,8 @@ class TrainingState:
         # Most rows a sparse gradient can have: every id of a batch distinct.
         batch = config.training.batch_size_per_replica
         self._row_bound = [
-            batch * t.ids_per_example
-            for i, t in enumerate(config.model.embeddings)
+            batch * n
+            for i, n in enumerate(ids_per_table(config.model))
             for _ in self.model.table_components(i)
         ] + [0] * len(self.model.dense_variables)
         self.checkpoint = tf.train.Checkpoint(model=self.model, slots=self.slots, step=self.step)
@@ -114,19 +115,21 @@ class TrainingState:
 
     # --- one step, in replica context -------------------------------------------------
 
-    def _replica_step(self, batch: dict[str, tf.Tensor], t: tf.Tensor) -> tuple[Any, Any]:
+    def _replica_step(self, batch: dict[str, tf.Tensor], t: tf.Tensor) -> tuple[Any, Any, Any]:
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
         with tf.GradientTape() as tape:
             logits = self.model(batch)
-            loss = tf.reduce_mean(
+            # A mean that is 0, not NaN, for a batch whose records were all skipped as bad.
+            loss = tf.reduce_sum(
                 tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-            )
+            ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
         grads = tape.gradient(loss, self.variables)
         ctx = tf.distribute.get_replica_context()
         if self.sync_replicas:
             grads = self._all_reduce(ctx, grads)
         ctx.merge_call(self._apply, args=(grads, t))
-        return loss, histogram(tf.sigmoid(logits), labels)
+        bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
+        return loss, histogram(tf.sigmoid(logits), labels), bad
 
     def _all_reduce(self, ctx: Any, grads: list[Any]) -> list[Any]:
         """Mean of the gradients over the replicas (MultiWorkerMirrored).
@@ -174,15 +177,17 @@ class TrainingState:
 
     # --- a chunk of steps, in cross-replica context ---------------------------------
 
-    def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         local = self.strategy.experimental_local_results
-        loss, h = self.strategy.run(self._replica_step, args=(next(iterator), t))
-        return local(loss)[0], local(h)[0]
+        loss, h, bad = self.strategy.run(self._replica_step, args=(next(iterator), t))
+        return local(loss)[0], local(h)[0], local(bad)[0]
 
     @tf.function
-    def train_chunk(self, iterator: Any, steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def train_chunk(
+        self, iterator: Any, steps: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """``steps`` (an int64 tensor: no retracing for a short last chunk) training steps;
-        the mean loss and the prediction histogram.
+        the mean loss, the prediction histogram and the bad records the input skipped.
 
         Steps run in blocks of ``UNROLL`` written out in the graph: each loop iteration
         costs control messages to every device the loop touches (the ps under
@@ -190,21 +195,26 @@ class TrainingState:
         """
         loss_sum = tf.constant(0.0)
         hist = tf.zeros([2, BINS])
+        skipped = tf.constant(0, tf.int64)
         start = self.step.read_value()
         blocks = steps // UNROLL
         for b in tf.range(blocks):
             for j in range(UNROLL):
-                loss, h = self._step(iterator, tf.cast(start + b * UNROLL + j + 1, tf.float32))
+                loss, h, bad = self._step(iterator, tf.cast(start + b * UNROLL + j + 1, tf.float32))
                 loss_sum += loss
                 hist += h
+                skipped += bad
         for r in tf.range(steps - blocks * UNROLL):
-            loss, h = self._step(iterator, tf.cast(start + blocks * UNROLL + r + 1, tf.float32))
+            loss, h, bad = self._step(
+                iterator, tf.cast(start + blocks * UNROLL + r + 1, tf.float32)
+            )
             loss_sum += loss
             hist += h
+            skipped += bad
         # Counted at the end: a chunk cut short by a lost worker is re-run whole elsewhere
         # and counted once.
         self.step.assign_add(steps)
-        return loss_sum / tf.cast(steps, tf.float32), hist
+        return loss_sum / tf.cast(steps, tf.float32), hist, skipped
 
 
 def _group_slots(optimizer: str, parts: list[Slotted]) -> dict[str, Any]:

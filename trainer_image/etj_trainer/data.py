@@ -16,6 +16,12 @@ File layout (what ``etj_trainer.datagen`` writes):
 - CSV with a header: ``<labelKey>``, ``dense_0 .. dense_{n-1}``, and per table either
   ``<name>`` (one id) or ``<name>_0 .. <name>_{k-1}``; columns may come in any order.
 
+Jobs with ``spec.model.features`` read their files through the format modules
+(``etj_trainer.delimited``, ``etj_trainer.tfrecord``) and ``etj_trainer.features``: each
+categorical feature's rows under ``ids/<feature>``, the dense features (in spec order)
+under ``dense``, the label under ``label``, and the count of skipped bad records under
+``bad_records``.
+
 This module builds pipelines; it does not know about strategies or workers beyond the
 shard index it is given.
 """
@@ -28,17 +34,17 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.spec import DataSpec, ModelSpec
+from etj_trainer import delimited, tfrecord
+from etj_trainer.features import FeatureSet
+from etj_trainer.model import DENSE_KEY, LABEL_KEY
+from etj_trainer.records import BAD_KEY, DataError, Sharding, files_of
 
-DENSE_KEY = "dense"
-LABEL_KEY = "label"
+__all__ = ["DENSE_KEY", "LABEL_KEY", "DataError", "make_dataset", "validation_dataset"]
+
 # Prime multiplier that scatters Zipf ranks over the id space (the popular ids would
 # otherwise all be in the first shard of every table).
 _SCATTER = 1_000_003
 _SHUFFLE_RECORDS = 10_000
-
-
-class DataError(ValueError):
-    """The data source cannot be read as configured (e.g. no file matches)."""
 
 
 def zipf_ids(shape: Any, vocab: int, exponent: float, seed: tf.Tensor, salt: int) -> tf.Tensor:
@@ -107,10 +113,7 @@ def synthetic_dataset(
 
 def _files(data: DataSpec) -> list[str]:
     assert data.files is not None
-    files = sorted(tf.io.gfile.glob(data.files.pattern))
-    if not files:
-        raise DataError(f"data.files.pattern {data.files.pattern!r} matches no file")
-    return files
+    return files_of(data.files.pattern)
 
 
 def _tfrecord_parser(model: ModelSpec, label_key: str) -> Any:
@@ -212,9 +215,7 @@ def file_dataset(
     # Batch first, then parse whole batches: one vectorised op per batch.
     ds = records.batch(batch_size, drop_remainder=True)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.deterministic = False
-    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return _prefetched(ds, deterministic=False)
 
 
 def make_dataset(
@@ -232,8 +233,75 @@ def make_dataset(
     workers pass a random one, as TensorFlow builds one identical dataset function for all
     of them and cannot tell them apart.
     """
+    if data.source == "files" and model.features is not None:
+        return feature_dataset(model, data, batch_size, num_shards, shard_index, seed)
     if data.source == "files":
         return file_dataset(model, data, batch_size, num_shards, shard_index, seed)
     return synthetic_dataset(
         model, data, batch_size, stream=shard_index if stream is None else stream
     )
+
+
+def feature_dataset(
+    model: ModelSpec,
+    data: DataSpec,
+    batch_size: int,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    seed: int | None = None,
+    files: list[str] | None = None,
+    repeat: bool = True,
+) -> tf.data.Dataset:
+    """Batches of ``model.features`` read from the files (all of them checked first: a
+    missing file, an empty one, a header without a declared column stop here, before any
+    training), this shard of them, shuffled and repeated forever unless ``repeat`` is off."""
+    assert data.files is not None
+    fs = FeatureSet(model)
+    files = files or files_of(data.files.pattern)
+    sharding = Sharding(num_shards, shard_index, seed, repeat)
+    max_bad = data.max_bad_records
+    if data.files.format == "csv":
+        columns = delimited.preflight(files, data.files, fs)
+        ds = delimited.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
+    else:
+        tfrecord.preflight(files, data.files, fs)
+        ds = tfrecord.dataset(files, data.files, fs, batch_size, max_bad, sharding)
+    return _prefetched(ds, deterministic=not repeat)
+
+
+def _prefetched(ds: tf.data.Dataset, deterministic: bool) -> tf.data.Dataset:
+    """``ds`` prefetched; a training stream need not keep its order (faster)."""
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def validation_dataset(model: ModelSpec, data: DataSpec, batch_size: int) -> tf.data.Dataset:
+    """The held-out batches of ``data.validation``: the first ``maxExamples`` examples, in
+    file order, the same every time (finite)."""
+    assert data.validation is not None
+    files = files_of(data.validation.pattern)
+    ds = feature_dataset(model, data, batch_size, files=files, repeat=False)
+    examples = ds.map(lambda b: {k: v for k, v in b.items() if k != BAD_KEY})
+    return examples.unbatch().take(data.validation.max_examples).batch(batch_size)
+
+
+def count_records(model: ModelSpec, data: DataSpec) -> int:
+    """Examples in ``data.files`` (one full read; what ``training.epochs`` multiplies).
+
+    With ``model.features`` the good records are counted (bad ones a job may skip are
+    not); in etj's own layout, the records."""
+    assert data.files is not None
+    if model.features is not None:
+        ds = feature_dataset(model, data, 4096, repeat=False)
+        total = ds.reduce(
+            tf.constant(0, tf.int64),
+            lambda n, b: n + tf.cast(tf.shape(b[LABEL_KEY])[0], tf.int64),
+        )
+        return int(total.numpy())
+    names = tf.data.Dataset.from_tensor_slices(_files(data))
+    if data.files.format == "csv":
+        records = names.interleave(lambda f: tf.data.TextLineDataset(f).skip(1))
+    else:
+        records = names.interleave(tf.data.TFRecordDataset)
+    return int(records.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())

@@ -1,11 +1,15 @@
-"""The evaluator role: scores every new checkpoint on data the trainers do not see.
+"""Held-out evaluation: AUC and log-loss of the model on data the trainers do not see.
 
-It is not part of the training cluster (TensorFlow's convention); it polls the checkpoint
-directory, restores the newest checkpoint into a local, unsharded copy of the model (a
-checkpoint restores into any sharding), and reports log-loss and AUC on held-out batches:
-an independent synthetic stream, or the files of ``data.files`` (no separate evaluation
-set exists in the spec). It finishes after evaluating the final step. It needs memory for
-the whole model (tables without optimizer slots) and never writes checkpoints.
+``Scorer`` scores a model on the batches of ``data.validation`` (the same examples every
+time); the chief runs it inline after each checkpoint when the job has validation data
+(its results become Prometheus gauges the operator copies into ``status.evaluation``).
+
+The evaluator role is not part of the training cluster (TensorFlow's convention); it polls
+the checkpoint directory, restores the newest checkpoint into a local, unsharded copy of
+the model (a checkpoint restores into any sharding), and scores it: on ``data.validation``
+when given, else on an independent synthetic stream or the files of ``data.files``. It
+finishes after evaluating the final step. It needs memory for the whole model (tables
+without optimizer slots) and never writes checkpoints.
 """
 
 from __future__ import annotations
@@ -13,16 +17,17 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
-from etj_trainer.auc import auc_from_histogram
+from etj_trainer.auc import BINS, auc_from_histogram
 from etj_trainer.cluster import Task
 from etj_trainer.core import histogram
-from etj_trainer.data import LABEL_KEY, make_dataset
+from etj_trainer.data import LABEL_KEY, make_dataset, validation_dataset
 from etj_trainer.model import CtrModel
 from etj_trainer.progress import emit, write_scalars
 
@@ -32,6 +37,47 @@ log = logging.getLogger(__name__)
 HELD_OUT_STREAM = 2**40
 BATCHES_ENV = "ETJ_EVAL_BATCHES"
 POLL_ENV = "ETJ_EVAL_POLL_SECONDS"
+
+
+class Scorer:
+    """Scores a model on fixed held-out batches: AUC, log-loss and the example count."""
+
+    def __init__(self, model: CtrModel, data: tf.data.Dataset):
+        self.model = model
+        self.data = data
+
+        @tf.function
+        def score(batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            labels = tf.cast(batch[LABEL_KEY], tf.float32)
+            logits = model(batch)
+            loss = tf.reduce_sum(
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            )
+            return loss, histogram(tf.sigmoid(logits), labels), tf.size(labels)
+
+        self._score = score
+
+    def __call__(self, step: int) -> dict[str, Any]:
+        total, examples, hist = 0.0, 0, np.zeros((2, BINS))
+        for batch in self.data:
+            loss, h, n = self._score(batch)
+            total += float(loss)
+            examples += int(n)
+            hist += h.numpy()
+        return {
+            "step": step,
+            "auc": auc_from_histogram(hist),
+            "logloss": total / max(examples, 1),
+            "examples": examples,
+        }
+
+
+def held_out(config: TrainerConfig) -> tf.data.Dataset | None:
+    """``data.validation``'s batches (cached after the first pass), or None."""
+    if config.data.validation is None:
+        return None
+    batch = config.training.batch_size_per_replica
+    return validation_dataset(config.model, config.data, batch).cache()
 
 
 def run_evaluator(config: TrainerConfig, task: Task) -> int:
@@ -45,7 +91,7 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
     checkpoint = tf.train.Checkpoint(model=model, step=step)
     batches = int(os.environ.get(BATCHES_ENV, "20"))
     poll = float(os.environ.get(POLL_ENV, "10"))
-    data = (
+    data = held_out(config) or (
         make_dataset(
             config.model,
             config.data,
@@ -56,13 +102,7 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
         .cache()
     )
     writer = tf.summary.create_file_writer(f"{directory}/tensorboard/eval")
-
-    @tf.function
-    def score(batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
-        labels = tf.cast(batch[LABEL_KEY], tf.float32)
-        logits = model(batch)
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
-        return loss, histogram(tf.sigmoid(logits), labels)
+    scorer = Scorer(model, data)
 
     seen = None
     while True:
@@ -70,16 +110,12 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
         if path is not None and path != seen:
             checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
             seen = path
-            losses, hist = [], np.zeros((2, 200))
-            for batch in data:
-                loss, h = score(batch)
-                losses.append(float(loss))
-                hist += h.numpy()
             at = int(step.numpy())
-            auc = auc_from_histogram(hist)
-            emit("evaluation", step=at, loss=float(np.mean(losses)), auc=auc, checkpoint=path)
+            result = scorer(at)
+            emit("evaluation", checkpoint=path, **result)
+            auc = result["auc"]
             write_scalars(
-                writer, at, {"loss": float(np.mean(losses)), **({"auc": auc} if auc else {})}
+                writer, at, {"logloss": result["logloss"], **({"auc": auc} if auc else {})}
             )
             if at >= config.training.steps:
                 emit("done", step=at)

@@ -8,7 +8,9 @@ Layout of ``export_dir``::
     embeddings/<name>.npy    the table, row-major; np.load(path, mmap_mode="r") maps it
                              (bfloat16 is stored as its uint16 bit pattern)
     tower/                   SavedModel; signature "serving_default" maps the pooled
-                             embeddings (one input per table) and "dense" to "probability"
+                             embeddings (one input per table, or per categorical feature
+                             with model.features: see "inputs") and "dense" to
+                             "probability"
 
 Tables are written shard by shard into a memory-mapped file, so a table larger than the
 exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
@@ -31,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from etj_trainer.core import TrainingState
+from etj_trainer.model import INPUT_PREFIX, lookups
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +74,8 @@ class Tower(tf.Module):
         layers = model.layers()
         self.kernels = [tf.Variable(k, name=f"kernel_{i}") for i, (k, _) in enumerate(layers)]
         self.biases = [tf.Variable(b, name=f"bias_{i}") for i, (_, b) in enumerate(layers)]
-        self.names = [t.name for t in state.config.model.embeddings]
-        self.dense_features = state.config.model.dense_features
+        self.names = [name for name, _ in tower_inputs(state)]
+        self.dense_features = state.config.model.dense_inputs
 
     def __call__(self, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
         parts = [tf.cast(inputs[n], tf.float32) for n in self.names]
@@ -87,10 +90,19 @@ class Tower(tf.Module):
         return tf.sigmoid(tf.squeeze(x, axis=1))
 
 
+def tower_inputs(state: TrainingState) -> list[tuple[str, Any]]:
+    """(input name, table) of each pooled embedding the tower takes, in order: one per
+    table, or one per categorical feature (``model.features``; tables may repeat)."""
+    model = state.config.model
+    if model.features is None:
+        return [(t.name, t) for t in model.embeddings]
+    return [(x.key.removeprefix(INPUT_PREFIX), model.embeddings[x.table]) for x in lookups(model)]
+
+
 def _signature(tower: Tower, state: TrainingState) -> Any:
     specs = {
-        t.name: tf.TensorSpec([None, t.dimension], tf.float32, name=t.name)
-        for t in state.config.model.embeddings
+        name: tf.TensorSpec([None, t.dimension], tf.float32, name=name)
+        for name, t in tower_inputs(state)
     }
     if tower.dense_features:
         specs["dense"] = tf.TensorSpec([None, tower.dense_features], tf.float32, name="dense")
@@ -107,7 +119,9 @@ def manifest(state: TrainingState) -> dict[str, Any]:
     return {
         "jobName": config.job_name,
         "step": int(state.step.numpy()),
-        "denseFeatures": config.model.dense_features,
+        "denseFeatures": config.model.dense_inputs,
+        # The tower's embedding inputs: a pooled vector of `table` per input name.
+        "inputs": [{"name": name, "table": t.name} for name, t in tower_inputs(state)],
         "tables": [
             {
                 "name": t.name,

@@ -113,8 +113,11 @@ def run(config: object, task: Task, port: int) -> int:
 def _failed(error: BaseException, ps: bool) -> int:
     from etj_trainer import train
     from etj_trainer.checkpoint import CheckpointMismatch
-    from etj_trainer.data import DataError
+    from etj_trainer.records import DataError, data_error_from
 
+    # A bad record found inside a tf.data pipeline surfaces as a TensorFlow error (from a
+    # worker, through the coordinator) carrying the DataError's text: report that alone.
+    error = data_error_from(error) or error
     reason = type(error).__name__
     if isinstance(error, DataError | CheckpointMismatch):
         # The config does not match the data or the checkpoint: a person must act.

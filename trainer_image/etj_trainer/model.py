@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
+from etj.api.spec import ModelSpec
 from etj.api.trainer import TrainerConfig
 
 STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
@@ -27,6 +29,47 @@ DENSE_KEY = "dense"
 LABEL_KEY = "label"
 # Initial embedding values are uniform in [-EMBEDDING_INIT, EMBEDDING_INIT].
 EMBEDDING_INIT = 0.05
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One pooled embedding input of the tower: batch key ``key`` looked up in table
+    ``table`` (an index into ``model.embeddings``), ``width`` ids per example; ``masked``
+    ids are padded with -1 (multi-valued features), which pooling leaves out."""
+
+    key: str
+    table: int
+    width: int
+    masked: bool
+
+
+INPUT_PREFIX = "ids/"
+
+
+def input_key(feature: str) -> str:
+    """The batch key of a categorical feature's rows (apart from "label" and "dense")."""
+    return f"{INPUT_PREFIX}{feature}"
+
+
+def lookups(model: ModelSpec) -> list[Lookup]:
+    """The tower's embedding inputs: one per table (etj's own layout), or one per
+    categorical feature (``model.features``; several may share a table)."""
+    if model.features is None:
+        return [Lookup(t.name, i, t.ids_per_example, False) for i, t in enumerate(model.embeddings)]
+    index = {t.name: i for i, t in enumerate(model.embeddings)}
+    return [
+        Lookup(input_key(f.name), index[f.table], f.values_per_example, f.multi_valued)
+        for f in model.features
+        if f.table is not None
+    ]
+
+
+def ids_per_table(model: ModelSpec) -> list[int]:
+    """Most ids one example looks up in each table (all its features together)."""
+    out = [0] * len(model.embeddings)
+    for lookup in lookups(model):
+        out[lookup.table] += lookup.width
+    return out
 
 
 class TablePartitioner:
@@ -90,7 +133,8 @@ class CtrModel(tf.Module):
         super().__init__(name="ctr")
         spec, seed = config.model, config.training.seed
         self.specs = list(spec.embeddings)
-        self.dense_features = spec.dense_features
+        self.lookups = lookups(spec)
+        self.dense_features = spec.dense_inputs
         plans = {t.name: t for t in config.shard_plan.tables}
         # Tables first, in the spec's order: see the module docstring.
         self.tables: list[Any] = []
@@ -99,7 +143,7 @@ class CtrModel(tf.Module):
             ctx = partitioner.shards_for(shards) if partitioner else contextlib.nullcontext()
             with ctx:
                 self.tables.append(self._make_table(table, (seed, i)))
-        width = sum(t.dimension for t in self.specs) + self.dense_features
+        width = sum(self.specs[x.table].dimension for x in self.lookups) + self.dense_features
         self.layer_shapes: list[tuple[int, int]] = []
         parts = []
         for i, units in enumerate([*spec.hidden_units, 1]):
@@ -142,26 +186,37 @@ class CtrModel(tf.Module):
             offset += units
         return out
 
-    def embed(self, i: int, ids: tf.Tensor) -> tf.Tensor:
-        """Pooled embedding of feature ``i`` for ids ``[batch, ids_per_example]``.
+    def embed(self, i: int, ids: tf.Tensor, width: int | None = None, masked: bool = False) -> Any:
+        """Pooled embedding from table ``i`` of ids ``[batch, width]``.
 
         Each distinct id is looked up once: with Zipf-distributed ids most of a batch
         repeats, so deduplication cuts the rows read from the ps (and the rows of the
-        sparse gradient sent back) several-fold.
+        sparse gradient sent back) several-fold. ``masked``: -1 marks an absent value
+        (a multi-valued feature with fewer values); the combiner pools the present ones
+        only, and an example with none gets zeros.
         """
         spec = self.specs[i]
-        ids = tf.math.floormod(tf.cast(ids, tf.int64), spec.vocabulary_size)
+        width = spec.ids_per_example if width is None else width
+        ids = tf.cast(ids, tf.int64)
+        present = ids >= 0 if masked else None
+        ids = tf.math.floormod(ids, spec.vocabulary_size)
         flat = tf.reshape(ids, [-1])
         unique, position = tf.unique(flat)
         rows = tf.nn.embedding_lookup(self.tables[i], unique)
         rows = tf.cast(rows, tf.float32)
         vectors = tf.gather(rows, position)
-        if spec.ids_per_example == 1:
+        if width == 1 and present is None:
             return vectors
-        vectors = tf.reshape(vectors, [-1, spec.ids_per_example, spec.dimension])
+        vectors = tf.reshape(vectors, [-1, width, spec.dimension])
+        if present is None:
+            if spec.combiner == "sum":
+                return tf.reduce_sum(vectors, axis=1)
+            return tf.reduce_mean(vectors, axis=1)
+        weights = tf.cast(tf.reshape(present, [-1, width, 1]), tf.float32)
+        pooled = tf.reduce_sum(vectors * weights, axis=1)
         if spec.combiner == "sum":
-            return tf.reduce_sum(vectors, axis=1)
-        return tf.reduce_mean(vectors, axis=1)
+            return pooled
+        return pooled / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
 
     def tower(self, inputs: tf.Tensor) -> tf.Tensor:
         """The MLP on the concatenated pooled embeddings and dense features."""
@@ -175,7 +230,7 @@ class CtrModel(tf.Module):
         return tf.squeeze(x, axis=1)
 
     def tower_inputs(self, features: dict[str, tf.Tensor]) -> tf.Tensor:
-        parts = [self.embed(i, features[t.name]) for i, t in enumerate(self.specs)]
+        parts = [self.embed(x.table, features[x.key], x.width, x.masked) for x in self.lookups]
         if self.dense_features:
             parts.append(tf.cast(features[DENSE_KEY], tf.float32))
         return tf.concat(parts, axis=1)

@@ -61,6 +61,13 @@ class Metrics:
         self.restarts_seen = gauge(
             "etj_trainer_restarts_seen", "Times training resumed from a checkpoint."
         )
+        self.bad_records = gauge(
+            "etj_trainer_bad_records", "Bad input records skipped (data.maxBadRecords)."
+        )
+        self.eval_step = gauge("etj_trainer_eval_step", "Step of the last held-out evaluation.")
+        self.eval_auc = gauge("etj_trainer_eval_auc", "Held-out AUC (data.validation).")
+        self.eval_logloss = gauge("etj_trainer_eval_logloss", "Held-out log-loss.")
+        self.eval_examples = gauge("etj_trainer_eval_examples", "Held-out examples scored.")
         self.port = port
         if port:
             try:
@@ -92,6 +99,8 @@ class Reporter:
         self.step = 0
         self.last_checkpoint_step: int | None = None
         self.restarts = 0
+        self.bad_records = 0
+        self.max_bad_records: int | None = None
         self._losses: deque[float] = deque(maxlen=AUC_WINDOW)
         self._hists: deque[np.ndarray] = deque(maxlen=AUC_WINDOW)
         self._mark_time = clock()
@@ -108,14 +117,40 @@ class Reporter:
         if last_checkpoint_step is not None:
             self.metrics.last_checkpoint_step.set(last_checkpoint_step)
 
-    def chunk_done(self, steps: int, loss: float | None, hist: np.ndarray | None) -> None:
+    def chunk_done(
+        self, steps: int, loss: float | None, hist: np.ndarray | None, bad: int = 0
+    ) -> None:
         self.step += steps
+        if bad:
+            self.skipped(bad)
         if loss is not None:
             self._losses.append(loss)
         if hist is not None:
             self._hists.append(np.asarray(hist).reshape(2, BINS))
         if self.enabled and self.clock() - self._last_report >= self.interval:
             self.report()
+
+    def skipped(self, bad: int) -> None:
+        """Count skipped bad records; past ``max_bad_records`` the job stops (DataError)."""
+        self.bad_records += bad
+        self.metrics.bad_records.set(self.bad_records)
+        limit = self.max_bad_records
+        if limit is not None and self.bad_records > limit:
+            from etj_trainer.records import DataError  # TensorFlow is loaded by now
+
+            raise DataError(
+                f"{self.bad_records} bad records skipped, more than data.maxBadRecords={limit} "
+                "(each skipped record is named in its worker's log)"
+            )
+
+    def evaluated(self, result: dict[str, Any]) -> None:
+        """A held-out evaluation: its gauges (the operator copies them into status)."""
+        m = self.metrics
+        m.eval_step.set(result["step"])
+        m.eval_examples.set(result["examples"])
+        m.eval_logloss.set(result["logloss"])
+        if result.get("auc") is not None:
+            m.eval_auc.set(result["auc"])
 
     def checkpointed(self, step: int) -> None:
         self.last_checkpoint_step = step
@@ -149,6 +184,7 @@ class Reporter:
             "examplesPerSecond": round(eps, 1),
             "lastCheckpointStep": self.last_checkpoint_step,
             "restartsSeen": self.restarts,
+            "badRecords": self.bad_records or None,
         }
         emit("progress", **fields)
         self._write_summaries(loss, auc, eps)

@@ -57,7 +57,12 @@ class MappedModel:
     def predict(self, features: dict[str, np.ndarray]) -> np.ndarray:
         import tensorflow as tf
 
-        inputs = {t.name: tf.constant(t.pooled(features[t.name])) for t in self.tables}
+        tables = {t.name: t for t in self.tables}
+        # Per input: the table's rows of the ids given under the input's name.
+        names = self.manifest.get("inputs") or [{"name": n, "table": n} for n in tables]
+        inputs = {
+            i["name"]: tf.constant(tables[i["table"]].pooled(features[i["name"]])) for i in names
+        }
         if self.manifest["denseFeatures"]:
             inputs["dense"] = tf.constant(np.asarray(features["dense"], np.float32))
         return np.asarray(self._serve(**inputs)["probability"])

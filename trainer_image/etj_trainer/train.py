@@ -35,7 +35,8 @@ from etj_trainer import exitcodes
 from etj_trainer.checkpoint import Checkpoints
 from etj_trainer.cluster import Task
 from etj_trainer.core import TrainingState
-from etj_trainer.data import make_dataset
+from etj_trainer.data import count_records, make_dataset
+from etj_trainer.evaluate import Scorer, held_out
 from etj_trainer.export import export
 from etj_trainer.model import TablePartitioner
 from etj_trainer.progress import Metrics, Reporter, emit
@@ -144,7 +145,7 @@ class LoopParts:
     """What the loop needs beyond the training state."""
 
     schedule: Callable[[int], Any]  # run a chunk of n steps (maybe asynchronously)
-    result: Callable[[Any], tuple[float, np.ndarray]]  # wait for a chunk's result
+    result: Callable[[Any], tuple[float, np.ndarray, int]]  # wait for a chunk's result
     barrier: Callable[[], None]  # wait until every scheduled chunk is done
     max_inflight: int
     examples_per_step: int
@@ -164,6 +165,8 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
         resolver, variable_partitioner=partitioner
     )
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    # Under ParameterServer one step is one worker's batch.
+    config = resolve_epochs(config, 1)
     state = TrainingState(config, strategy, partitioner)
     log_placement(state)
     checkpoints = Checkpoints(state, config.checkpoint)
@@ -211,6 +214,7 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
         replicas = strategy.num_replicas_in_sync
     else:
         strategy = tf.distribute.get_strategy()
+    config = resolve_epochs(config, replicas)
     is_chief = task.is_chief()
     state = TrainingState(config, strategy, None, sync_replicas=replicas > 1)
     scratch = None
@@ -251,9 +255,28 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
     )
 
 
-def _numpy(result: Any) -> tuple[float, np.ndarray]:
-    loss, hist = result
-    return float(np.asarray(loss)), np.asarray(hist)
+def _numpy(result: Any) -> tuple[float, np.ndarray, int]:
+    loss, hist, bad = result
+    return float(np.asarray(loss)), np.asarray(hist), int(np.asarray(bad))
+
+
+def resolve_epochs(config: TrainerConfig, replicas: int) -> TrainerConfig:
+    """``training.epochs`` as steps: epochs x records / (batch x replicas), at least 1.
+
+    Counted once, before training (one read of the files). Under ParameterServer the
+    steps are what an epoch means: each worker reads its own shuffled stream, so an epoch
+    is that many examples, not every record exactly once (and the coordinator may re-run
+    a failed worker's chunk, whose examples then count twice).
+    """
+    epochs = config.training.epochs
+    if not epochs:
+        return config
+    records = count_records(config.model, config.data)
+    per_step = config.training.batch_size_per_replica * max(replicas, 1)
+    steps = max(1, -(-epochs * records // per_step))
+    emit("epochs", epochs=epochs, records=records, steps=steps)
+    training = config.training.model_copy(update={"steps": steps})
+    return config.model_copy(update={"training": training})
 
 
 def log_placement(state: TrainingState) -> None:
@@ -295,7 +318,10 @@ def train_loop(
     every = config.checkpoint.every_steps if config.checkpoint else None
     start = restored or 0
     reporter = _reporter(config, parts, metrics_port, is_chief)
+    reporter.max_bad_records = config.data.max_bad_records
     reporter.start(start, checkpoints.restarts, restored)
+    validation = held_out(config) if is_chief else None
+    scorer = Scorer(state.model, validation) if validation is not None else None
     if is_chief:
         if restored is not None:
             emit(
@@ -315,6 +341,13 @@ def train_loop(
             # Boundaries are the checkpoint steps (and the last step), or where SIGTERM cut.
             if checkpoints.enabled:
                 reporter.checkpointed(checkpoints.save())
+                watchdog.beat()
+            if scorer is not None and (checkpoints.enabled or step >= total):
+                # Inline held-out evaluation of the state just saved (the job's status
+                # shows it); the watchdog must not count its time as a hang.
+                result = scorer(step)
+                emit("evaluation", **result)
+                reporter.evaluated(result)
                 watchdog.beat()
             if stop:
                 raise Terminated
@@ -348,7 +381,7 @@ def _run_round(
     def drain_one() -> None:
         n, handle = pending.popleft()
         try:
-            loss, hist = parts.result(handle)
+            loss, hist, bad = parts.result(handle)
         except RETRYABLE_ERRORS as e:
             # The chunk ran (its updates and step count are on the ps) but its worker went
             # away before its loss was fetched. A real ps failure still surfaces from the
@@ -358,7 +391,7 @@ def _run_round(
             reporter.chunk_done(n, None, None)
             return
         watchdog.beat()
-        reporter.chunk_done(n, loss, hist)
+        reporter.chunk_done(n, loss, hist, bad)
 
     scheduled = step
     while scheduled < boundary and not stop:

@@ -19,15 +19,10 @@ from pydantic import Field, field_validator, model_validator
 
 from etj.api.base import ApiModel, Quantity
 from etj.api.constants import MANAGED_BY
+from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
+from etj.api.rules import Rule, cel_extra, check_rules
 
-
-def _cel(*rules: tuple[str, str], extra: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Schema extra carrying CEL rules (rule, message) into the CRD; ``extra``: whole
-    rule objects (with fieldPath, say)."""
-    return {
-        "x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]
-        + list(extra or [])
-    }
+_cel = cel_extra
 
 
 class Strategy(StrEnum):
@@ -214,13 +209,20 @@ class EmbeddingTable(ApiModel):
 class ModelSpec(ApiModel):
     """The CTR model: embedding tables, dense features and an MLP tower."""
 
+    model_config = ApiModel.model_config | {"json_schema_extra": _cel(*MODEL_FEATURE_RULES)}
+
     embeddings: list[EmbeddingTable] = Field(
         min_length=1,
         max_length=256,
         description="The embedding tables, one per categorical feature; names are unique.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    dense_features: int = Field(default=13, ge=0, le=10000, description="Number of dense inputs.")
+    dense_features: int = Field(
+        default=13,
+        ge=0,
+        le=10000,
+        description="Number of dense inputs (ignored when features are given: their dense ones count).",
+    )
     hidden_units: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
         default_factory=lambda: [256, 128],
         max_length=16,
@@ -237,6 +239,37 @@ class ModelSpec(ApiModel):
             seen.add(t.name)
         return v
 
+    features: list[Feature] | None = Field(
+        default=None,
+        max_length=512,
+        description=(
+            "The input columns (label, dense, categorical) and how each becomes model input. "
+            "Without it the files use etj's own layout (<table>_<i> id columns, dense_<i>)."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @field_validator("features")
+    @classmethod
+    def _unique_features(cls, v: list[Feature] | None) -> list[Feature] | None:
+        names = [f.name for f in v or []]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"feature {twice[0]!r} appears twice; names must be unique")
+        return v
+
+    @model_validator(mode="after")
+    def _feature_rules(self) -> ModelSpec:
+        check_rules(self, MODEL_FEATURE_RULES)
+        return self
+
+    @property
+    def dense_inputs(self) -> int:
+        """Width of the dense input: the dense features, else ``denseFeatures``."""
+        if self.features is None:
+            return self.dense_features
+        return sum(1 for f in self.features if f.kind == FeatureKind.DENSE)
+
 
 class SyntheticData(ApiModel):
     """Generated data: Zipf-distributed ids with a learnable click signal."""
@@ -250,17 +283,75 @@ class SyntheticData(ApiModel):
     seed: int = Field(default=0, ge=0, description="Seed of the generator.")
 
 
+_FILE_RULES = (
+    Rule(
+        "!has(self.header) || self.header || has(self.columns)",
+        "data.files.columns must name the columns when header is false",
+        lambda f: f.header or bool(f.columns),
+    ),
+)
+_EPOCH_RULES = (
+    Rule(
+        "!has(self.training) || !has(self.training.epochs) || (has(self.data) && has(self.data.source) && self.data.source == 'files')",
+        "training.epochs needs data.source files (synthetic data has no epochs)",
+        lambda s: s.training.epochs is None or s.data.source == "files",
+    ),
+)
+
+
 class FileData(ApiModel):
     """Training data read from files (a mounted volume or any TensorFlow filesystem path)."""
+
+    model_config = ApiModel.model_config | {"json_schema_extra": _cel(*_FILE_RULES)}
 
     pattern: str = Field(
         min_length=1, description="Glob of the input files, e.g. /data/train-*.tfrecord."
     )
-    format: Literal["tfrecord", "csv"] = Field(default="tfrecord", description="File format.")
+    format: Literal["tfrecord", "csv"] = Field(
+        default="tfrecord",
+        description=(
+            "tfrecord (tf.train.Example records) or csv (delimited text: any one-character "
+            "delimiter, e.g. tab for Criteo)."
+        ),
+    )
+    delimiter: str = Field(
+        default=",", min_length=1, max_length=1, description="csv: the field delimiter."
+    )
+    header: bool = Field(
+        default=True, description="csv: whether the first line of every file names the columns."
+    )
+    columns: list[Annotated[str, Field(min_length=1, max_length=128)]] | None = Field(
+        default=None,
+        max_length=4096,
+        description="csv without a header: the column names, in file order.",
+    )
+    compression: Literal["auto", "none", "gzip"] = Field(
+        default="auto", description="auto (gzip when a file name ends in .gz), none or gzip."
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> FileData:
+        check_rules(self, _FILE_RULES)
+        return self
+
     label_key: str = Field(default="label", min_length=1, description="Name of the label column.")
     volume: dict[str, Any] | None = Field(
         default=None,
         description="A Pod volume source holding the files, mounted read-only at /data.",
+    )
+
+
+class ValidationData(ApiModel):
+    """Held-out files scored after each checkpoint (AUC and log-loss in status.evaluation)."""
+
+    pattern: str = Field(
+        min_length=1,
+        description="Glob of the held-out files; same format and columns as data.files.",
+    )
+    max_examples: int = Field(
+        default=100_000,
+        ge=1,
+        description="Examples scored per evaluation (the first ones, the same every time).",
     )
 
 
@@ -273,6 +364,10 @@ class DataSpec(ApiModel):
                 "self.source != 'files' || has(self.files)",
                 "data.files is required when source is files",
             ),
+            (
+                "!has(self.validation) || has(self.files)",
+                "data.validation needs data.files (its format and columns)",
+            ),
         )
     }
 
@@ -283,11 +378,25 @@ class DataSpec(ApiModel):
         default=None, description="Settings of the synthetic generator."
     )
     files: FileData | None = Field(default=None, description="Settings of file input.")
+    validation: ValidationData | None = Field(
+        default=None,
+        description="Held-out data for AUC and log-loss after each checkpoint (files only).",
+    )
+    max_bad_records: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Records that do not parse which training may skip (counted in status.progress); "
+            "0 stops the job at the first with DataError: <file>:<line>: <what>."
+        ),
+    )
 
     @model_validator(mode="after")
     def _files_given(self) -> DataSpec:
         if self.source == "files" and self.files is None:
             raise ValueError("data.files is required when data.source is 'files'")
+        if self.validation is not None and self.files is None:
+            raise ValueError("data.validation needs data.files (its format and columns)")
         return self
 
 
@@ -297,7 +406,20 @@ class TrainingSpec(ApiModel):
     batch_size_per_replica: int = Field(
         default=1024, ge=1, le=1 << 20, description="Examples per step per worker."
     )
-    steps: int = Field(default=1000, ge=1, description="Total training steps.")
+    steps: int = Field(
+        default=1000, ge=1, description="Total training steps (unless epochs is given)."
+    )
+    epochs: int | None = Field(
+        default=None,
+        ge=1,
+        le=100000,
+        description=(
+            "Train for this many passes over data.files instead of steps: the steps are "
+            "epochs x records / (batchSizePerReplica x workers), counted before training. "
+            "Under ParameterServer an epoch is that many examples, not each record exactly "
+            "once (workers run at their own pace; a failed worker's chunk may be re-run)."
+        ),
+    )
     optimizer: Optimizer = Field(
         default=Optimizer.ADAGRAD,
         description="sgd, adagrad, ftrl, or adam (a lazy Adam that only updates the rows in the batch).",
@@ -500,6 +622,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": _cel(
+            *_EPOCH_RULES,
             (
                 "!(self.strategy == 'MultiWorkerMirrored' && has(self.replicas) && has(self.replicas.ps))",
                 "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
@@ -548,6 +671,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
 
     @model_validator(mode="after")
     def _strategy_replicas(self) -> EmbeddingTrainingJobSpec:
+        check_rules(self, _EPOCH_RULES)
         r = self.replicas
         if self.strategy == Strategy.MULTI_WORKER_MIRRORED and r.ps is not None:
             raise ValueError(

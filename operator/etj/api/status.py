@@ -82,6 +82,21 @@ class Progress(ApiModel):
         default=None, description="Step of the newest checkpoint."
     )
     update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
+    bad_records: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bad input records skipped so far (allowed by data.maxBadRecords).",
+    )
+
+
+class Evaluation(ApiModel):
+    """The last held-out evaluation (data.validation), from a checkpoint."""
+
+    step: int = Field(ge=0, description="Training step of the evaluated checkpoint.")
+    auc: float | None = Field(default=None, description="Held-out AUC.")
+    logloss: float | None = Field(default=None, description="Held-out log-loss.")
+    examples: int | None = Field(default=None, ge=0, description="Held-out examples scored.")
+    update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
 
 
 class ReplicaBackoff(ApiModel):
@@ -111,6 +126,9 @@ class EmbeddingTrainingJobStatus(ApiModel):
     replica_statuses: ReplicaStatuses | None = Field(default=None, description="Counts per role.")
     shard_plan: ShardPlan | None = Field(default=None, description="The shard plan in effect.")
     progress: Progress | None = Field(default=None, description="Training progress.")
+    evaluation: Evaluation | None = Field(
+        default=None, description="The last held-out evaluation (AUC, log-loss) of a checkpoint."
+    )
     restarts: int = Field(default=0, ge=0, description="Restarts counted against backoffLimit.")
     start_time: str | None = Field(
         default=None, description="When the job first started (RFC 3339)."

@@ -25,14 +25,14 @@ from pydantic import ValidationError
 
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Progress
+from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
 from etj.controller import metrics
 from etj.controller.cache import WatchCache
 from etj.controller.settings import OperatorSettings
 from etj.k8s import Kube
 from etj.reconcile import Decision, World, decide, observe_pod
 from etj.reconcile.decide import Event, failed_status, iso
-from etj.reconcile.progress import parse_progress
+from etj.reconcile.progress import parse_evaluation, parse_progress
 from etj.render import RenderSettings, build_config_map, build_pod, build_service
 from etj.validation import validate_manifest
 
@@ -153,7 +153,7 @@ class Reconciler:
             has_service=has_service,
             has_config_map=has_cm,
             now=now,
-            progress=await self._progress(job, raw_pods, now),
+            **await self._scrape(job, raw_pods, now),
             default_max_memory=self.settings.max_memory_on_oom,
         )
         decision = decide(world)
@@ -172,19 +172,25 @@ class Reconciler:
         values = [c for c in candidates if c is not None]
         return min(values) if values else None
 
-    async def _progress(
+    async def _scrape(
         self, job: EmbeddingTrainingJob, raw_pods: list[dict[str, Any]], now: datetime
-    ) -> Progress | None:
-        """The chief's progress, read at most every ``progress_seconds``."""
+    ) -> dict[str, Any]:
+        """The chief's progress and held-out evaluation (World fields), read at most every
+        ``progress_seconds``."""
         key = (job.namespace, job.name)
         if time.monotonic() - self._last_scrape.get(key, 0.0) < self.settings.progress_seconds:
-            return None
+            return {}
         address = _metrics_address(raw_pods, self.settings)
         if address is None:
-            return None
+            return {}
         self._last_scrape[key] = time.monotonic()
         text = await self.scrape(address)
-        return parse_progress(text, iso(now)) if text else None
+        if not text:
+            return {}
+        return {
+            "progress": parse_progress(text, iso(now)),
+            "evaluation": parse_evaluation(text, iso(now)),
+        }
 
     async def _apply(
         self, obj: dict[str, Any], job: EmbeddingTrainingJob, plan: ShardPlan | None, d: Decision

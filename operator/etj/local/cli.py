@@ -56,10 +56,12 @@ def run(
         raise SystemExit(2)
     job, plan = result.job, result.plan
     steps = job.spec.training.steps
+    epochs = job.spec.training.epochs
+    length = f"{epochs} epochs (steps counted by the trainer)" if epochs else f"{steps} steps"
     console.print(
         f"[bold]{job.name}[/]: {plan.strategy}, chief+{job.spec.replicas.worker.replicas} workers"
         f"+{plan.ps_replicas} ps, {len(plan.tables)} tables in "
-        f"{sum(t.shards for t in plan.tables)} shards, {steps} steps"
+        f"{sum(t.shards for t in plan.tables)} shards, {length}"
     )
     with Progress(
         TextColumn("[bold]{task.fields[phase]:<10}"),
@@ -111,6 +113,21 @@ def _raise_interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _evaluation_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
+    """Held-out results (data.validation) and skipped bad records, when there are any."""
+    rows = []
+    ev = st.evaluation
+    if ev is not None:
+        auc = f"{ev.auc:.4f}" if ev.auc is not None else "-"
+        loss = f"{ev.logloss:.4f}" if ev.logloss is not None else "-"
+        rows.append(
+            ("held-out AUC", f"{auc} (log-loss {loss}, {ev.examples} examples, step {ev.step})")
+        )
+    if st.progress is not None and st.progress.bad_records:
+        rows.append(("bad records skipped", str(st.progress.bad_records)))
+    return rows
+
+
 def _summary(
     console: Console, st: EmbeddingTrainingJobStatus, seconds: float, workdir: Path
 ) -> None:
@@ -122,6 +139,7 @@ def _summary(
         ("final step", str(p.step) if p else "-"),
         ("loss", f"{p.loss:.4f}" if p and p.loss is not None else "-"),
         ("AUC", f"{p.auc:.4f}" if p and p.auc is not None else "-"),
+        *_evaluation_rows(st),
         ("examples/s", f"{p.examples_per_second:,.0f}" if p and p.examples_per_second else "-"),
         (
             "last checkpoint step",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Progress
+from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
 from etj.local.process import pod_process
 from etj.local.procs import Proc, free_port, start
 from etj.reconcile import PodState, World, decide
@@ -36,8 +36,8 @@ PROGRESS_SECONDS = 1.0
 STOP_GRACE_SECONDS = 10.0
 
 
-def progress_from_log(path: Path, now: str) -> Progress | None:
-    """The last ``{"event": "progress", ...}`` line the trainer wrote to its log."""
+def last_event(path: Path, event: str) -> dict | None:
+    """The last ``{"event": <event>, "step": ...}`` line the trainer wrote to its log."""
     try:
         with open(path, "rb") as fh:
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
@@ -45,22 +45,45 @@ def progress_from_log(path: Path, now: str) -> Progress | None:
     except OSError:
         return None
     for line in reversed(lines):
-        if '"progress"' not in line:
+        if f'"{event}"' not in line:
             continue
         try:
             doc = json.loads(line[line.index("{") :])
         except ValueError:
             continue
-        if doc.get("event") == "progress" and "step" in doc:
-            return Progress(
-                step=int(doc["step"]),
-                examples_per_second=doc.get("examplesPerSecond"),
-                loss=doc.get("loss"),
-                auc=doc.get("auc"),
-                last_checkpoint_step=doc.get("lastCheckpointStep"),
-                update_time=now,
-            )
+        if doc.get("event") == event and "step" in doc:
+            return doc
     return None
+
+
+def progress_from_log(path: Path, now: str) -> Progress | None:
+    """The last ``{"event": "progress", ...}`` line the trainer wrote to its log."""
+    doc = last_event(path, "progress")
+    if doc is None:
+        return None
+    return Progress(
+        step=int(doc["step"]),
+        examples_per_second=doc.get("examplesPerSecond"),
+        loss=doc.get("loss"),
+        auc=doc.get("auc"),
+        last_checkpoint_step=doc.get("lastCheckpointStep"),
+        bad_records=doc.get("badRecords"),
+        update_time=now,
+    )
+
+
+def evaluation_from_log(path: Path, now: str) -> Evaluation | None:
+    """The last held-out ``{"event": "evaluation", ...}`` line of the trainer's log."""
+    doc = last_event(path, "evaluation")
+    if doc is None:
+        return None
+    return Evaluation(
+        step=int(doc["step"]),
+        auc=doc.get("auc"),
+        logloss=doc.get("logloss"),
+        examples=doc.get("examples"),
+        update_time=now,
+    )
 
 
 @dataclass
@@ -118,6 +141,7 @@ class LocalRunner:
         self.procs: dict[tuple[str, int], Proc] = {}
         self.status = EmbeddingTrainingJobStatus()
         self._last_progress = 0.0
+        self.evaluation: Evaluation | None = None
         self._write_trainer_config()
 
     # ---- rendering ---------------------------------------------------------------------
@@ -174,10 +198,13 @@ class LocalRunner:
         if time.monotonic() - self._last_progress < PROGRESS_SECONDS:
             return None
         self._last_progress = time.monotonic()
+        log = self._leader_log()
+        self.evaluation = evaluation_from_log(log, iso(now)) or self.evaluation
+        return progress_from_log(log, iso(now))
+
+    def _leader_log(self) -> Path:
         leader = "chief" if self.replicas.chief else "worker"
-        return progress_from_log(
-            self.workdir / "logs" / f"{pod_name(self.job.name, leader, 0)}.log", iso(now)
-        )
+        return self.workdir / "logs" / f"{pod_name(self.job.name, leader, 0)}.log"
 
     # ---- applying ----------------------------------------------------------------------
 
@@ -196,6 +223,7 @@ class LocalRunner:
             has_config_map=True,
             now=now,
             progress=self._progress(now),
+            evaluation=self.evaluation,
         )
         d = decide(world)
         for name in d.delete_pods:
@@ -263,6 +291,8 @@ class LocalRunner:
             final = self._progress(datetime.now(UTC))
             if final is not None:
                 self.status.progress = final
+            if self.evaluation is not None:
+                self.status.evaluation = self.evaluation
         finally:
             self.stop_all()
         return RunResult(self.status, time.monotonic() - started, self.workdir)

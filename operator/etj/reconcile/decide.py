@@ -20,6 +20,7 @@ from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.status import (
     FINISHED_PHASES,
     EmbeddingTrainingJobStatus,
+    Evaluation,
     Phase,
     Progress,
     ReplicaBackoff,
@@ -57,6 +58,8 @@ class World:
     has_config_map: bool
     now: datetime
     progress: Progress | None = None
+    # The chief's last held-out evaluation (data.validation), when it has made one.
+    evaluation: Evaluation | None = None
     # The operator's cap for memory limits raised after OOM kills (bytes).
     default_max_memory: int = 64 * 2**30
 
@@ -142,6 +145,8 @@ class _Pass:
             self.st.workers = workers_column(self.st.replica_statuses, replicas)
         if self.w.progress is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.progress = self.w.progress
+        if self.w.evaluation is not None:
+            self.st.evaluation = self.w.evaluation
         self.st.observed_generation = self.gen
         self.d.status = self.st
         return self.d
@@ -190,7 +195,9 @@ def decide(world: World) -> Decision:
         # The chief exits 0 only once it has trained every step; its last metrics page
         # may not have been read before it exited.
         last = world.progress or p.st.progress or Progress()
-        p.st.progress = last.model_copy(update={"step": max(last.step, job.spec.training.steps)})
+        # (With training.epochs the steps are counted by the trainer: keep its last step.)
+        steps = 0 if job.spec.training.epochs else job.spec.training.steps
+        p.st.progress = last.model_copy(update={"step": max(last.step, steps)})
         p.finish(
             Phase.SUCCEEDED,
             "JobSucceeded",

@@ -76,9 +76,16 @@ class PodState:
         reasons = [r for r in (self.reason, self.trainer_reason) if r]
         if reasons:
             parts.append(f"({', '.join(reasons)})")
-        return " ".join(parts)
+        text = " ".join(parts)
+        if self.trainer_reason in SAYS_WHAT_TO_FIX and self.message:
+            # e.g. "DataError: /data/day_0.txt:81733: expected 40 fields, found 39": the
+            # file and line a person must fix belong in the job's condition.
+            text += f": {self.message.split(': ', 1)[1]}"
+        return text
 
 
+# Trainer reasons whose message names what a person must fix (a file and line, ...).
+SAYS_WHAT_TO_FIX = frozenset({"DataError"})
 # A trainer's message starts with an identifier and a colon; a log tail (the kubelet's
 # fallback when nothing was written) rarely does, and is then no reason.
 _TRAINER_REASON = re.compile(r"([A-Z][A-Za-z]+): ")

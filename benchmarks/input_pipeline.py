@@ -1,0 +1,157 @@
+"""Input pipeline throughput on Criteo-layout text, side by side with its baselines.
+
+1. Parsing: examples/s of etj's delimited reader (``etj_trainer.delimited``: every field
+   checked, ids hashed, log1p, bad lines named) on one worker's file vs a bare
+   ``tf.data.experimental.CsvDataset`` read of the same file (no hashing, no checks) in the
+   same run. Goal: ratio >= 0.7.
+2. Training: examples/s of the same model (examples/criteo.yaml's features and tables)
+   trained from the files vs from one in-memory batch repeated (input cost ~0: what
+   "synthetic" costs the trainer), one process. Goal: ratio >= 0.8.
+3. Parquet (only when pyarrow is installed): examples/s of reading the same rows from
+   Parquet through ``tf.data.Dataset.from_generator``; the number behind the README's
+   "why not Parquet".
+
+Best of ``--repeats`` alternating runs of each. Not a test: prints numbers, asserts
+nothing. ``python benchmarks/input_pipeline.py [--rows 200000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "operator", ROOT / "trainer_image"):
+    sys.path.insert(0, str(_p))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import tensorflow as tf  # noqa: E402
+import yaml  # noqa: E402
+
+from etj.api.job import EmbeddingTrainingJob  # noqa: E402
+from etj.api.trainer import TrainerConfig  # noqa: E402
+from etj.planner import build_plan  # noqa: E402
+from etj_trainer.clicklogs import write  # noqa: E402
+from etj_trainer.core import TrainingState  # noqa: E402
+from etj_trainer.data import feature_dataset  # noqa: E402
+
+BATCH = 1024
+
+
+def _rate(ds: tf.data.Dataset, batches: int | None = None) -> float:
+    """Examples/s of iterating ``ds`` (after one warm-up batch)."""
+    it = iter(ds)
+    next(it)
+    n, start = 0, time.perf_counter()
+    for i, b in enumerate(it):
+        first = b[0] if isinstance(b, tuple) else b["label"]
+        n += int(tf.shape(first)[0])
+        if batches is not None and i + 1 >= batches:
+            break
+    return n / (time.perf_counter() - start)
+
+
+def _bare_csv(path: str) -> tf.data.Dataset:
+    defaults = [tf.constant(0, tf.int32)] * 14 + [tf.constant("", tf.string)] * 26
+    ds = tf.data.experimental.CsvDataset(path, defaults, field_delim="\t")
+    return ds.batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
+def _config(spec) -> TrainerConfig:  # type: ignore[no-untyped-def]
+    return TrainerConfig(
+        job_name="bench",
+        strategy="MultiWorkerMirrored",
+        model=spec.model,
+        data=spec.data,
+        training=spec.training,
+        shard_plan=build_plan(spec),
+        metrics_port=9090,
+    )
+
+
+def _train_rate(state: TrainingState, ds: tf.data.Dataset, chunks: int) -> float:
+    it = iter(ds)
+    steps = tf.constant(20, tf.int64)
+    state.train_chunk(it, steps)  # trace, warm up
+    start = time.perf_counter()
+    for _ in range(chunks):
+        loss, *_ = state.train_chunk(it, steps)
+    float(loss)
+    return chunks * 20 * BATCH / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chunks", type=int, default=15)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="etj-bench-input-"))
+    (path,) = write("criteo", tmp, 1, args.rows, prefix="train")
+    doc = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())
+    doc["spec"]["data"]["files"]["pattern"] = str(path)
+    del doc["spec"]["data"]["validation"]
+    doc["spec"]["training"] |= {"batchSizePerReplica": BATCH, "steps": 1000}
+    del doc["spec"]["training"]["epochs"]
+    spec = EmbeddingTrainingJob.from_manifest(doc).spec
+    print(f"{args.rows} Criteo-layout rows in {path} ({path.stat().st_size / 2**20:.0f} MiB)")
+
+    ours, bare = [], []
+    for _ in range(args.repeats):
+        bare.append(_rate(_bare_csv(str(path))))
+        ours.append(_rate(feature_dataset(spec.model, spec.data, BATCH, repeat=False)))
+    print(f"parse: etj {max(ours):,.0f} ex/s, bare CsvDataset {max(bare):,.0f} ex/s")
+
+    state = TrainingState(_config(spec), tf.distribute.get_strategy())
+    files = feature_dataset(spec.model, spec.data, BATCH)
+    memory = files.take(1).cache().repeat()
+    on_files, on_memory = [], []
+    for _ in range(args.repeats):
+        on_memory.append(_train_rate(state, memory, args.chunks))
+        on_files.append(_train_rate(state, files, args.chunks))
+    print(f"train: files {max(on_files):,.0f} ex/s, in-memory {max(on_memory):,.0f} ex/s")
+
+    parquet = _parquet_rate(path, args.rows)
+    if parquet is not None:
+        print(f"parquet via pyarrow + from_generator: {parquet:,.0f} ex/s")
+    print(
+        f"parse_ratio={max(ours) / max(bare):.2f} train_ratio={max(on_files) / max(on_memory):.2f}"
+    )
+
+
+def _parquet_rate(path: Path, rows: int) -> float | None:
+    try:
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+    except ImportError:
+        print("parquet: pyarrow not installed; skipped")
+        return None
+    names = ["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
+    table = pacsv.read_csv(
+        path,
+        read_options=pacsv.ReadOptions(column_names=names),
+        parse_options=pacsv.ParseOptions(delimiter="\t"),
+        convert_options=pacsv.ConvertOptions(column_types={n: "string" for n in names[14:]}),
+    )
+    target = path.with_suffix(".parquet")
+    pq.write_table(table, target)
+
+    def batches():  # type: ignore[no-untyped-def]
+        for b in pq.ParquetFile(target).iter_batches(batch_size=BATCH):
+            # Every column decoded into NumPy, as a reader of all features must.
+            columns = [c.to_numpy(zero_copy_only=False) for c in b.columns]
+            yield {"label": columns[0]}
+
+    ds = tf.data.Dataset.from_generator(
+        batches, output_signature={"label": tf.TensorSpec([None], tf.int64)}
+    )
+    return _rate(ds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""``etj init --from-data FILE``: sample a local file and write a job YAML that validates.
+
+Thin: reads the sample and the file's size, calls ``etj.infer.build_job``, validates the
+result with the operator's own checks and prints the shard plan. The inference lives in
+``etj.infer`` (pure, unit-tested).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import click
+
+
+def _sample(path: Path, lines: int) -> tuple[list[str], int]:
+    """The first ``lines`` lines and an estimate of the file's line count."""
+    gz = path.suffix == ".gz"
+    opener = gzip.open if gz else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        sample = list(itertools.islice(f, lines))
+    size = os.path.getsize(path) * (4 if gz else 1)  # gzip of text: ~4x smaller
+    per_line = max(sum(len(x.encode()) for x in sample) / max(len(sample), 1), 1.0)
+    return sample, max(len(sample), int(size / per_line))
+
+
+@click.command("init")
+@click.option("--from-data", "data", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", default=None, help="Job name (default: from the file name).")
+@click.option("--pattern", default=None, help="data.files.pattern (default: the file's path).")
+@click.option("--sample", "lines", default=10000, show_default=True, help="Lines to read.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None)
+def init(data: str, name: str | None, pattern: str | None, lines: int, output: str | None) -> None:
+    """Write a complete job for FILE: columns' kinds, table sizes, a plan that validates."""
+    import re
+
+    from etj.crd import to_yaml
+    from etj.infer import build_job
+    from etj.validation import validate_manifest
+
+    path = Path(data)
+    sample, total = _sample(path, lines)
+    stem = path.name.split(".")[0].lower()
+    job_name = name or (re.sub(r"[^a-z0-9-]", "-", stem).strip("-")[:40] or "job")
+    try:
+        job, columns = build_job(job_name, pattern or str(path.resolve()), sample, total)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    result = validate_manifest(job)
+    if result.problems:
+        raise click.ClickException("; ".join(str(p) for p in result.problems))
+    text = "# Written by `etj init --from-data`; review the features before training.\n"
+    text += to_yaml(job)
+    if output:
+        Path(output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    out = sys.stderr if not output else sys.stdout
+    kinds = ", ".join(f"{c.name}: {c.kind} (~{c.estimate} values)" for c in columns[:60])
+    print(f"{len(sample)} lines sampled of ~{total}; {kinds}", file=out)
+    if result.plan is not None:
+        print(f"plan: {result.plan.strategy}, {result.plan.ps_replicas} ps", file=out)

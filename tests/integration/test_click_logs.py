@@ -1,0 +1,78 @@
+"""A Criteo-layout job on the process-backed node: `kubectl apply` it, the operator runs
+real trainers reading tab-separated click logs, a worker is killed mid-way, and the job
+Succeeds with its held-out evaluation in status.evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from etj.localcluster import LocalCluster
+from etj_trainer.clicklogs import write_train_and_validation
+
+from .conftest import wait_for
+from .operator_helpers import OperatorProcess, job_status, live_pods
+from .test_e2e_local import kill_replica, node, operator  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "clicks"
+
+
+def _job(tmp_path: Path) -> dict[str, Any]:
+    _, valid = write_train_and_validation("criteo", tmp_path / "data", 2, 4000, 2000)
+    doc = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())
+    doc["metadata"]["name"] = NAME
+    data = doc["spec"]["data"]
+    # As on a cluster: the files on a volume, mounted read-only at /data in every replica.
+    data["files"]["volume"] = {"hostPath": {"path": str(tmp_path / "data")}}
+    data["files"]["pattern"] = "/data/train-*.txt"
+    data["validation"]["pattern"] = f"/data/{valid[0].name}"
+    doc["spec"]["checkpoint"] = {
+        "volume": {"hostPath": {"path": str(tmp_path / "ckpt")}},
+        "everySteps": 200,
+        "keep": 2,
+    }
+    return doc
+
+
+def test_criteo_job_survives_a_killed_worker_and_reports_held_out_auc(
+    crds: LocalCluster,
+    namespace: str,
+    node: Path,  # noqa: F811
+    operator: OperatorProcess,  # noqa: F811
+    tmp_path: Path,
+):
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(_job(tmp_path)))
+
+    def step() -> int:
+        return int((job_status(crds, namespace, NAME).get("progress") or {}).get("step") or 0)
+
+    wait_for(lambda: step() >= 150, 300, "training to pass step 150", every=1)
+    old = kill_replica(crds, namespace, f"{NAME}-worker-1")
+    wait_for(
+        lambda: (
+            (p := live_pods(crds, namespace).get(f"{NAME}-worker-1"))
+            and p["metadata"]["uid"] != old
+        ),
+        60,
+        "worker-1 replaced",
+    )
+    wait_for(
+        lambda: job_status(crds, namespace, NAME).get("phase") == "Succeeded",
+        600,
+        "Succeeded",
+        every=1,
+    )
+    st = job_status(crds, namespace, NAME)
+    assert st["replicaStatuses"]["worker"]["restarts"] == 1
+    ev = st["evaluation"]
+    # 20 epochs of 8000 records at 256 a step: 625 steps; the last evaluation is of the end.
+    assert ev["step"] == st["progress"]["step"] >= 625
+    assert ev["examples"] == 2000 and ev["auc"] > 0.6 and ev["logloss"] < 0.69
+    table = crds.kubectl("get", "etj", NAME, "-n", namespace).stdout
+    assert "AUC" in table.splitlines()[0]

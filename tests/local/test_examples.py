@@ -1,0 +1,96 @@
+"""The click-log examples (Criteo, Avazu, MovieLens layouts) train to completion with
+`etj run` on files generated in their layouts: the loss falls and the held-out AUC in the
+summary is well above 0.5."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from etj.local.procs import processes_under
+from etj_trainer.clicklogs import write_train_and_validation
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.trainer, pytest.mark.slow]
+
+
+def _events(log: Path, event: str) -> list[dict]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and f'"{event}"' in line:
+            doc = json.loads(line)
+            if doc.get("event") == event:
+                out.append(doc)
+    return out
+
+
+def _etj_run(job: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "etj"), "run", str(job), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+
+
+@pytest.mark.parametrize("layout", ["criteo", "avazu", "movielens"])
+def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
+    data = tmp_path / "data"
+    train, valid = write_train_and_validation(layout, data, files=2, rows_per_file=4000)
+    job = yaml.safe_load((ROOT / "examples" / f"{layout}.yaml").read_text())
+    files = job["spec"]["data"]
+    files["files"]["pattern"] = str(data / f"train-*{train[0].suffix}")
+    files["validation"]["pattern"] = str(valid[0])
+    # Fewer evaluations than the example makes: two, the last one on the final step.
+    files["validation"]["maxExamples"] = 2000
+    job["spec"]["checkpoint"]["everySteps"] = 400
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    workdir = tmp_path / "run"
+    out = _etj_run(path, workdir)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = out.stdout[out.stdout.index("Summary") :]
+    assert "Succeeded" in summary
+    auc = float(re.search(r"held-out AUC\s*│\s*([0-9.]+)", summary).group(1))
+    assert auc > 0.62, summary
+    log = workdir / "logs" / f"{job['metadata']['name']}-chief-0.log"
+    losses = [e["loss"] for e in _events(log, "progress") if e.get("loss") is not None]
+    assert losses and losses[-1] < losses[0], losses
+    evaluations = _events(log, "evaluation")
+    assert evaluations[-1]["examples"] == 2000 and evaluations[-1]["auc"] == pytest.approx(
+        auc, abs=1e-4
+    )
+    assert processes_under(workdir) == []
+
+
+def test_a_bad_line_fails_the_job_with_file_and_line(tmp_path: Path):
+    """The chief's termination message and the job's message name the file and line; the
+    job fails at once (a DataError is permanent: no restart can fix the data)."""
+    (train,), _ = write_train_and_validation("criteo", tmp_path, 1, 300, 10)
+    with train.open("a") as f:
+        f.write("1\t2\t3\n")
+    job = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())
+    job["metadata"]["name"] = "bad"
+    job["spec"]["data"]["files"]["pattern"] = str(train)
+    del job["spec"]["data"]["validation"]
+    job["spec"]["training"] = {"batchSizePerReplica": 64, "steps": 200}
+    job["spec"]["runPolicy"] = {"restartPolicy": "ExitCode"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    workdir = tmp_path / "run"
+    out = _etj_run(path, workdir)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    where = f"{train}:301: expected 40 fields, found 3"
+    message = (workdir / "logs" / "bad-chief-0.log.termination").read_text()
+    assert message == f"DataError: {where}"
+    assert f"(DataError): {where}" in " ".join(out.stdout.split())
+    assert "Traceback" not in (workdir / "logs" / "bad-chief-0.log").read_text()
+    assert processes_under(workdir) == []

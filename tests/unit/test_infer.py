@@ -1,0 +1,105 @@
+"""etj init --from-data's inference: delimiter, header, each column's kind and size."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from etj.infer import build_job, has_header, sniff_delimiter
+from etj.validation import validate_manifest
+
+
+def _criteo(n: int = 300) -> list[str]:
+    rng = random.Random(0)
+    lines = []
+    for _ in range(n):
+        ints = [str(rng.randint(0, 500)) if rng.random() > 0.2 else "" for _ in range(3)]
+        ids = [f"{rng.randint(0, 40):08x}" if rng.random() > 0.1 else "" for _ in range(2)]
+        lines.append("\t".join([str(rng.randint(0, 1)), *ints, *ids]))
+    return lines
+
+
+def _movielens(n: int = 300) -> list[str]:
+    rng = random.Random(1)
+    genres = ["Comedy", "Drama", "Horror", "Action"]
+    out = ["userId,movieId,rating,timestamp,genres"]
+    for i in range(n):
+        g = "|".join(rng.sample(genres, rng.randint(1, 3)))
+        out.append(
+            f"{rng.randint(1, 50)},{rng.randint(1, 80)},{rng.choice([1, 2.5, 4, 5])},{964982703 + i},{g}"
+        )
+    return out
+
+
+def test_delimiter_and_header():
+    assert sniff_delimiter(_criteo()[:20]) == "\t"
+    assert sniff_delimiter(_movielens()[:20]) == ","
+    rows = [line.split("\t") for line in _criteo()]
+    assert not has_header(rows[0], rows[1:])
+    rows = [line.split(",") for line in _movielens()]
+    assert has_header(rows[0], rows[1:])
+
+
+def test_criteo_like_columns():
+    job, cols = build_job("criteo", "/data/day_*.txt", _criteo(), total_rows=300)
+    kinds = [c.kind for c in cols]
+    assert kinds == ["label", "dense", "dense", "dense", "categorical", "categorical"]
+    assert cols[1].settings == {"transform": "log1p"}  # non-negative counts, wide range
+    files = job["spec"]["data"]["files"]
+    assert files["delimiter"] == "\t" and files["header"] is False
+    assert files["columns"] == ["c0", "c1", "c2", "c3", "c4", "c5"]
+    tables = job["spec"]["model"]["embeddings"]
+    assert [t["name"] for t in tables] == ["c4", "c5"]
+    assert 4 * 41 <= tables[0]["vocabularySize"] <= 4 * 41 + 1  # ~4x the 41 distinct ids
+    assert validate_manifest(job).ok
+
+
+def test_movielens_like_columns():
+    job, cols = build_job("ml", "/data/ratings.csv", _movielens(), total_rows=300)
+    by = {c.name: c for c in cols}
+    assert by["rating"].kind == "label" and by["rating"].settings == {"threshold": 4.0}
+    assert by["userId"].settings == {"valueType": "int"}
+    assert by["genres"].settings == {"delimiter": "|", "maxLength": 3}
+    assert by["genres"].estimate == 4
+    assert by["timestamp"].kind == "skip"  # a unique key: not a feature
+    names = [f["name"] for f in job["spec"]["model"]["features"]]
+    assert "timestamp" not in names
+    assert validate_manifest(job).ok
+
+
+def test_ids_past_int64_and_fixed_width_codes_are_categorical_strings():
+    lines = ["click,device,hour"] + [
+        f"{i % 2},{10000174058809263569 + (i % 7)},141021{i % 24:02d}" for i in range(200)
+    ]
+    _, cols = build_job("avazu", "/d/*.csv", lines, total_rows=200)
+    assert [(c.kind, c.settings) for c in cols[1:]] == [("categorical", {})] * 2
+
+
+def test_rare_ids_grow_with_the_file():
+    lines = ["label,user"] + [f"{i % 2},u{i * 7 % 150}" for i in range(200)]
+    _, cols = build_job("j", "/d", lines, total_rows=200_000)
+    assert cols[1].estimate > 10 * cols[1].distinct
+
+
+def test_no_label_is_a_clear_error():
+    with pytest.raises(ValueError, match="no label column"):
+        build_job("j", "/d", ["a,b", "x,3.5", "y,4.5", "z,1.5"], total_rows=3)
+
+
+def test_etj_init_writes_a_job_that_validates(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from etj.cli import main as cli
+
+    data = tmp_path / "ratings.csv"
+    data.write_text("\n".join(_movielens()) + "\n")
+    out = tmp_path / "job.yaml"
+    result = CliRunner().invoke(cli, ["init", "--from-data", str(data), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "rating: label" in result.output
+    job = yaml.safe_load(out.read_text())
+    assert job["metadata"]["name"] == "ratings"
+    assert job["spec"]["data"]["files"]["pattern"] == str(data.resolve())
+    assert validate_manifest(job).ok

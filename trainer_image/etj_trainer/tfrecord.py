@@ -1,0 +1,145 @@
+"""TFRecord input (``tf.train.Example``, plain or gzip) for jobs with ``spec.model.features``.
+
+Each feature is read by its name as a ragged feature of its stored type (``bytes_list``
+for string ids, ``int64_list`` for ``valueType: int``, ``float_list`` for labels and dense
+values), so fixed- and variable-length lists both work: a missing dense value takes its
+default, a missing id the reserved row, a multi-valued list keeps ``maxLength`` values.
+Records are numbered per file (from 1) and that number is the ``example_names`` of
+``tf.io.parse_example``, so a record of the wrong type fails as
+``<file>:<record>: <what>``; records without a label or with a label that is not 0/1 are
+bad records (skipped under ``data.maxBadRecords``). A record of the wrong type stops the
+job even then: ``parse_example`` fails a whole batch.
+
+Reads and parses; knows nothing of strategies or the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from etj.api.features import MISSING_ROW, Feature, ValueType
+from etj.api.spec import FileData
+from etj_trainer import features as fx
+from etj_trainer.model import DENSE_KEY, LABEL_KEY, input_key
+from etj_trainer.records import (
+    Check,
+    DataError,
+    Sharding,
+    check_file_start,
+    checked,
+    compression_of,
+    location,
+    sharded_batches,
+)
+
+SHUFFLE_BATCHES = 16
+_DTYPES = {ValueType.STRING: tf.string, ValueType.INT: tf.int64, ValueType.FLOAT: tf.float32}
+_LISTS = {
+    ValueType.STRING: "bytes_list",
+    ValueType.INT: "int64_list",
+    ValueType.FLOAT: "float_list",
+}
+
+
+def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> None:
+    """Check every file's start and its first record against the declared features."""
+    for path in files:
+        check_file_start(path, data)
+        reader = tf.data.TFRecordDataset(path, compression_type=compression_of(path, data))
+        try:
+            first = next(iter(reader.take(1)), None)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            raise DataError(
+                f"{path}:1: not a TFRecord file ({e.message.splitlines()[0]})"
+            ) from None
+        if first is None:
+            raise DataError(f"{path}:1: empty file (no records)")
+        try:
+            example = tf.train.Example.FromString(first.numpy())
+        except Exception:  # protobuf's DecodeError: the record is not an Example
+            raise DataError(f"{path}:1: the record is not a tf.train.Example") from None
+        present = example.features.feature
+        for f in fs.features:
+            if f.name not in present:
+                continue
+            kind = present[f.name].WhichOneof("kind")
+            want = _LISTS[f.stored_type]
+            if kind is not None and kind != want:
+                raise DataError(
+                    f"{path}:1: feature {f.name} is a {kind} but the spec reads a {want} "
+                    f"(valueType {f.stored_type})"
+                )
+
+
+class ExampleParser:
+    """Parses a batch of numbered serialized Examples into model input."""
+
+    def __init__(self, fs: fx.FeatureSet, max_bad: int):
+        self.fs = fs
+        self.max_bad = max_bad
+        self.spec = {
+            f.name: tf.io.RaggedFeature(_DTYPES[f.stored_type], row_splits_dtype=tf.int64)
+            for f in fs.features
+        }
+
+    def __call__(self, file: tf.Tensor, number: tf.Tensor, record: tf.Tensor) -> dict[str, Any]:
+        names = location(file, number)
+        parsed = tf.io.parse_example(record, self.spec, example_names=names)
+        label = self.fs.label
+        values = parsed[label.name]
+        count = values.row_lengths()
+        first = tf.cast(values.to_tensor(shape=[None, 1])[:, 0], tf.float32)
+        missing = tf.not_equal(count, 1)
+        unusable = tf.logical_and(
+            tf.logical_not(missing), tf.logical_not(fx.label_ok(first, label))
+        )
+        need = "a finite number" if label.threshold is not None else "0 or 1 (set a threshold)"
+        checks: list[Check] = [
+            (missing, lambda i: tf.constant(f"label {label.name} is missing (or not one value)")),
+            (
+                unusable,
+                lambda i: tf.strings.join(
+                    [f"label {label.name} is not {need}: ", tf.strings.as_string(first[i])]
+                ),
+            ),
+        ]
+        out: dict[str, Any] = {LABEL_KEY: fx.label(first, label)}
+        if self.fs.dense:
+            out[DENSE_KEY] = tf.stack([self._dense(f, parsed[f.name]) for f in self.fs.dense], 1)
+        for f in self.fs.categorical:
+            out[input_key(f.name)] = self._categorical(f, parsed[f.name])
+        return checked(out, checks, file, number, self.max_bad)
+
+    @staticmethod
+    def _dense(f: Feature, values: tf.RaggedTensor) -> tf.Tensor:
+        present = values.row_lengths() > 0
+        first = tf.cast(values.to_tensor(shape=[None, 1])[:, 0], tf.float32)
+        return fx.transform(tf.where(present, first, tf.constant(f.default, tf.float32)), f)
+
+    def _categorical(self, f: Feature, values: tf.RaggedTensor) -> tf.Tensor:
+        if f.stored_type == ValueType.STRING:
+            values = tf.ragged.boolean_mask(values, tf.strings.length(values) > 0)
+        values = values[:, : f.values_per_example]
+        rows = self.fs.rows(f, values)
+        if f.multi_valued:
+            return fx.padded(rows, f.values_per_example)
+        return rows.to_tensor(default_value=MISSING_ROW, shape=[None, 1])
+
+
+def dataset(
+    files: list[str],
+    data: FileData,
+    fs: fx.FeatureSet,
+    batch_size: int,
+    max_bad: int,
+    sharding: Sharding,
+) -> tf.data.Dataset:
+    """Batches of parsed Examples from this shard of the files."""
+
+    def read(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
+        return tf.data.TFRecordDataset(name, compression_type=compression)
+
+    batches = sharded_batches(files, data, read, 0, sharding, batch_size, SHUFFLE_BATCHES)
+    return batches.map(ExampleParser(fs, max_bad), num_parallel_calls=tf.data.AUTOTUNE)
