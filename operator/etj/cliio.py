@@ -12,7 +12,10 @@ Only reads and raises; printing is click's.
 
 from __future__ import annotations
 
+import gzip
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -42,21 +45,30 @@ class InputError(click.ClickException):
         super().__init__(f"{display_name(path)}: {what}")
 
 
-def read_bytes(path: str) -> bytes:
-    """The bytes of ``path`` (``-``: stdin), or ``InputError`` saying why not."""
-    if path == STDIN:
-        return sys.stdin.buffer.read()
+@contextmanager
+def reading(path: str) -> Iterator[None]:
+    """Turn the errors of opening and reading ``path`` into one ``InputError`` line
+    (for commands that stream a file rather than read it whole: ``etj init``)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        yield
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except IsADirectoryError:
         raise InputError(path, "is a directory, not a file") from None
     except PermissionError:
         raise InputError(path, "permission denied (cannot read it)") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read it: {exc.strerror or exc}") from None
+    except gzip.BadGzipFile:
+        raise InputError(path, "not a gzip file (its name ends in .gz)") from None
+    except (OSError, EOFError) as exc:
+        raise InputError(path, f"cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of ``path`` (``-``: stdin), or ``InputError`` saying why not."""
+    if path == STDIN:
+        return sys.stdin.buffer.read()
+    with reading(path), open(path, "rb") as fh:
+        return fh.read()
 
 
 def read_text(path: str) -> str:

@@ -15,20 +15,25 @@ from pathlib import Path
 
 import click
 
+from etj.cliio import reading
+
 
 def _sample(path: Path, lines: int) -> tuple[list[str], int]:
     """The first ``lines`` lines and an estimate of the file's line count."""
     gz = path.suffix == ".gz"
     opener = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        sample = list(itertools.islice(f, lines))
-    size = os.path.getsize(path) * (4 if gz else 1)  # gzip of text: ~4x smaller
+    # Streamed, not read whole: a click log can be many gigabytes.
+    with reading(str(path)):
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            sample = list(itertools.islice(f, lines))
+        size = os.path.getsize(path) * (4 if gz else 1)  # gzip of text: ~4x smaller
     per_line = max(sum(len(x.encode()) for x in sample) / max(len(sample), 1), 1.0)
     return sample, max(len(sample), int(size / per_line))
 
 
 @click.command("init")
-@click.option("--from-data", "data", required=True, type=click.Path(exists=True, dir_okay=False))
+# Checked when read (etj.cliio): one line naming the file, not click's usage screen.
+@click.option("--from-data", "data", required=True, type=click.Path(readable=False))
 @click.option("--name", default=None, help="Job name (default: from the file name).")
 @click.option("--pattern", default=None, help="data.files.pattern (default: the file's path).")
 @click.option("--sample", "lines", default=10000, show_default=True, help="Lines to read.")

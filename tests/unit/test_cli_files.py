@@ -26,10 +26,13 @@ FILE_COMMANDS = {
     "run": ["run", "{}"],
     "operator --kubeconfig": ["operator", "--kubeconfig", "{}", "--metrics-port", "0"],
 }
+# Commands that read a data file rather than YAML: the same errors for a file they cannot open.
+DATA_COMMANDS = {"init --from-data": ["init", "--from-data", "{}"]}
+PATH_COMMANDS = {**FILE_COMMANDS, **DATA_COMMANDS}
 
 
 def _args(command: str, path: str) -> list[str]:
-    return [a.format(path) for a in FILE_COMMANDS[command]]
+    return [a.format(path) for a in PATH_COMMANDS[command]]
 
 
 def _one_line_exit_2(result, path: str) -> None:
@@ -45,7 +48,7 @@ def invoke(args: list[str], input: bytes | None = None):
     return CliRunner().invoke(main, args, input=input, env=env)
 
 
-@pytest.mark.parametrize("command", FILE_COMMANDS)
+@pytest.mark.parametrize("command", PATH_COMMANDS)
 def test_missing_file(command, tmp_path):
     path = str(tmp_path / "missing.yaml")
     result = invoke(_args(command, path))
@@ -53,7 +56,7 @@ def test_missing_file(command, tmp_path):
     assert "no such file" in result.stderr
 
 
-@pytest.mark.parametrize("command", FILE_COMMANDS)
+@pytest.mark.parametrize("command", PATH_COMMANDS)
 def test_directory(command, tmp_path):
     result = invoke(_args(command, str(tmp_path)))
     _one_line_exit_2(result, str(tmp_path))
@@ -86,7 +89,7 @@ def test_kubeconfig_that_is_not_one_is_one_line_too(tmp_path):
     assert "cannot be used" in result.stderr
 
 
-@pytest.mark.parametrize("command", FILE_COMMANDS)
+@pytest.mark.parametrize("command", PATH_COMMANDS)
 def test_unreadable_file(command, tmp_path):
     path = tmp_path / "secret.yaml"
     path.write_text(QUICKSTART.read_text())
@@ -147,3 +150,11 @@ def test_empty_file(tmp_path):
 
 def test_kubeconfig_cannot_be_stdin():
     _one_line_exit_2(invoke(_args("operator --kubeconfig", "-")), "<stdin>")
+
+
+def test_init_names_a_gz_file_that_is_not_gzip(tmp_path):
+    path = tmp_path / "clicks.tsv.gz"
+    path.write_text("1\t2\tabc\n")
+    result = invoke(_args("init --from-data", str(path)))
+    _one_line_exit_2(result, str(path))
+    assert "not a gzip file" in result.stderr
