@@ -157,11 +157,77 @@ def test_a_failed_pod_is_one_patch_and_one_restarting_event():
     before = len(s.api.log)
     s.run()
     new = s.api.log[before:]
+    # The restart is recorded before the failed pod (its only other evidence) goes.
     assert new == [
-        ("delete", "Pod", "ctr-worker-1"),
         ("patch", "status", "ctr"),
+        ("delete", "Pod", "ctr-worker-1"),
         ("event", "Restarting"),
     ]
+    assert s.api.jobs[(NS, "ctr")]["status"]["restarts"] == 1
+
+
+def fail_worker_1(s: Setup) -> None:
+    s.api.set_pod_status(
+        NS,
+        "ctr-worker-1",
+        {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "trainer", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}
+            ],
+        },
+    )
+    s.watch_pods()
+
+
+def resync(s: Setup) -> None:
+    """A full resync from the fake API, as the operator makes on a re-listing."""
+    assert s.cache is not None
+    jobs, jv = asyncio.run(s.api.list_jobs(NS))
+    pods, pv = asyncio.run(s.api.list_managed_pods(NS))
+    s.cache.replace(jobs, jv, pods, pv, namespace=NS)
+
+
+def test_a_restart_whose_status_write_failed_is_counted_once_the_api_is_back():
+    # The API server goes away in the middle of the pass that handles a failure: the pod
+    # must not be gone while the status does not yet say it failed, or the next pass
+    # finds the replica merely missing and the restart is never counted.
+    s = Setup()
+    s.run()
+    s.run_all_pods()
+    s.run()
+    fail_worker_1(s)
+    s.api.fail_status_patch = True
+    with pytest.raises(ApiException):
+        s.run()
+    s.api.fail_status_patch = False
+    resync(s)  # what the API now has, after the outage
+    s.run()
+    assert s.api.jobs[(NS, "ctr")]["status"]["restarts"] == 1
+    assert s.api.jobs[(NS, "ctr")]["status"]["restartingPods"] == ["ctr-worker-1"]
+    s.run()  # no watch event of the delete: asked again, 404, out of the cache
+    s.run()  # back-off 0: the replacement; still one restart
+    assert ("Pod", NS, "ctr-worker-1") in s.api.objects
+    assert s.api.jobs[(NS, "ctr")]["status"]["restarts"] == 1
+
+
+def test_a_pod_already_gone_when_deleted_leaves_the_cache_and_is_recreated():
+    # The watch expired while the failed pod was being deleted: its DELETED event was
+    # never seen and the re-listing does not show it. The 404 the delete gets is the news.
+    s = Setup()
+    s.run()
+    s.run_all_pods()
+    s.run()
+    fail_worker_1(s)
+    s.run()  # the restart: status, delete
+    assert s.api.jobs[(NS, "ctr")]["status"]["restarts"] == 1
+    assert s.cache is not None
+    # The cache still has the failed pod (no DELETED event); the API does not.
+    assert "ctr-worker-1" in {p["metadata"]["name"] for p in s.cache.job_pods(NS, "ctr")}
+    s.run()  # asks again: 404
+    s.run()  # now missing from the cache too: recreated
+    created = [c for c in s.api.calls("create") if c[1] == "Pod" and c[2] == "ctr-worker-1"]
+    assert len(created) == 2
     assert s.api.jobs[(NS, "ctr")]["status"]["restarts"] == 1
 
 

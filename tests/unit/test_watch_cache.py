@@ -67,18 +67,33 @@ def test_a_resync_drops_what_a_broken_watch_hid_and_keeps_what_came_after():
     assert cache.synced
 
 
-def test_a_relisting_that_shows_something_new_asks_for_a_resync():
+def test_every_relisting_asks_for_a_resync():
     cache = WatchCache()
     # Before the first resync, the initial listing is expected: no resync asked.
     assert not cache.on_job_event(None, job("j", 5))
     cache.replace([job("j", 5)], "5", [], "5")
-    # kopf re-lists after a broken watch: the same versions are nothing new...
-    assert not cache.on_job_event(None, job("j", 5))
-    # ...a newer one means events were missed, perhaps deletions too.
+    # kopf re-lists after an expired watch: even the same versions ask (see below)...
+    assert cache.on_job_event(None, job("j", 5))
     assert cache.on_job_event(None, job("j", 9))
     assert cache.on_pod_event(None, pod("j-chief-0", "j", 10))
-    # Ordinary watch events never ask.
+    # ...ordinary watch events never do.
     assert not cache.on_job_event("MODIFIED", job("j", 11))
+    assert not cache.on_pod_event("MODIFIED", pod("j-chief-0", "j", 12))
+
+
+def test_a_pod_deleted_while_the_watch_was_away_is_dropped_by_the_resync_its_relisting_asks():
+    cache = WatchCache()
+    cache.replace([job("j", 5)], "8", [pod("j-chief-0", "j", 6), pod("j-worker-1", "j", 7)], "8")
+    # The watch expires; meanwhile j-worker-1 is deleted. The re-listing holds only what
+    # is left, unchanged: nothing in it looks new, yet the cache is wrong.
+    asked = [
+        cache.on_job_event(None, job("j", 5)),
+        cache.on_pod_event(None, pod("j-chief-0", "j", 6)),
+    ]
+    assert any(asked)
+    assert {p["metadata"]["name"] for p in cache.job_pods("a", "j")} == {"j-chief-0", "j-worker-1"}
+    cache.replace([job("j", 5)], "20", [pod("j-chief-0", "j", 6)], "20")
+    assert [p["metadata"]["name"] for p in cache.job_pods("a", "j")] == ["j-chief-0"]
 
 
 def test_children_are_forgotten_with_their_job():

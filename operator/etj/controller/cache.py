@@ -10,8 +10,9 @@ API's answers to those writes as well.)
 
 Correctness rests on full resyncs from the API (``resync``: one LIST of the jobs and one of
 the operator's pods, objects missing from the lists dropped): once on start, before any
-reconcile; whenever kopf re-lists after a broken watch and that listing shows something the
-cache did not know (a watch error may have hidden a deletion); and every resync period.
+reconcile; whenever kopf re-lists after an expired watch (a re-listing shows what exists, never
+what was deleted while the watch was away: a listed object that looks unchanged proves
+nothing); and every resync period.
 
 Objects are compared by resourceVersion so that an older copy (a late watch event after
 the operator's own write) never replaces a newer one. Kubernetes calls resourceVersions
@@ -118,15 +119,22 @@ class WatchCache:
         self.pods.pop((namespace, name), None)
         self.children = {c for c in self.children if (c[1], c[2]) != (namespace, name)}
 
+    def forget_pod(self, namespace: str, job: str, name: str) -> None:
+        self.pods.get((namespace, job), {}).pop(name, None)
+
     def on_job_event(self, event_type: str | None, obj: dict[str, Any]) -> bool:
-        """A watch event on a job. True when it was a re-listed object (type None) that
-        the cache did not know in this version: the watch broke and may have hidden
-        something, so a full resync is due."""
+        """A watch event on a job. True when it was a listed object (type None) after the
+        first resync: kopf lists again only when its watch expired (410 Gone), and the
+        objects deleted while it was away are simply absent from that listing, so no
+        listed object can tell whether something is missing. Only a full resync (which
+        drops what the API no longer has) can; it is due on every re-listing, whether
+        or not the listed objects look new. (The listing kopf makes on start costs one
+        more resync, once.)"""
         if event_type == "DELETED":
             self.forget_job(*_key(obj))
             return False
-        changed = self.put_job(obj)
-        return event_type is None and changed and self.synced
+        self.put_job(obj)
+        return event_type is None and self.synced
 
     def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> bool:
         """As ``on_job_event``, for one of the operator's pods."""
@@ -134,10 +142,10 @@ class WatchCache:
             job = _job_of(obj)
             ns, name = _key(obj)
             if job is not None:
-                self.pods.get((ns, job), {}).pop(name, None)
+                self.forget_pod(ns, job, name)
             return False
-        changed = self.put_pod(obj)
-        return event_type is None and changed and self.synced
+        self.put_pod(obj)
+        return event_type is None and self.synced
 
     # ---- full resync --------------------------------------------------------------------
 

@@ -7,10 +7,10 @@ when a decision asks to be requeued (back-off, TTL, deadline, progress), and at 
 every ``resync_seconds``; all from the cache, so an idle job costs the API server
 nothing. A finished job's loop ends (after its TTL if it has one). The cache is filled
 from the API before the first reconcile, again every ``resync_seconds`` (one LIST of jobs,
-one of pods), and soon after kopf re-lists following a broken watch that showed something
-new. kopf provides the watches, the daemon lifecycle, retries of failed passes and the
-liveness endpoint. Daemons put a finalizer on the job, so deleting a job needs the
-operator running.
+one of pods), and soon after kopf re-lists following an expired watch (a re-listing cannot
+show what was deleted meanwhile). kopf provides the watches, the daemon lifecycle, retries
+of failed passes and the liveness endpoint. Daemons put a finalizer on the job, so
+deleting a job needs the operator running.
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@
 The world is read from the ``WatchCache`` the watches keep (no API request per pass), or,
 without one, from the API through ``etj.k8s``; the decision is ``etj.reconcile.decide``;
 objects come from ``etj.render``. Writes go through ``etj.k8s`` and their answers go back
-into the cache, so the next pass sees them before the watch event arrives. The status is
-written at most once per pass, and only when it changed, so the operator's own writes do
-not wake it into a loop; its Events are posted only once that write succeeded. Every
-create is idempotent (fixed names: "already exists" is success), so an operator restart or
-a second pass never duplicates a pod.
+into the cache (a 404 on a delete included), so the next pass sees them before the watch
+event arrives. The status is written before any pod is deleted or created (a pod deleted
+before its failure is recorded would take the failure with it), at most once per pass,
+and only when it changed, so the operator's own writes do not wake it into a loop; its
+Events are posted only once that write succeeded. Every create is idempotent (fixed
+names: "already exists" is success), so an operator restart or a second pass never
+duplicates a pod.
 """
 
 from __future__ import annotations
@@ -206,8 +208,21 @@ class Reconciler:
         if plan is not None and d.create_config_map:
             await self.kube.create(await asyncio.to_thread(build_config_map, job, plan, render))
             self._known("ConfigMap", ns, name)
+        if d.status is not None:
+            # Before any pod is deleted: the status is what remembers a failure once its
+            # pod is gone. Were the pod deleted first and this write then lost (the API
+            # server going away between the two), the next pass would find the replica
+            # simply missing and recreate it with the restart never counted; written
+            # first, a lost delete is only asked again (the replica is in restartingPods).
+            _count_restarts(job.status, d.status)
+            await self._write_status(obj, d.status)
         for pod in d.delete_pods:
-            await self.kube.delete_pod(ns, pod)
+            if not await self.kube.delete_pod(ns, pod) and self.cache is not None:
+                # Already gone (404): a deletion the watch did not show (it expired and
+                # the re-listing cannot show what is missing). The API's answer is the
+                # newer truth; a pod left in the cache would be deleted again forever and
+                # never recreated.
+                self.cache.forget_pod(ns, name, pod)
         if plan is not None and d.create_pods:
             pods = await asyncio.to_thread(
                 lambda: [build_pod(job, plan, r, i, render) for r, i in d.create_pods]
@@ -217,9 +232,6 @@ class Reconciler:
                 if stored is not None and self.cache is not None:
                     self.cache.put_pod(stored)
             metrics.PODS_CREATED.inc(sum(1 for c in created if c is not None))
-        if d.status is not None:
-            _count_restarts(job.status, d.status)
-            await self._write_status(obj, d.status)
         for event in d.events:
             self.post_event(obj, event)
         if (

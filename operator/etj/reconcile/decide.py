@@ -66,8 +66,9 @@ class World:
 
 @dataclass
 class Decision:
-    """What to do: apply in order — create Service/ConfigMap, delete pods, create pods,
-    write status, post events, delete the job."""
+    """What to do: apply in order — create Service/ConfigMap, write status, delete pods,
+    create pods, post events, delete the job (the status first: it records a failure
+    before the failed pod, the only other evidence of it, is deleted)."""
 
     status: EmbeddingTrainingJobStatus | None = None
     create_service: bool = False
