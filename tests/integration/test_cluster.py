@@ -105,6 +105,7 @@ def test_get_prints_the_printer_columns(crds: LocalCluster, namespace: str):
                 "ps": [],
             },
             "progress": {"step": 1234},
+            "evaluation": {"step": 1000, "auc": 0.7812, "logloss": 0.45, "examples": 5000},
         }
     }
     crds.kubectl(
@@ -127,9 +128,10 @@ def test_get_prints_the_printer_columns(crds: LocalCluster, namespace: str):
         "PS",
         "STEP",
         "RESTARTS",
+        "AUC",
         "AGE",
     ]
-    assert out[1].split()[:7] == [
+    assert out[1].split()[:8] == [
         "quickstart",
         "ParameterServer",
         "Running",
@@ -137,6 +139,7 @@ def test_get_prints_the_printer_columns(crds: LocalCluster, namespace: str):
         "2",
         "1234",
         "1",
+        "0.7812",
     ]
 
 
