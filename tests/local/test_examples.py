@@ -37,7 +37,9 @@ def _etj_run(job: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "COLUMNS": "300"},
+        # A progress line every second (default 10): "the loss falls" needs at least two,
+        # however fast or slow this machine trains the example.
+        env={**os.environ, "COLUMNS": "300", "ETJ_PROGRESS_SECONDS": "1"},
     )
 
 
