@@ -37,6 +37,12 @@ def _job(tmp_path: Path) -> dict[str, Any]:
         "everySteps": 200,
         "keep": 2,
     }
+    # 625 steps go by in seconds: with the default 10 s restart back-off the job could end
+    # before the killed worker comes back. What is tested here is that a kill loses nothing;
+    # the back-off has its own tests (test_policy_backoff, test_runner_backoff).
+    doc["spec"].setdefault("runPolicy", {})["restartBackoff"] = {"initialSeconds": 1}
+    # 40 epochs (1250 steps), so a kill at step 150 is well before the end on any machine.
+    doc["spec"]["training"]["epochs"] = 40
     return doc
 
 
@@ -71,8 +77,8 @@ def test_criteo_job_survives_a_killed_worker_and_reports_held_out_auc(
     st = job_status(crds, namespace, NAME)
     assert st["replicaStatuses"]["worker"]["restarts"] == 1
     ev = st["evaluation"]
-    # 20 epochs of 8000 records at 256 a step: 625 steps; the last evaluation is of the end.
-    assert ev["step"] == st["progress"]["step"] >= 625
+    # 40 epochs of 8000 records at 256 a step: 1250 steps; the last evaluation is of the end.
+    assert ev["step"] == st["progress"]["step"] >= 1250
     assert ev["examples"] == 2000 and ev["auc"] > 0.6 and ev["logloss"] < 0.69
     table = crds.kubectl("get", "etj", NAME, "-n", namespace).stdout
     assert "AUC" in table.splitlines()[0]
