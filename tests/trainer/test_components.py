@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 from harness import job_spec, read_events, trainer_config, trainer_env
 
+from etj.api.constants import REASON_COMPLETED
+from etj.reconcile.progress import parse_completion
 from etj_trainer import exitcodes
 from etj_trainer.auc import auc_from_histogram
 from etj_trainer.cluster import ClusterError, check_strategy, parse_tf_config
@@ -176,6 +178,26 @@ def test_termination_text_is_one_line_within_the_kubernetes_limit() -> None:
     )
     long = termination_text("WatchdogTimeout", "é" * 5000)
     assert long.startswith("WatchdogTimeout: ") and len(long.encode()) <= 4096
+
+
+def test_the_chiefs_completion_message_is_read_back_by_the_operator() -> None:
+    """The final step and evaluation travel in the termination message (the metrics page
+    is gone once the chief exits); what the trainer writes, the operator reads."""
+    from etj_trainer.progress import Metrics, Reporter
+
+    clock = iter(float(t) for t in range(100))
+    reporter = Reporter(Metrics(None), 256, interval=1e9, clock=lambda: next(clock))
+    reporter.start(1000, restarts=1, last_checkpoint_step=1000)
+    reporter.chunk_done(250, 0.45, None, bad=3)
+    reporter.evaluated({"step": 1250, "auc": 0.71, "logloss": 0.52, "examples": 2000})
+    reporter.report()
+    text = termination_text(REASON_COMPLETED, json.dumps(reporter.completion()))
+    progress, evaluation = parse_completion(text, "2026-11-24T00:00:00Z")
+    assert progress is not None and evaluation is not None
+    assert (progress.step, progress.loss, progress.bad_records) == (1250, 0.45, 3)
+    assert progress.last_checkpoint_step == 1000 and progress.examples_per_second > 0
+    assert (evaluation.step, evaluation.auc, evaluation.examples) == (1250, 0.71, 2000)
+    assert progress.update_time == evaluation.update_time == "2026-11-24T00:00:00Z"
 
 
 def test_supervisor_passes_exit_codes_and_sigterm(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from etj.api.status import Phase
+from etj.api.status import Evaluation, Phase, Progress
 from etj.reconcile import World, decide
 
 from .reconcile_helpers import T0, all_pods, later, make_job, pod, run, with_status
@@ -189,6 +189,36 @@ def test_chief_success_succeeds_job_stops_ps_and_sets_completion():
     assert d.status.completion_time == "2026-11-22T12:01:00Z"
     assert d.delete_pods == ["j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"]
     assert d.status.progress.step == job.spec.training.steps  # exit 0 means every step ran
+
+
+def test_success_takes_the_final_step_and_evaluation_from_the_chiefs_message():
+    """An epochs job: only the trainer knows the last step. The last scrape (step 1040,
+    evaluation of 1200) is older than the end the chief's termination message tells."""
+    job = make_job(
+        data={"source": "files", "files": {"pattern": "/data/*.csv", "format": "csv"}},
+        training={"epochs": 3},
+        status={"phase": "Running"},
+    )
+    message = (
+        'TrainingComplete: {"progress":{"step":1250,"loss":0.4},'
+        '"evaluation":{"step":1250,"auc":0.72,"logloss":0.5,"examples":2000}}'
+    )
+    chief = pod("chief", 0, "Succeeded", exit_code=0, message=message)
+    pods = [p if p.key != ("chief", 0) else chief for p in all_pods(job)]
+    d = run(
+        job,
+        pods,
+        progress=Progress(step=1040),
+        evaluation=Evaluation(step=1200, auc=0.7, examples=2000),
+    )
+    assert d.status.phase == Phase.SUCCEEDED
+    assert d.status.progress.step == 1250 and d.status.progress.loss == 0.4
+    assert (d.status.evaluation.step, d.status.evaluation.auc) == (1250, 0.72)
+    # Without the message (an older trainer), the last scrape is what there is.
+    chief = pod("chief", 0, "Succeeded", exit_code=0)
+    pods = [p if p.key != ("chief", 0) else chief for p in all_pods(job)]
+    d = run(job, pods, progress=Progress(step=1040), evaluation=Evaluation(step=1200))
+    assert (d.status.progress.step, d.status.evaluation.step) == (1040, 1200)
 
 
 def test_clean_pod_policy_none_still_stops_ps():

@@ -1,6 +1,8 @@
 """parse_progress: the chief's Prometheus page into status.progress."""
 
-from etj.reconcile.progress import parse_progress
+import pytest
+
+from etj.reconcile.progress import parse_completion, parse_progress
 
 PAGE = """# HELP etj_trainer_step Last completed step
 # TYPE etj_trainer_step gauge
@@ -55,3 +57,30 @@ def test_no_evaluation_before_one_scored_examples():
     assert parse_evaluation(PAGE, "t") is None
     assert parse_evaluation(EVAL_PAGE.replace("4000.0", "0.0"), "t") is None
     assert parse_evaluation("not { a metrics page", "t") is None
+
+
+def test_completion_message_gives_the_final_progress_and_evaluation():
+    text = (
+        'TrainingComplete: {"progress":{"step":1250,"loss":0.4,"lastCheckpointStep":1250,'
+        '"newerField":1},"evaluation":{"step":1250,"auc":0.7,"logloss":0.5,"examples":2000}}'
+    )
+    progress, evaluation = parse_completion(text, "2026-11-24T00:00:00Z")
+    assert progress is not None and evaluation is not None
+    assert (progress.step, progress.loss, progress.last_checkpoint_step) == (1250, 0.4, 1250)
+    assert (evaluation.step, evaluation.auc, evaluation.examples) == (1250, 0.7, 2000)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        None,
+        "",
+        "DataError: /data/a.csv:3: expected 40 fields",
+        "TrainingComplete: not json",
+        "TrainingComplete: [1, 2]",
+        'TrainingComplete: {"progress": {"step": -5}}',
+        'TrainingComplete: {"progress": "1250"}',
+    ],
+)
+def test_anything_else_is_no_completion(message):
+    assert parse_completion(message, "2026-11-24T00:00:00Z") == (None, None)

@@ -106,6 +106,9 @@ class Reporter:
         self._mark_time = clock()
         self._mark_step = 0
         self._last_report = clock()
+        # The last report and held-out evaluation: the chief's final words (``completion``).
+        self.last_report: dict[str, Any] | None = None
+        self.last_evaluation: dict[str, Any] | None = None
 
     def start(self, step: int, restarts: int, last_checkpoint_step: int | None) -> None:
         self.step = self._mark_step = step
@@ -145,6 +148,7 @@ class Reporter:
 
     def evaluated(self, result: dict[str, Any]) -> None:
         """A held-out evaluation: its gauges (the operator copies them into status)."""
+        self.last_evaluation = result
         m = self.metrics
         m.eval_step.set(result["step"])
         m.eval_examples.set(result["examples"])
@@ -189,7 +193,22 @@ class Reporter:
         emit("progress", **fields)
         self._write_summaries(loss, auc, eps)
         self._mark_time, self._mark_step, self._last_report = now, self.step, now
+        self.last_report = fields
         return fields
+
+    def completion(self) -> dict[str, Any]:
+        """The final progress and evaluation, in status field names, for the termination
+        message (``REASON_COMPLETED``): the operator's last scrape of the metrics page can
+        be seconds older than the end."""
+        progress = {
+            k: v
+            for k, v in (self.last_report or {"step": self.step}).items()
+            if v is not None and k != "restartsSeen"
+        }
+        out: dict[str, Any] = {"progress": progress}
+        if self.last_evaluation is not None:
+            out["evaluation"] = {k: v for k, v in self.last_evaluation.items() if v is not None}
+        return out
 
     def _write_summaries(self, loss: float | None, auc: float | None, eps: float) -> None:
         if self.writer is None:

@@ -16,6 +16,7 @@ restart cures are retryable (138).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from etj.api.constants import REASON_COMPLETED
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.checkpoint import Checkpoints
@@ -41,6 +43,7 @@ from etj_trainer.export import export
 from etj_trainer.model import TablePartitioner
 from etj_trainer.progress import Metrics, Reporter, emit
 from etj_trainer.supervisor import Heartbeat
+from etj_trainer.termination import write_termination_message
 
 log = logging.getLogger(__name__)
 
@@ -357,6 +360,9 @@ def train_loop(
             export(state, config.export_dir)
         if is_chief:
             emit("done", step=step)
+            write_termination_message(
+                REASON_COMPLETED, json.dumps(reporter.completion(), separators=(",", ":"))
+            )
         return exitcodes.SUCCESS
     except Terminated:
         emit("terminated", step=int(state.step.numpy()))

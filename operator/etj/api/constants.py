@@ -45,3 +45,8 @@ TERMINATION_LOG_ENV = "ETJ_TERMINATION_LOG"
 # The first word of the termination message when the trainer's watchdog stopped the chief:
 # no step completed for watchdogSeconds, so some replica is hung.
 REASON_WATCHDOG = "WatchdogTimeout"
+# The chief's termination message when it trained every step: "TrainingComplete: <json>",
+# the final progress and held-out evaluation (``{"progress": {...}, "evaluation": {...}}``,
+# status field names). The operator's last scrape of the metrics page may be older: this
+# is what status.progress and status.evaluation of a Succeeded job say.
+REASON_COMPLETED = "TrainingComplete"

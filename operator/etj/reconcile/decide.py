@@ -28,12 +28,13 @@ from etj.api.status import (
 from etj.reconcile.conditions import condition_true, set_condition
 from etj.reconcile.observe import PodState
 from etj.reconcile.policies.backoff import due_time, recovered, wait_for, waiting_seconds
-from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
+from etj.reconcile.policies.completion import leader, leader_succeeded, pods_to_clean
 from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
 from etj.reconcile.policies.oom import raised_limit
 from etj.reconcile.policies.restart import Failure, classify, restart_group
 from etj.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
 from etj.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
+from etj.reconcile.progress import parse_completion
 from etj.reconcile.status import all_running, replica_statuses, workers_column
 from etj.render.objects import replica_set
 from etj.tfconfig import ReplicaSet, pod_name
@@ -146,7 +147,7 @@ class _Pass:
             self.st.workers = workers_column(self.st.replica_statuses, replicas)
         if self.w.progress is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.progress = self.w.progress
-        if self.w.evaluation is not None:
+        if self.w.evaluation is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.evaluation = self.w.evaluation
         self.st.observed_generation = self.gen
         self.d.status = self.st
@@ -194,8 +195,11 @@ def decide(world: World) -> Decision:
         return p.done(replicas)
     if leader_succeeded(p.pods, replicas):
         # The chief exits 0 only once it has trained every step; its last metrics page
-        # may not have been read before it exited.
-        last = world.progress or p.st.progress or Progress()
+        # may not have been read before it exited, but its termination message has the
+        # final step and the evaluation of the end.
+        final, final_evaluation = parse_completion(p.pods[leader(replicas)].message, p.now)
+        p.st.evaluation = final_evaluation or world.evaluation or p.st.evaluation
+        last = final or world.progress or p.st.progress or Progress()
         # (With training.epochs the steps are counted by the trainer: keep its last step.)
         steps = 0 if job.spec.training.epochs else job.spec.training.steps
         p.st.progress = last.model_copy(update={"step": max(last.step, steps)})

@@ -6,14 +6,21 @@ The trainer's chief serves ``etj_trainer_step``, ``etj_trainer_examples_per_seco
 ``etj_trainer_bad_records`` (status.progress), and after a held-out evaluation
 ``etj_trainer_eval_step``, ``_eval_auc``, ``_eval_logloss``, ``_eval_examples``
 (status.evaluation).
+
+A chief that trained every step says the same once more in its termination message
+(``REASON_COMPLETED``): the final values, which the last scrape may have missed.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
 
+from etj.api.constants import REASON_COMPLETED
 from etj.api.status import Evaluation, Progress
 
 _PROGRESS = {
@@ -68,3 +75,40 @@ def parse_evaluation(text: str, now: str) -> Evaluation | None:
     if not values.get("examples") or "step" not in values:
         return None
     return Evaluation(update_time=now, **values)
+
+
+def _model_fields(doc: Any, model: type[Progress] | type[Evaluation]) -> dict[str, Any] | None:
+    """The entries of ``doc`` the model knows (by alias), or None when it is not a mapping:
+    a newer trainer may say more than this operator reads."""
+    if not isinstance(doc, dict):
+        return None
+    aliases = {f.alias or n for n, f in model.model_fields.items()}
+    return {k: v for k, v in doc.items() if k in aliases and k != "updateTime"}
+
+
+def parse_completion(message: str | None, now: str) -> tuple[Progress | None, Evaluation | None]:
+    """The final progress and evaluation from a chief's ``TrainingComplete: {...}``
+    termination message; (None, None) for any other message or a malformed one."""
+    prefix = f"{REASON_COMPLETED}: "
+    if not message or not message.startswith(prefix):
+        return None, None
+    try:
+        doc = json.loads(message[len(prefix) :])
+    except ValueError:
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    progress = evaluation = None
+    with_progress = _model_fields(doc.get("progress"), Progress)
+    if with_progress and "step" in with_progress:
+        try:
+            progress = Progress(update_time=now, **with_progress)
+        except ValidationError:
+            progress = None
+    with_eval = _model_fields(doc.get("evaluation"), Evaluation)
+    if with_eval and "step" in with_eval:
+        try:
+            evaluation = Evaluation(update_time=now, **with_eval)
+        except ValidationError:
+            evaluation = None
+    return progress, evaluation
