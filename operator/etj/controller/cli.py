@@ -50,13 +50,6 @@ from etj.api.quantity import quantity_bytes
     help="Port of the Prometheus metrics (0 to disable).",
 )
 @click.option(
-    "--peering",
-    default=None,
-    envvar="ETJ_PEERING",
-    help="kopf peering name for HA (several replicas, one active); default: standalone.",
-)
-@click.option("--priority", default=0, type=int, envvar="ETJ_PRIORITY", help="Peering priority.")
-@click.option(
     "--leader-election",
     default=None,
     envvar="ETJ_LEADER_ELECTION",
@@ -102,8 +95,6 @@ def operator(
     kubeconfig: str | None,
     liveness: str,
     metrics_port: int,
-    peering: str | None,
-    priority: int,
     leader_election: str | None,
     resync_seconds: float,
     progress_seconds: float,
@@ -165,9 +156,8 @@ def operator(
         return kopf.operator(
             clusterwide=not namespaces,
             namespaces=list(namespaces),
-            standalone=peering is None,
-            peering_name=peering,
-            priority=priority,
+            # One active operator is the Lease's job (controller/leader.py), not peering's.
+            standalone=True,
             liveness_endpoint=liveness_endpoint,
             memo=memo,
         )
