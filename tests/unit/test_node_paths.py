@@ -17,3 +17,40 @@ def test_only_whole_path_prefixes():
         _map_paths('"/etc/etjx", "/tmpfoo"', {"/etc/etj": "/a", "/tmp": "/b"})
         == '"/etc/etjx", "/tmpfoo"'
     )
+
+
+def test_etj_images_run_their_entrypoint_from_this_installation_and_nothing_else():
+    from etj.localcluster.node import image_entrypoint
+
+    operator = image_entrypoint("ghcr.io/etj-dev/etj-operator:0.1.0")
+    assert operator is not None and operator[0].endswith("/etj")
+    assert image_entrypoint("localhost/etj-trainer@sha256:abc") == ["python", "-m", "etj_trainer"]
+    assert image_entrypoint("docker.io/library/busybox:1.36") is None
+    assert image_entrypoint("etj-operator-fork:1") is None
+
+
+def test_a_pod_that_is_not_a_replica_is_a_process_too():
+    from etj.local.process import pod_process
+
+    pod = {
+        "metadata": {"name": "etj-5d8f", "namespace": "etj-system"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "operator",
+                    "image": "ghcr.io/etj-dev/etj-operator:0.1.0",
+                    "args": ["operator", "--metrics-port=0"],
+                    "env": [
+                        {
+                            "name": "POD_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+    spec = pod_process(pod, {}, ["/venv/bin/etj"])
+    assert spec.command == ["/venv/bin/etj", "operator", "--metrics-port=0"]
+    assert spec.env == {"POD_NAME": "etj-5d8f"} and spec.role == ""
+    assert pod_process(pod, {}).command == ["operator", "--metrics-port=0"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from etj.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+
 
 @dataclass(frozen=True)
 class ProcessSpec:
@@ -46,7 +48,7 @@ def pod_process(
     container's command (a local interpreter instead of the image's ``python``).
     """
     container = pod["spec"]["containers"][0]
-    labels = pod["metadata"]["labels"]
+    labels = pod["metadata"].get("labels") or {}
     mounts = {
         m["mountPath"]: volume_dirs[m["name"]]
         for m in container.get("volumeMounts") or []
@@ -60,8 +62,10 @@ def pod_process(
             env[e["name"]] = _field_ref(pod, e["valueFrom"]["fieldRef"]["fieldPath"])
     return ProcessSpec(
         name=pod["metadata"]["name"],
-        role=labels["training.etj.dev/replica-type"],
-        index=int(labels["training.etj.dev/replica-index"]),
-        command=list(command or container["command"]) + list(container.get("args") or []),
+        # Any pod, not only a replica (the process-backed node runs the operator's too).
+        role=labels.get(LABEL_REPLICA_TYPE, ""),
+        index=int(labels.get(LABEL_REPLICA_INDEX, 0)),
+        # No command: the image's entrypoint, which only the caller can know (empty here).
+        command=list(command or container.get("command") or []) + list(container.get("args") or []),
         env=env,
     )

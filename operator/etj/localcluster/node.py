@@ -7,9 +7,15 @@ For every pod bound to the node (in the namespaces it serves) it:
 - maps every peer in TF_CONFIG (``<pod>.<job>.<ns>.svc:port``) to a loopback port, the
   same port for the same name across pods, and gives a chief its own metrics port
   (annotated on the pod as ``training.etj.dev/metrics-address`` for the operator);
-- starts the container's command (a leading ``python`` is this interpreter) with the
+- starts the container's command (a leading ``python`` is this interpreter; with no
+  command, the entrypoint of the etj image it names, from this installation) with the
   pod's environment, writes Running, then Succeeded/Failed with the exit code (137 for a
-  SIGKILL, as a kubelet reports it);
+  SIGKILL, as a kubelet reports it); a ``restartPolicy: Always`` pod (a Deployment's, such
+  as the chart's operator) is started again instead, after a doubling back-off;
+- gives a pod that is not a training replica its service account as a kubelet would:
+  a bound token from the TokenRequest API, in a kubeconfig named by ``KUBECONFIG`` (a
+  process cannot have ``/var/run/secrets``), so the chart's operator runs under the
+  chart's own RBAC;
 - on deletion, stops the process (SIGTERM, then SIGKILL after the grace period) and
   confirms the deletion.
 
@@ -33,6 +39,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from etj.api.constants import CONTAINER_NAME, LABEL_REPLICA_TYPE
 from etj.k8s import load_config
 from etj.local.process import pod_process
 from etj.local.procs import Proc, free_port, start
@@ -40,6 +47,22 @@ from etj.localcluster.cluster import NODE_NAME
 
 ANNOTATION_METRICS = "training.etj.dev/metrics-address"
 ANNOTATION_PID = "training.etj.dev/local-pid"
+# The entrypoints of etj's images (their Dockerfiles' ENTRYPOINT), run from this
+# installation: the node runs etj's images, not arbitrary ones.
+IMAGE_ENTRYPOINTS = {
+    "etj-operator": [str(Path(sys.executable).with_name("etj"))],
+    "etj-trainer": ["python", "-m", "etj_trainer"],
+}
+# A restarted container's back-off doubles from the first to the cap (a kubelet: 10 s to
+# 5 min; shorter here, where a crash is usually a test's doing).
+RESTART_BACKOFF = (1.0, 30.0)
+TOKEN_SECONDS = 24 * 3600
+
+
+def image_entrypoint(image: str) -> list[str] | None:
+    """The entrypoint of an etj image (``registry/etj-operator:tag`` -> ``etj``), else None."""
+    name = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    return IMAGE_ENTRYPOINTS.get(name)
 
 
 class ProcessNode:
@@ -55,6 +78,8 @@ class ProcessNode:
         self.namespaces = namespaces
         self.python = python
         self.procs: dict[str, Proc] = {}  # pod uid -> process
+        self.restarts: dict[str, int] = {}  # pod uid -> container restarts
+        self.waiting: dict[str, float] = {}  # pod uid -> when its container restarts
         self.ports: dict[str, int] = {}  # peer DNS name -> loopback port
         self._stop = threading.Event()
 
@@ -95,7 +120,10 @@ class ProcessNode:
                 and proc.exit_code is not None
                 and pod.status.phase == "Running"
             ):
-                self._finished(pod, proc.exit_code, proc.termination_message())
+                if pod.spec.restart_policy == "Always":
+                    self._restart(pod)
+                else:
+                    self._finished(pod, proc.exit_code, proc.termination_message())
 
     # ---- pod lifecycle -----------------------------------------------------------------
 
@@ -103,14 +131,31 @@ class ProcessNode:
         raw = self.core.api_client.sanitize_for_serialization(pod)
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         volumes = self._volumes(raw)
-        spec = pod_process(raw, volumes)
+        container = raw["spec"]["containers"][0]
+        entrypoint = None if container.get("command") else image_entrypoint(container["image"])
+        if not container.get("command") and entrypoint is None:
+            self._status(
+                ns,
+                name,
+                "Failed",
+                running=False,
+                exit_code=128,
+                reason="ImageNotRunnable",
+                message=f"this process-backed node runs the commands of pods and the "
+                f"entrypoints of etj's images only; {container['image']} gives neither",
+            )
+            return
+        spec = pod_process(raw, volumes, entrypoint)
         command = [
-            self.python
-            if spec.command and spec.command[0] in ("python", "python3")
-            else spec.command[0],
+            self.python if spec.command[0] in ("python", "python3") else spec.command[0],
             *spec.command[1:],
         ]
+        workdir = self.state / "pods" / uid
+        workdir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env}
+        if LABEL_REPLICA_TYPE not in (raw["metadata"].get("labels") or {}):
+            # Training replicas never call the API; anything else gets its account.
+            env.update(self._service_account(raw, workdir))
         if "TF_CONFIG" in env:
             env["TF_CONFIG"] = self._map_tf_config(env["TF_CONFIG"])
         annotations: dict[str, str] = {}
@@ -119,13 +164,77 @@ class ProcessNode:
             port = free_port()
             env["ETJ_METRICS_PORT"] = str(port)
             annotations[ANNOTATION_METRICS] = f"127.0.0.1:{port}"
-        workdir = self.state / "pods" / uid
-        workdir.mkdir(parents=True, exist_ok=True)
         proc = start(name, command, env, self.state / "logs" / ns / f"{name}.log", workdir)
         self.procs[uid] = proc
         annotations[ANNOTATION_PID] = str(proc.popen.pid)
         self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": annotations}})
-        self._status(ns, name, "Running", running=True)
+        self._status(
+            ns,
+            name,
+            "Running",
+            running=True,
+            container=container["name"],
+            restarts=self.restarts.get(uid, 0),
+        )
+
+    def _restart(self, pod: Any) -> None:
+        """A ``restartPolicy: Always`` container ended: start it again once its back-off
+        has passed (the pod stays Running; its restartCount grows)."""
+        uid, now = pod.metadata.uid, time.monotonic()
+        count = self.restarts.get(uid, 0)
+        first, cap = RESTART_BACKOFF
+        due = self.waiting.setdefault(uid, now + min(cap, first * 2**count))
+        if now < due:
+            return
+        del self.waiting[uid]
+        self.restarts[uid] = count + 1
+        self.procs.pop(uid, None)
+        self._start(pod)
+
+    def _service_account(self, raw: dict[str, Any], workdir: Path) -> dict[str, str]:
+        """``KUBECONFIG`` for the pod's service account (a bound token, as a kubelet
+        projects one), unless the pod opts out of it."""
+        spec, meta = raw["spec"], raw["metadata"]
+        if spec.get("automountServiceAccountToken") is False:
+            return {}
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[],
+                expiration_seconds=TOKEN_SECONDS,
+                bound_object_ref=client.V1BoundObjectReference(
+                    api_version="v1", kind="Pod", name=meta["name"], uid=meta["uid"]
+                ),
+            )
+        )
+        issued = self.core.create_namespaced_service_account_token(
+            spec.get("serviceAccountName") or "default", meta["namespace"], request
+        ).status
+        if issued is None:  # the API always answers with one; the client's type says maybe
+            raise RuntimeError(f"no token issued for pod {meta['name']}")
+        token = issued.token
+        cfg = self.core.api_client.configuration
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {"server": cfg.host, "certificate-authority": cfg.ssl_ca_cert},
+                }
+            ],
+            "users": [{"name": "pod", "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": "pod",
+                    "context": {"cluster": "local", "user": "pod", "namespace": meta["namespace"]},
+                }
+            ],
+            "current-context": "pod",
+        }
+        path = workdir / "serviceaccount.kubeconfig"
+        path.write_text(json.dumps(doc))
+        path.chmod(0o600)
+        return {"KUBECONFIG": str(path)}
 
     def _finished(self, pod: Any, code: int, message: str | None) -> None:
         reason = "Completed" if code == 0 else "Error"
@@ -137,6 +246,8 @@ class ProcessNode:
             exit_code=code,
             reason=reason,
             message=message,
+            container=pod.spec.containers[0].name,
+            restarts=self.restarts.get(pod.metadata.uid, 0),
         )
 
     def _delete(self, pod: Any, proc: Proc | None) -> None:
@@ -150,6 +261,8 @@ class ProcessNode:
         if proc is not None and proc.popen.poll() is None:
             return  # still stopping
         self.procs.pop(pod.metadata.uid, None)
+        self.restarts.pop(pod.metadata.uid, None)
+        self.waiting.pop(pod.metadata.uid, None)
         try:
             self.core.delete_namespaced_pod(
                 pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
@@ -167,6 +280,8 @@ class ProcessNode:
         exit_code: int = 0,
         reason: str = "",
         message: str | None = None,
+        container: str = CONTAINER_NAME,
+        restarts: int = 0,
     ) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         state: dict[str, Any] = (
@@ -196,9 +311,9 @@ class ProcessNode:
                 ],
                 "containerStatuses": [
                     {
-                        "name": "trainer",
+                        "name": container,
                         "ready": running,
-                        "restartCount": 0,
+                        "restartCount": restarts,
                         "image": "local",
                         "imageID": "",
                         "state": state,
