@@ -43,13 +43,11 @@ ALL_ON = (
 
 HELM_TEST_CANNOT_RUN_HERE = (
     "helm test cannot run on the local control plane: its node is process-backed "
-    "(etj.localcluster.node) and has no container runtime. It runs only etj's replica pods "
-    "(their command as a local process, found by the training.etj.dev/replica-type label), so "
-    "(1) the chart's operator Deployment pod, whose image entrypoint `etj` is not in the pod "
-    "spec, never runs and the metrics Service has no endpoint, and (2) there is no kube-proxy "
-    "or cluster DNS, so the test pod's http://<release>-metrics.<ns>.svc:8080 would neither "
-    "resolve nor route even if the node ran the pod. "
-    "test_the_helm_test_pods_own_command_* runs that pod's command against a live operator."
+    "(etj.localcluster.node), with no container runtime, kube-proxy or cluster DNS. It runs "
+    "the chart's operator pod (test_chart_process_node), but every pod shares the host's "
+    "network, so the test pod's http://<release>-metrics.<ns>.svc:<port> neither resolves "
+    "nor routes. test_the_helm_test_pods_own_command_* runs that pod's command against a "
+    "live operator."
 )
 
 
