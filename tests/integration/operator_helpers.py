@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from etj.local.procs import free_port
+from etj.local.procs import free_port, processes_under
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
@@ -135,6 +135,37 @@ class OperatorProcess:
             if self.log.exists()
             else ""
         )
+
+
+@contextlib.contextmanager
+def process_node(cluster: LocalCluster, state: Path, namespaces: list[str], log: Path) -> Any:
+    """The process-backed node (``etj.localcluster.node``) serving ``namespaces``; on exit
+    it is stopped and nothing it started may outlive it."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "etj.localcluster.node",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--state-dir",
+            str(state),
+            *(arg for ns in namespaces for arg in ("--namespace", ns)),
+        ],
+        stdout=open(log, "wb"),  # noqa: SIM115 - the child keeps it
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield state
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        # Nothing the node started outlives it: no process still works under its state dir.
+        wait_for(lambda: not processes_under(state), 30, "the node's processes to end")
 
 
 class KubeletStandIn:

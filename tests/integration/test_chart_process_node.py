@@ -7,10 +7,6 @@ examples/quickstart.yaml`, which reaches Succeeded with its step in `kubectl get
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +18,7 @@ from etj.local.procs import free_port, processes_under
 from etj.localcluster import LocalCluster
 
 from .conftest import ROOT, wait_for
-from .operator_helpers import job_status
+from .operator_helpers import job_status, process_node
 from .test_chart import CHART, helm
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
@@ -33,36 +29,14 @@ RELEASE_NS = "etj-pn"
 def node_for(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
     """A process-backed node serving the job's namespace and the release's."""
     crds.kubectl("create", "namespace", RELEASE_NS)
-    state = tmp_path / "node"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "etj.localcluster.node",
-            "--kubeconfig",
-            str(crds.kubeconfig),
-            "--state-dir",
-            str(state),
-            "--namespace",
-            namespace,
-            "--namespace",
-            RELEASE_NS,
-        ],
-        stdout=open(tmp_path / "node.log", "wb"),  # noqa: SIM115 - the child keeps it
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     try:
-        yield state
+        with process_node(
+            crds, tmp_path / "node", [namespace, RELEASE_NS], tmp_path / "node.log"
+        ) as state:
+            yield state
+            helm(crds, "uninstall", "etj", "--namespace", RELEASE_NS, check=False)
     finally:
-        helm(crds, "uninstall", "etj", "--namespace", RELEASE_NS, check=False)
         crds.kubectl("delete", "namespace", RELEASE_NS, "--wait=false", check=False)
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        wait_for(lambda: not processes_under(state), 30, "the node's processes to end")
 
 
 def _operator_pod(cluster: LocalCluster) -> dict[str, Any] | None:

@@ -8,19 +8,23 @@ import copy
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from etj.local.procs import processes_under
 from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
-from .operator_helpers import OperatorProcess, events, job_status, live_pods, pods
+from .operator_helpers import (
+    OperatorProcess,
+    events,
+    job_status,
+    live_pods,
+    pods,
+    process_node,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
 
@@ -53,33 +57,8 @@ JOB: dict[str, Any] = {
 
 @pytest.fixture
 def node(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
-    state = tmp_path / "node"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "etj.localcluster.node",
-            "--kubeconfig",
-            str(crds.kubeconfig),
-            "--state-dir",
-            str(state),
-            "--namespace",
-            namespace,
-        ],
-        stdout=open(tmp_path / "node.log", "wb"),  # noqa: SIM115 - the child keeps it
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
+    with process_node(crds, tmp_path / "node", [namespace], tmp_path / "node.log") as state:
         yield state
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        # Nothing the node started outlives it: no process still works under its state dir.
-        wait_for(lambda: not processes_under(state), 30, "the node's processes to end")
 
 
 @pytest.fixture

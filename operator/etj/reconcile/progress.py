@@ -98,17 +98,17 @@ def parse_completion(message: str | None, now: str) -> tuple[Progress | None, Ev
         return None, None
     if not isinstance(doc, dict):
         return None, None
-    progress = evaluation = None
-    with_progress = _model_fields(doc.get("progress"), Progress)
-    if with_progress and "step" in with_progress:
-        try:
-            progress = Progress(update_time=now, **with_progress)
-        except ValidationError:
-            progress = None
-    with_eval = _model_fields(doc.get("evaluation"), Evaluation)
-    if with_eval and "step" in with_eval:
-        try:
-            evaluation = Evaluation(update_time=now, **with_eval)
-        except ValidationError:
-            evaluation = None
-    return progress, evaluation
+    return _parsed(doc.get("progress"), Progress, now), _parsed(
+        doc.get("evaluation"), Evaluation, now
+    )
+
+
+def _parsed(doc: Any, model: Any, now: str) -> Any:
+    """``model`` from the entries of ``doc`` it knows, or None (no step, a bad value)."""
+    fields = _model_fields(doc, model)
+    if not fields or "step" not in fields:
+        return None
+    try:
+        return model(update_time=now, **fields)
+    except ValidationError:
+        return None
