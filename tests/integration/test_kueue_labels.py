@@ -37,7 +37,11 @@ QUEUE = "team-a"
 def queued_job(**run_policy: Any) -> dict[str, Any]:
     doc = copy.deepcopy(PS_JOB)
     doc["metadata"]["labels"] = {KUEUE_QUEUE_NAME_LABEL: QUEUE}
-    doc["spec"]["replicas"]["ps"] = {"replicas": "auto"}
+    # ps: auto with room for little more than an empty ps each: the plan picks 3.
+    doc["spec"]["replicas"]["ps"] = {
+        "replicas": "auto",
+        "resources": {"limits": {"memory": "780Mi"}},
+    }
     doc["spec"]["runPolicy"].update(run_policy)
     return doc
 
@@ -60,6 +64,7 @@ def test_a_queued_job_resumes_as_one_kueue_pod_group_that_can_finish(
             plan = wait_for(
                 lambda: job_status(crds, namespace, "ctr").get("shardPlan"), 30, "the plan"
             )
+            assert plan["psReplicas"] > 1
             expected = 1 + 2 + int(plan["psReplicas"])  # chief, workers, the planned ps
             created = wait_for(
                 lambda: p if len(p := live_pods(crds, namespace)) == expected else None,
