@@ -12,13 +12,14 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv lint fmt unit test demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages node-binaries e2e
+	node-packages node-binaries e2e kueue
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
 	@echo "make test      - lint, type-check and run the whole test suite"
 	@echo "make crds      - regenerate crds/ and the chart's CRD from the API models"
 	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
+	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
 	@echo "make e2e-kind  - kind end-to-end suite (needs docker + kind)"
 	@echo "make images    - build both images (docker, else buildah as root; cached by input hash)"
 
@@ -45,6 +46,11 @@ unit: venv
 
 binaries:
 	bash tests/cluster/build-binaries.sh
+
+# Kueue's manager from Go modules, for tests/integration/test_kueue_admission.py (skipped
+# without it).
+kueue:
+	nice -n 19 bash tests/cluster/build-kueue.sh
 
 test: venv lint binaries
 	$(PY) -m pytest -q

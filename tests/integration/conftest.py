@@ -9,7 +9,8 @@
 ``api_client`` (session): a ``kubernetes.client.ApiClient`` for the cluster.
 ``kube`` (session): an ``etj.k8s.Kube`` for the cluster.
 
-Helpers: ``wait_for(predicate, timeout, what)`` polls with a deadline;
+Helpers: ``wait_for(predicate, timeout, what)`` polls with a deadline; ``apply_crds(cluster)``
+and ``create_namespace(cluster, labels)`` do for another cluster what the fixtures do;
 ``get_json(cluster, *args)`` is ``kubectl get -o json``; ``apply_invalid(cluster, manifest)``
 creates a manifest with a server-side dry run and returns the API server's error text.
 
@@ -77,8 +78,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.stop()
 
 
-@pytest.fixture(scope="session")
-def crds(cluster: LocalCluster) -> LocalCluster:
+def apply_crds(cluster: LocalCluster) -> LocalCluster:
+    """Apply the repository's ``crds/*.yaml`` and wait until they are Established."""
     paths = sorted((ROOT / "crds").glob("*.yaml"))
     assert paths, "no CRDs in crds/"
     for path in paths:
@@ -98,10 +99,21 @@ def crds(cluster: LocalCluster) -> LocalCluster:
     return cluster
 
 
-@pytest.fixture
-def namespace(cluster: LocalCluster) -> Iterator[str]:
+@pytest.fixture(scope="session")
+def crds(cluster: LocalCluster) -> LocalCluster:
+    return apply_crds(cluster)
+
+
+def create_namespace(cluster: LocalCluster, labels: dict[str, str] | None = None) -> str:
+    """A fresh, uniquely named namespace (with ``labels``) whose default ServiceAccount
+    exists."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels or {}},
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(manifest))
     # Pods need the namespace's default ServiceAccount, made by the controller-manager.
     wait_for(
         lambda: (
@@ -111,6 +123,12 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
         30,
         "the default ServiceAccount",
     )
+    return name
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = create_namespace(cluster)
     yield name
     # Not waited for: the namespace controller finishes it in the background.
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

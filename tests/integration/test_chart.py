@@ -1,6 +1,8 @@
-"""The Helm chart: lint and template clean; installed on the real API server, its
-ServiceAccount's permissions are exactly enough for the operator's whole lifecycle, and
-one verb fewer breaks it."""
+"""The Helm chart: lint and template clean; installed on a locked-down API server
+(OpenShift's OwnerReferencesPermissionEnforcement, Pod Security ``restricted`` on the
+release's and the job's namespaces), its ServiceAccount's permissions are exactly enough
+for the operator's whole lifecycle, one permission fewer breaks it, and every pod the
+chart and the operator create passes ``restricted``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import yaml
 
 from etj.localcluster import LocalCluster
 
-from .conftest import ROOT, wait_for
+from .conftest import ROOT, apply_crds, create_namespace, require_binaries, wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods
 from .test_operator import PS_PODS, apply, job, phase
 
@@ -22,6 +24,11 @@ CHART = str(ROOT / "charts" / "etj")
 RELEASE, RELEASE_NS = "etj", "etj-system"
 # What the chart passes with replicaCount > 1.
 LEADER_ARGS = (f"--leader-election={RELEASE_NS}/{RELEASE}",)
+# Pod Security admission's strictest level, enforced at the newest policy version.
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 
 
 def helm(cluster: LocalCluster, *args: str, check: bool = True):  # type: ignore[no-untyped-def]
@@ -38,7 +45,8 @@ def helm(cluster: LocalCluster, *args: str, check: bool = True):  # type: ignore
     return result
 
 
-def test_lint_and_template(cluster: LocalCluster):
+def test_lint_and_template(locked: LocalCluster):
+    cluster = locked
     lint = helm(cluster, "lint", CHART, "--strict")
     assert "0 chart(s) failed" in lint.stdout
     cluster_wide = list(yaml.safe_load_all(helm(cluster, "template", "etj", CHART).stdout))
@@ -88,15 +96,31 @@ def _args(deployment_spec: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def installed(crds: LocalCluster) -> Iterator[LocalCluster]:
+def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A control plane of its own that admits as a locked-down cluster does."""
+    c = LocalCluster(tmp_path_factory.mktemp("locked"), require_binaries(), locked_down=True)
+    c.start()
+    try:
+        yield apply_crds(c)
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def installed(locked: LocalCluster) -> Iterator[LocalCluster]:
+    release_ns = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": RELEASE_NS, "labels": RESTRICTED},
+    }
+    locked.kubectl("create", "-f", "-", input=json.dumps(release_ns))
     helm(
-        crds,
+        locked,
         "install",
         RELEASE,
         CHART,
         "--namespace",
         RELEASE_NS,
-        "--create-namespace",
         "--skip-crds",
         # Two replicas: the chart adds the leader Lease and its Role, which the operator
         # below then uses under the chart's ServiceAccount.
@@ -104,9 +128,17 @@ def installed(crds: LocalCluster) -> Iterator[LocalCluster]:
         "replicaCount=2",
     )
     try:
-        yield crds
+        yield locked
     finally:
-        helm(crds, "uninstall", RELEASE, "--namespace", RELEASE_NS, check=False)
+        helm(locked, "uninstall", RELEASE, "--namespace", RELEASE_NS, check=False)
+
+
+@pytest.fixture
+def restricted(locked: LocalCluster) -> Iterator[str]:
+    """A job namespace on the locked-down cluster with Pod Security ``restricted``."""
+    name = create_namespace(locked, RESTRICTED)
+    yield name
+    locked.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def service_account_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
@@ -141,15 +173,19 @@ def lifecycle(cluster: LocalCluster, namespace: str, kubelet: KubeletStandIn) ->
 
 
 def test_operator_under_the_chart_service_account_runs_a_whole_lifecycle(
-    installed: LocalCluster, namespace: str, tmp_path: Path
+    installed: LocalCluster, restricted: str, tmp_path: Path
 ):
+    namespace = restricted
     kubeconfig = service_account_kubeconfig(installed, tmp_path / "sa.kubeconfig")
     op = OperatorProcess(
         installed, namespace, tmp_path / "op.log", LEADER_ARGS, kubeconfig=kubeconfig
     ).start()
     try:
         with KubeletStandIn(installed, namespace) as kubelet:
-            lifecycle(installed, namespace, kubelet)
+            try:
+                lifecycle(installed, namespace, kubelet)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n--- the operator's log ---\n{op.tail(30)}") from exc
         lease = json.loads(
             installed.kubectl("get", "lease", RELEASE, "-n", RELEASE_NS, "-o", "json").stdout
         )
@@ -160,14 +196,37 @@ def test_operator_under_the_chart_service_account_runs_a_whole_lifecycle(
         op.stop()
 
 
-def test_a_removed_verb_breaks_the_lifecycle(
-    installed: LocalCluster, namespace: str, tmp_path: Path
+def _without_delete_on_pods(rules: list[dict]) -> list[dict]:
+    return [
+        {**r, "verbs": [v for v in r["verbs"] if v != "delete"]}
+        if r["resources"] == ["pods"]
+        else r
+        for r in rules
+    ]
+
+
+def _without_finalizers(rules: list[dict]) -> list[dict]:
+    return [r for r in rules if r["resources"] != ["embeddingtrainingjobs/finalizers"]]
+
+
+@pytest.mark.parametrize(
+    ("cut", "stuck_at", "error"),
+    [
+        # A failed worker is never replaced: its pod cannot be deleted.
+        (_without_delete_on_pods, "worker-0 replaced", "forbidden"),
+        # OwnerReferencesPermissionEnforcement: no object with blockOwnerDeletion is created.
+        (_without_finalizers, "Running", "cannot set blockOwnerDeletion"),
+    ],
+    ids=["delete-pods", "update-finalizers"],
+)
+def test_a_removed_permission_breaks_the_lifecycle(
+    installed: LocalCluster, restricted: str, tmp_path: Path, cut, stuck_at: str, error: str
 ):
+    namespace = restricted
     role = json.loads(installed.kubectl("get", "clusterrole", RELEASE, "-o", "json").stdout)
     original = json.dumps(role)
-    for rule in role["rules"]:
-        if rule["resources"] == ["pods"]:
-            rule["verbs"] = [v for v in rule["verbs"] if v != "delete"]
+    role["rules"] = cut(role["rules"])
+    assert role["rules"] != json.loads(original)["rules"]
     role["metadata"].pop("resourceVersion", None)
     installed.kubectl("replace", "-f", "-", input=json.dumps(role))
     kubeconfig = service_account_kubeconfig(installed, tmp_path / "sa.kubeconfig")
@@ -175,12 +234,66 @@ def test_a_removed_verb_breaks_the_lifecycle(
     try:
         with (
             KubeletStandIn(installed, namespace) as kubelet,
-            pytest.raises(AssertionError, match="worker-0 replaced"),
+            pytest.raises(AssertionError, match=stuck_at),
         ):
             lifecycle(installed, namespace, kubelet)
-        assert "forbidden" in op.tail(400).lower()
+        assert error in op.tail(400)
     finally:
         op.stop()
         restored = json.loads(original)
         restored["metadata"].pop("resourceVersion", None)
         installed.kubectl("replace", "-f", "-", input=json.dumps(restored))
+
+
+def test_every_pod_of_the_chart_passes_restricted_pod_security(installed: LocalCluster):
+    # The operator's Deployment: its ReplicaSet could create both pods in a namespace that
+    # enforces `restricted` (a violating pod is refused at admission: no pod, FailedCreate).
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
+    wait_for(
+        lambda: (
+            len(
+                json.loads(
+                    installed.kubectl(
+                        "get", "pods", "-n", RELEASE_NS, "-l", selector, "-o", "json"
+                    ).stdout
+                )["items"]
+            )
+            == 2
+        ),
+        60,
+        "the operator's two pods",
+    )
+    # The `helm test` pod, admitted by the real server (a dry run stores nothing).
+    test_pod = helm(
+        installed,
+        "template",
+        RELEASE,
+        CHART,
+        "--namespace",
+        RELEASE_NS,
+        "--show-only",
+        "templates/tests/test-metrics.yaml",
+    ).stdout
+    dry_run = installed.kubectl(
+        "create", "--dry-run=server", "-n", RELEASE_NS, "-f", "-", input=test_pod, check=False
+    )
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert "would violate" not in dry_run.stderr
+    # The control: the namespace does enforce it.
+    bare = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    refused = installed.kubectl(
+        "create",
+        "--dry-run=server",
+        "-n",
+        RELEASE_NS,
+        "-f",
+        "-",
+        input=json.dumps(bare),
+        check=False,
+    )
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted' in refused.stderr

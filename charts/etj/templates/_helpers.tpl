@@ -39,6 +39,13 @@ app.kubernetes.io/component: operator
 - apiGroups: [training.etj.dev]
   resources: [embeddingtrainingjobs/status]
   verbs: [patch]
+{{- /* Every object the operator creates names its job as owner with blockOwnerDeletion
+     (deleting a job in the foreground waits for its pods). Where the API server enables
+     OwnerReferencesPermissionEnforcement (OpenShift), setting blockOwnerDeletion needs
+     update on the owner's finalizers; without it no pod, Service or ConfigMap is created. */}}
+- apiGroups: [training.etj.dev]
+  resources: [embeddingtrainingjobs/finalizers]
+  verbs: [update]
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]

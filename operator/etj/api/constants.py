@@ -50,3 +50,19 @@ REASON_WATCHDOG = "WatchdogTimeout"
 # status field names). The operator's last scrape of the metrics page may be older: this
 # is what status.progress and status.evaluation of a Succeeded job say.
 REASON_COMPLETED = "TrainingComplete"
+
+# Kueue's plain-Pod group integration (sigs.k8s.io/kueue pkg/controller/jobs/pod/constants;
+# the same keys since v0.7). A job labelled with the queue name runs as one pod group: one
+# Kueue Workload admitted all at once. See etj.render.kueue.
+KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# A WorkloadPriorityClass for the group (copied from the job like the queue name).
+KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# "false" on any pod: the group is finished once no pod is active, even if not every pod
+# succeeded (etj deletes the ps once the chief succeeds; they never exit by themselves).
+KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+# What Kueue's webhook puts on the pods it manages: the label, and the scheduling gate that
+# holds a pod until the group's Workload is admitted.
+KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"

@@ -1,7 +1,8 @@
 """Start, poll and stop local processes so that none outlives its supervisor.
 
 Each process gets its own session (a signal to the group reaches its children) and,
-on Linux, PR_SET_PDEATHSIG so it is killed if the supervisor dies without cleaning up.
+on Linux, PR_SET_PDEATHSIG so it is killed if the supervisor dies without cleaning up;
+on request, a container's limits (no_new_privs, no capabilities) as a kubelet sets them.
 Each also gets its own termination-log file (``ETJ_TERMINATION_LOG``), read back as a
 kubelet reads ``terminationMessagePath`` under ``FallbackToLogsOnError``.
 """
@@ -15,12 +16,15 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from etj.api.constants import TERMINATION_LOG_ENV
 
 _PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
 # What a kubelet keeps of a termination message, and of the log it falls back to.
 _MESSAGE_BYTES = 4096
 _FALLBACK_LINES = 80
@@ -85,7 +89,43 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def start(name: str, command: list[str], env: dict[str, str], log_path: Path, cwd: Path) -> Proc:
+def _last_capability() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    except (OSError, ValueError):
+        return 40  # CAP_CHECKPOINT_RESTORE, the last one of Linux 5.9+
+
+
+def _preexec(no_new_privs: bool, drop_capabilities: bool) -> Callable[[], None]:
+    """What runs in the child before exec: the death signal, then a container's limits.
+    An empty bounding set leaves even a root process no capabilities after exec."""
+    caps = range(_last_capability() + 1) if drop_capabilities else range(0)
+
+    def run() -> None:
+        _die_with_parent()
+        if not (no_new_privs or caps):
+            return
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        for cap in caps:
+            if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+                raise OSError(ctypes.get_errno(), f"cannot drop capability {cap}")
+        if no_new_privs and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+
+    return run
+
+
+def start(
+    name: str,
+    command: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    cwd: Path,
+    no_new_privs: bool = False,
+    drop_capabilities: bool = False,
+) -> Proc:
+    """Start ``command``; ``no_new_privs`` and ``drop_capabilities`` apply a container's
+    ``allowPrivilegeEscalation: false`` and ``capabilities.drop: [ALL]`` to the process."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # A fresh termination log per start, as a container gets.
     termination = log_path.with_name(log_path.name + ".termination")
@@ -101,7 +141,7 @@ def start(name: str, command: list[str], env: dict[str, str], log_path: Path, cw
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_preexec(no_new_privs, drop_capabilities),
         )
     finally:
         log.close()

@@ -24,15 +24,24 @@ kubeconfig path), ``etj cluster status``, ``etj cluster down``. In tests, the fi
 ``tests/integration/conftest.py``: ``cluster``, ``crds``, ``namespace``, ``api_client``.
 
 Public surface: ``LocalCluster``, ``ClusterError``, ``default_bin_dir``,
-``missing_binaries``, ``K8S_VERSION``.
+``missing_binaries``, ``K8S_VERSION``, ``LOCKED_DOWN_ADMISSION`` (the admission plugins
+``LocalCluster(..., locked_down=True)`` and ``etj cluster up --locked-down`` add).
 """
 
 from etj.localcluster.cluster import (
     K8S_VERSION,
+    LOCKED_DOWN_ADMISSION,
     ClusterError,
     LocalCluster,
     default_bin_dir,
     missing_binaries,
 )
 
-__all__ = ["K8S_VERSION", "ClusterError", "LocalCluster", "default_bin_dir", "missing_binaries"]
+__all__ = [
+    "K8S_VERSION",
+    "LOCKED_DOWN_ADMISSION",
+    "ClusterError",
+    "LocalCluster",
+    "default_bin_dir",
+    "missing_binaries",
+]

@@ -1,11 +1,12 @@
-"""The background supervisor behind ``etj cluster up``: ``python -m etj.localcluster STATE [NODE]``.
+"""The background supervisor behind ``etj cluster up``:
+``python -m etj.localcluster STATE [NODE [locked-down]]``.
 
-Starts the cluster under ``STATE/cluster`` and its node (``process``, the default: the
-process-backed node of ``etj.localcluster.node``, which runs pods as local processes;
-``none``: pods stay Pending-bound and never run), writes ``STATE/ready`` (the kubeconfig
-path) once every component is healthy, waits for SIGTERM or SIGINT, and stops the node and
-the cluster. Its components die with it if it is killed (PR_SET_PDEATHSIG). It does
-nothing else.
+Starts the cluster under ``STATE/cluster`` (``locked-down``: ``LocalCluster(locked_down=True)``)
+and its node (``process``, the default: the process-backed node of ``etj.localcluster.node``,
+which runs pods as local processes; ``none``: pods stay Pending-bound and never run), writes
+``STATE/ready`` (the kubeconfig path) once every component is healthy, waits for SIGTERM or
+SIGINT, and stops the node and the cluster. Its components die with it if it is killed
+(PR_SET_PDEATHSIG). It does nothing else.
 """
 
 from __future__ import annotations
@@ -49,14 +50,16 @@ def _start_process_node(cluster: LocalCluster, state: Path) -> Proc:
     )
 
 
-def main(state_dir: str, node: str = "process") -> int:
+def main(state_dir: str, node: str = "process", locked_down: str = "") -> int:
     if node not in NODE_KINDS:
         print(f"unknown node kind {node!r}; one of {', '.join(NODE_KINDS)}", file=sys.stderr)
         return 2
     state = Path(state_dir)
     ready = state / "ready"
     ready.unlink(missing_ok=True)
-    cluster = LocalCluster(state / "cluster", pod_network=node == "kubelet")
+    cluster = LocalCluster(
+        state / "cluster", pod_network=node == "kubelet", locked_down=locked_down == "locked-down"
+    )
     real_node: KubeletNode | None = None
     # Handlers, not a blocked signal mask: children inherit the mask, and a component with
     # SIGTERM blocked would only stop on the SIGKILL after the grace period. A signal
@@ -90,4 +93,4 @@ def main(state_dir: str, node: str = "process") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    sys.exit(main(*sys.argv[1:4]))

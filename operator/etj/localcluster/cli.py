@@ -80,7 +80,13 @@ def cluster() -> None:
     "node (root: containerd, CNI bridge, kubelet, CoreDNS; images from `make images`); "
     "none: a control plane only (pods are scheduled, never run).",
 )
-def up(state_dir: str | None, timeout: float, node: str) -> None:
+@click.option(
+    "--locked-down",
+    is_flag=True,
+    help="Admit as a locked-down cluster (OpenShift) does: OwnerReferencesPermissionEnforcement "
+    "and PodSecurity (label a namespace pod-security.kubernetes.io/enforce=restricted).",
+)
+def up(state_dir: str | None, timeout: float, node: str, locked_down: bool) -> None:
     """Start the cluster in the background and print its kubeconfig path."""
     state = _state(state_dir)
     kubeconfig = state / "cluster" / "kubeconfig"
@@ -96,7 +102,14 @@ def up(state_dir: str | None, timeout: float, node: str) -> None:
     log_path = state / "supervisor.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "etj.localcluster", str(state), node],
+            [
+                sys.executable,
+                "-m",
+                "etj.localcluster",
+                str(state),
+                node,
+                "locked-down" if locked_down else "",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

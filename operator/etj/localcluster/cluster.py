@@ -14,6 +14,10 @@ the thread that started it; ``stop()`` ends them all (SIGTERM, then SIGKILL afte
 deadline). Because the death signal follows the starting *thread*, call ``start()`` from
 a thread that lives as long as the cluster (the main thread, a pytest fixture).
 
+Locked down (``locked_down=True``): the API server also enables the admission plugins of
+``LOCKED_DOWN_ADMISSION`` (OpenShift's owner-reference check, Pod Security), so what
+passes here passes a hardened cluster's admission.
+
 Faults, for tests of what survives them: ``stop_component(name)`` stops one component
 alone (the API server as an outage, etcd) and ``start_component(name)`` starts it again
 with the same arguments — the same ports, certificates and data — once it is healthy;
@@ -54,6 +58,14 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 # What a directory needs to run a cluster; helm is a tool some tests use, looked up apart.
 CONTROL_PLANE_BINARIES = (*COMPONENTS, "kubectl")
 BIN_DIR_VARIABLES = ("ETJ_K8S_BIN_DIR", "KUBEBUILDER_ASSETS")
+# What a locked-down cluster (OpenShift's API server, a hardened distribution) admits with,
+# besides the defaults. OwnerReferencesPermissionEnforcement: only a client that may
+# `update` an owner's `finalizers` subresource may set `blockOwnerDeletion` on a reference
+# to it. PodSecurity is on by default since v1.25; named so it stays on whatever the
+# defaults become. It enforces what a namespace's `pod-security.kubernetes.io/enforce`
+# label asks for (`restricted`: non-root, no privilege escalation, capabilities dropped,
+# a seccomp profile).
+LOCKED_DOWN_ADMISSION = ("OwnerReferencesPermissionEnforcement", "PodSecurity")
 
 
 class ClusterError(RuntimeError):
@@ -125,6 +137,8 @@ class LocalCluster:
     # A real kubelet node (etj.localcluster.kubelet_node) gives pods routable addresses:
     # then the endpoint controllers run, so headless Services get DNS records.
     pod_network: bool = False
+    # Admit as a locked-down cluster does (LOCKED_DOWN_ADMISSION).
+    locked_down: bool = False
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -340,6 +354,11 @@ class LocalCluster:
                 f"--kubelet-client-key={pki.admin_key}",
                 "--kubelet-preferred-address-types=InternalIP",
                 "--v=1",
+                *(
+                    [f"--enable-admission-plugins={','.join(LOCKED_DOWN_ADMISSION)}"]
+                    if self.locked_down
+                    else []
+                ),
                 *self.apiserver_args,
             ],
         )

@@ -9,9 +9,12 @@ For every pod bound to the node (in the namespaces it serves) it:
   (annotated on the pod as ``training.etj.dev/metrics-address`` for the operator);
 - starts the container's command (a leading ``python`` is this interpreter; with no
   command, the entrypoint of the etj image it names, from this installation) with the
-  pod's environment, writes Running, then Succeeded/Failed with the exit code (137 for a
-  SIGKILL, as a kubelet reports it); a ``restartPolicy: Always`` pod (a Deployment's, such
-  as the chart's operator) is started again instead, after a doubling back-off;
+  pod's environment and what it can honour of its securityContext
+  (``etj.localcluster.pod_security``: runAsNonRoot refused as a kubelet refuses it, no
+  privilege escalation, no capabilities), writes Running, then Succeeded/Failed with the
+  exit code (137 for a SIGKILL, as a kubelet reports it); a ``restartPolicy: Always`` pod
+  (a Deployment's, such as the chart's operator) is started again instead, after a
+  doubling back-off;
 - gives a pod that is not a training replica its service account as a kubelet would:
   a bound token from the TokenRequest API, in a kubeconfig named by ``KUBECONFIG`` (a
   process cannot have ``/var/run/secrets``), so the chart's operator runs under the
@@ -44,6 +47,7 @@ from etj.k8s import load_config
 from etj.local.process import pod_process
 from etj.local.procs import Proc, free_port, start
 from etj.localcluster.cluster import NODE_NAME
+from etj.localcluster.pod_security import REFUSED_REASON, Refused, process_security
 
 ANNOTATION_METRICS = "training.etj.dev/metrics-address"
 ANNOTATION_PID = "training.etj.dev/local-pid"
@@ -81,6 +85,7 @@ class ProcessNode:
         self.restarts: dict[str, int] = {}  # pod uid -> container restarts
         self.waiting: dict[str, float] = {}  # pod uid -> when its container restarts
         self.ports: dict[str, int] = {}  # peer DNS name -> loopback port
+        self.refused: set[str] = set()  # uids of pods whose container a kubelet would refuse
         self._stop = threading.Event()
 
     # ---- the sync loop -----------------------------------------------------------------
@@ -112,7 +117,7 @@ class ProcessNode:
             proc = self.procs.get(uid)
             if pod.metadata.deletion_timestamp is not None:
                 self._delete(pod, proc)
-            elif proc is None and pod.status.phase == "Pending":
+            elif proc is None and pod.status.phase == "Pending" and uid not in self.refused:
                 self._start(pod)
             elif (
                 proc is not None
@@ -130,6 +135,12 @@ class ProcessNode:
     def _start(self, pod: Any) -> None:
         raw = self.core.api_client.sanitize_for_serialization(pod)
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+        try:
+            security = process_security(raw, os.geteuid())
+        except Refused as why:
+            self.refused.add(uid)
+            self._waiting(ns, name, REFUSED_REASON, str(why))
+            return
         volumes = self._volumes(raw)
         container = raw["spec"]["containers"][0]
         entrypoint = None if container.get("command") else image_entrypoint(container["image"])
@@ -164,7 +175,15 @@ class ProcessNode:
             port = free_port()
             env["ETJ_METRICS_PORT"] = str(port)
             annotations[ANNOTATION_METRICS] = f"127.0.0.1:{port}"
-        proc = start(name, command, env, self.state / "logs" / ns / f"{name}.log", workdir)
+        proc = start(
+            name,
+            command,
+            env,
+            self.state / "logs" / ns / f"{name}.log",
+            workdir,
+            no_new_privs=security.no_new_privs,
+            drop_capabilities=security.drop_capabilities,
+        )
         self.procs[uid] = proc
         annotations[ANNOTATION_PID] = str(proc.popen.pid)
         self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": annotations}})
@@ -270,6 +289,15 @@ class ProcessNode:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def _waiting(self, ns: str, name: str, reason: str, message: str) -> None:
+        """The container was not created: the pod stays Pending, as a kubelet leaves it."""
+        waiting = {"waiting": {"reason": reason, "message": message}}
+        container = {"name": "trainer", "ready": False, "restartCount": 0}
+        container |= {"image": "local", "imageID": "", "state": waiting}
+        self.core.patch_namespaced_pod_status(
+            name, ns, {"status": {"phase": "Pending", "containerStatuses": [container]}}
+        )
 
     def _status(
         self,

@@ -41,6 +41,7 @@ from etj.api.plan import ShardPlan
 from etj.api.quantity import format_bytes, quantity_bytes
 from etj.api.spec import ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
+from etj.render.kueue import kueue_pod_metadata
 from etj.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
 
 # Annotation carrying the memory limit an OOM-killed replica was recreated with.
@@ -298,6 +299,12 @@ def build_pod(
     annotations = dict(template.annotations or {}) if template else {}
     if job.metadata.generation is not None:
         annotations[ANNOTATION_SPEC_HASH] = str(job.metadata.generation)
+    # Kueue's plain-Pod group (etj.render.kueue): nothing unless the job names a queue.
+    kueue = kueue_pod_metadata(
+        job.metadata.labels, job.name, job.metadata.uid, len(replicas.tasks()), role
+    )
+    labels |= kueue.labels
+    annotations |= kueue.annotations
     env: list[dict[str, Any]] = [
         {"name": "TF_CONFIG", "value": tf_config(replicas, role, index, address)},
         {"name": "ETJ_TRAINER_CONFIG", "value": f"{TRAINER_CONFIG_MOUNT}/{TRAINER_CONFIG_FILE}"},

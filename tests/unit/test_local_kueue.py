@@ -1,0 +1,65 @@
+"""How the local Kueue's webhooks are pointed at a process on 127.0.0.1
+(etj.localcluster.kueue)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from etj.localcluster.kueue import crds_with_conversion, webhook_configurations
+
+MANIFESTS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mutating-webhook-configuration}
+webhooks:
+- name: mjob.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-batch-v1-job}}
+  rules: [{apiGroups: [batch], apiVersions: [v1], operations: [CREATE], resources: [jobs]}]
+- name: mpod.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate--v1-pod}}
+  failurePolicy: Fail
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: validating-webhook-configuration}
+webhooks:
+- name: vworkload.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /validate-kueue-x-k8s-io-v1beta2-workload}}
+  rules: [{apiGroups: [kueue.x-k8s.io], apiVersions: [v1beta2], operations: [CREATE], resources: [workloads]}]
+- name: vdeployment.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /validate-apps-v1-deployment}}
+  rules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}]
+"""
+
+
+def test_only_pod_and_kueue_webhooks_are_kept_and_called_by_url():
+    mutating, validating = webhook_configurations(MANIFESTS, 9443, "Q0E=")
+    (pod,) = mutating["webhooks"]
+    assert pod["name"] == "mpod.kb.io" and pod["failurePolicy"] == "Fail"
+    assert pod["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/mutate--v1-pod",
+        "caBundle": "Q0E=",
+    }
+    (workload,) = validating["webhooks"]
+    assert workload["clientConfig"]["url"].endswith("/validate-kueue-x-k8s-io-v1beta2-workload")
+
+
+def test_a_configuration_left_empty_is_dropped():
+    only_jobs = MANIFESTS.split("---")[0].replace("resources: [pods]", "resources: [replicasets]")
+    assert webhook_configurations(only_jobs, 1, "x") == []
+
+
+def test_converted_kinds_get_the_conversion_webhook_by_url(tmp_path: Path):
+    for plural in ("workloads", "resourceflavors"):
+        crd = {"kind": "CustomResourceDefinition", "spec": {"names": {"plural": plural}}}
+        (tmp_path / f"{plural}.yaml").write_text(yaml.safe_dump(crd))
+    by_plural = {
+        c["spec"]["names"]["plural"]: c for c in crds_with_conversion(tmp_path, 9443, "Q0E=")
+    }
+    conversion = by_plural["workloads"]["spec"]["conversion"]
+    assert conversion["strategy"] == "Webhook"
+    assert conversion["webhook"]["clientConfig"]["url"] == "https://127.0.0.1:9443/convert"
+    assert "conversion" not in by_plural["resourceflavors"]["spec"]
