@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 from etj import __version__
 from etj.api.constants import GROUP, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PLURAL, VERSION
 from etj.render.objects import job_selector
+from etj.render.scheduling import GANG_APIS, GangApi, immutable_gang
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
@@ -65,6 +66,24 @@ def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None 
 
 def _selector(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+class ApiRefused(Exception):
+    """The API server would not take a write: 403 (not allowed), 404 (not served), 422
+    (invalid); ``message`` is its own."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _refusal(exc: ApiException) -> ApiRefused:
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        message = str(exc.reason)
+    return ApiRefused(int(exc.status), message)
 
 
 class Kube:
@@ -150,6 +169,49 @@ class Kube:
         }[obj["kind"]]
         made, created = await _call(409, create, obj["metadata"]["namespace"], obj)
         return dict(self._plain(created)) if made else None
+
+    # ---- gang objects (Workload, Volcano or scheduler-plugins PodGroup) ---------------
+
+    async def get_gang(self, api: GangApi, namespace: str, name: str) -> dict[str, Any] | None:
+        """The gang object, or None when it does not exist (or its API is not served)."""
+        found, obj = await _call(
+            404,
+            self.custom.get_namespaced_custom_object,
+            api.group,
+            api.version,
+            namespace,
+            api.plural,
+            name,
+        )
+        return dict(obj) if found else None
+
+    async def apply_gang(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> None:
+        """Make the gang object ``obj``, or bring ``existing`` to its spec: a Workload's pod
+        groups are immutable, so it is deleted and made again (the pods find it by name);
+        a PodGroup's spec is merge-patched. Raises ``ApiRefused`` on 403 (not allowed), 404
+        (its API not served) and 422 (invalid)."""
+        try:
+            await self._apply_gang(obj, existing)
+        except ApiException as exc:
+            if exc.status in (403, 404, 422):
+                raise _refusal(exc) from None
+            raise
+
+    async def _apply_gang(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> None:
+        api = next(a for a in GANG_APIS.values() if a.api_version == obj["apiVersion"])
+        meta = obj["metadata"]
+        args = (api.group, api.version, meta["namespace"], api.plural)
+        if existing is not None and not immutable_gang(obj):
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object,
+                *args,
+                meta["name"],
+                {"spec": obj["spec"]},
+            )
+            return
+        if existing is not None:
+            await _call(404, self.custom.delete_namespaced_custom_object, *args, meta["name"])
+        await asyncio.to_thread(self.custom.create_namespaced_custom_object, *args, obj)
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod; False when it was already gone."""

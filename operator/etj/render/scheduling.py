@@ -97,7 +97,8 @@ def gang_scheduler(job: EmbeddingTrainingJob, default: GangScheduler) -> GangSch
     policy = policy_of(job)
     if policy is None:
         return None
-    chosen = policy.gang_scheduler or default
+    # The model keeps enum values as plain strings.
+    chosen = GangScheduler(policy.gang_scheduler or default)
     return None if chosen == GangScheduler.NONE else chosen
 
 
