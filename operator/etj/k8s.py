@@ -64,6 +64,17 @@ def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None 
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
 
+def _pod_spec_fields() -> frozenset[str]:
+    fields = client.V1PodSpec.model_fields
+    return frozenset(f.serialization_alias or name for name, f in fields.items())
+
+
+def _newer_than_client(pod: dict[str, Any]) -> bool:
+    """The pod has spec fields the client's models do not know (they lag the API: a v1.35
+    ``spec.workloadRef`` fails their validation before any request is made)."""
+    return bool(set(pod.get("spec") or {}) - _pod_spec_fields())
+
+
 def _selector(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
@@ -167,6 +178,8 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Pod": self.core.create_namespaced_pod,
         }[obj["kind"]]
+        if obj["kind"] == "Pod" and _newer_than_client(obj):
+            create = self._post_pod_json
         made, created = await _call(409, create, obj["metadata"]["namespace"], obj)
         return dict(self._plain(created)) if made else None
 
@@ -212,6 +225,23 @@ class Kube:
         if existing is not None:
             await _call(404, self.custom.delete_namespaced_custom_object, *args, meta["name"])
         await asyncio.to_thread(self.custom.create_namespaced_custom_object, *args, obj)
+
+    def _post_pod_json(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a pod from plain JSON, past the client's models (see ``_newer_than_client``);
+        errors are the client's ``ApiException``s, as from its typed calls."""
+        call = self.api_client.param_serialize(
+            "POST",
+            "/api/v1/namespaces/{namespace}/pods",
+            path_params={"namespace": namespace},
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body=obj,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*call)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException(http_resp=resp)
+        return dict(json.loads(resp.data or b"{}"))
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod; False when it was already gone."""

@@ -1,0 +1,230 @@
+"""Gang scheduling, proven by the real kube-scheduler of v1.35 with the Workload API
+(``scheduling.k8s.io/v1alpha1``, feature gates GenericWorkload + GangScheduling): a job
+whose gang does not fit the node binds no pod and says so in its Scheduled condition; the
+node grows and every pod binds; a second job does not half-bind beside the first (the
+deadlock of kubeflow/training-operator#1264), and takes the node once the first is done.
+
+The cluster here is this module's own (the session's has no feature gates); a kubelet
+stand-in marks bound pods Running, so no trainer runs: what is tested is placement.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etj.localcluster import LocalCluster
+
+from .conftest import ROOT, require_binaries, wait_for
+from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods
+
+pytestmark = pytest.mark.integration
+
+GATES = ("GenericWorkload=true", "GangScheduling=true")
+ONE_CPU = {"requests": {"cpu": "1"}}
+# A job of 4 pods (chief, 2 workers, 1 ps) of 1 cpu each.
+JOB_CPUS = 4
+
+
+def gang_job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "training.etj.dev/v1alpha1",
+        "kind": "EmbeddingTrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "strategy": "ParameterServer",
+            "replicas": {
+                "chief": {"replicas": 1, "resources": ONE_CPU},
+                "worker": {"replicas": 2, "resources": ONE_CPU},
+                "ps": {"replicas": 1, "resources": ONE_CPU},
+            },
+            "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            "runPolicy": {"schedulingPolicy": {"gangScheduler": "Workload"}},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(
+        tmp_path_factory.mktemp("gang-cluster"),
+        require_binaries(),
+        feature_gates=GATES,
+        apiserver_args=("--runtime-config=scheduling.k8s.io/v1alpha1=true",),
+    )
+    c.start()
+    try:
+        for path in sorted((ROOT / "crds").glob("*.yaml")):
+            c.kubectl("apply", "--server-side", "-f", str(path))
+        wait_for(
+            lambda: (
+                c.kubectl(
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=30s",
+                    "crd",
+                    "--all",
+                    check=False,
+                ).returncode
+                == 0
+            ),
+            90,
+            "the CRDs Established",
+        )
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def ns(gang_cluster: LocalCluster) -> Iterator[str]:
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    gang_cluster.kubectl("create", "namespace", name)
+    wait_for(
+        lambda: (
+            gang_cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", name, check=False
+            ).returncode
+            == 0
+        ),
+        30,
+        "the default ServiceAccount",
+    )
+    yield name
+    # No kubelet confirms the deletion of these pods once the test's stand-in is gone:
+    # forced, so the next test has the node's cpu to itself.
+    gang_cluster.kubectl(
+        "delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", check=False
+    )
+    gang_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator(gang_cluster: LocalCluster, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(gang_cluster, ns, tmp_path / "operator.log").start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+@pytest.fixture
+def kubelet(gang_cluster: LocalCluster, ns: str) -> Iterator[KubeletStandIn]:
+    with KubeletStandIn(gang_cluster, ns) as k:
+        yield k
+
+
+def apply(cluster: LocalCluster, ns: str, doc: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(doc))
+
+
+def job_pods(cluster: LocalCluster, ns: str, job: str) -> dict[str, dict[str, Any]]:
+    return {
+        n: p
+        for n, p in live_pods(cluster, ns).items()
+        if p["metadata"]["labels"].get("training.etj.dev/job-name") == job
+    }
+
+
+def bound(cluster: LocalCluster, ns: str, job: str) -> int:
+    """The job's pods holding a place on the node: bound and not finished."""
+    return sum(
+        1
+        for p in job_pods(cluster, ns, job).values()
+        if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")
+    )
+
+
+def scheduled(cluster: LocalCluster, ns: str, job: str) -> dict[str, Any]:
+    conditions = job_status(cluster, ns, job).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Scheduled"), {})
+
+
+def test_a_gang_that_does_not_fit_binds_no_pod_until_the_node_grows(
+    gang_cluster: LocalCluster, ns: str, operator: OperatorProcess, kubelet: KubeletStandIn
+) -> None:
+    cluster = gang_cluster
+    cluster.resize_node({"cpu": str(JOB_CPUS - 1)})
+    apply(cluster, ns, gang_job("big"))
+
+    def unschedulable() -> dict[str, Any] | None:
+        # At every look, before and while the job says so: not one pod bound.
+        assert bound(cluster, ns, "big") == 0, "a pod of a gang that cannot fit was bound"
+        c = scheduled(cluster, ns, "big")
+        return c if c.get("reason") == "GangUnschedulable" else None
+
+    condition = wait_for(unschedulable, 90, "Scheduled=False/GangUnschedulable")
+    assert condition["status"] == "False"
+    assert "Insufficient cpu" in condition["message"], condition
+    assert len(job_pods(cluster, ns, "big")) == JOB_CPUS
+    assert bound(cluster, ns, "big") == 0
+
+    # The gang object: owned by the job, sized from the plan; every pod points at it.
+    workload = json.loads(
+        cluster.kubectl("get", "workloads.scheduling.k8s.io", "big", "-n", ns, "-o", "json").stdout
+    )
+    owner = workload["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == (
+        "EmbeddingTrainingJob",
+        "big",
+        True,
+    )
+    assert workload["spec"]["podGroups"][0]["policy"]["gang"]["minCount"] == JOB_CPUS
+    for pod in job_pods(cluster, ns, "big").values():
+        assert pod["spec"]["workloadRef"]["name"] == "big"
+
+    cluster.resize_node({"cpu": str(JOB_CPUS)})
+    wait_for(lambda: bound(cluster, ns, "big") == JOB_CPUS, 90, "every pod bound")
+    placed = wait_for(
+        lambda: (c := scheduled(cluster, ns, "big")).get("status") == "True" and c,
+        60,
+        "Scheduled=True",
+    )
+    assert placed["reason"] == "GangScheduled"
+    wait_for(lambda: job_status(cluster, ns, "big").get("phase") == "Running", 60, "Running")
+
+
+def test_a_second_job_does_not_deadlock_the_first(
+    gang_cluster: LocalCluster, ns: str, operator: OperatorProcess, kubelet: KubeletStandIn
+) -> None:
+    cluster = gang_cluster
+    # Room for one job, not two: without a gang, the second would take the first's last
+    # places and both would hold half a job each.
+    cluster.resize_node({"cpu": str(JOB_CPUS + JOB_CPUS // 2)})
+    apply(cluster, ns, gang_job("first"))
+    wait_for(lambda: len(job_pods(cluster, ns, "first")) == JOB_CPUS, 60, "first's pods")
+    apply(cluster, ns, gang_job("second"))
+
+    def one_whole_job() -> str | None:
+        counts = {job: bound(cluster, ns, job) for job in ("first", "second")}
+        # At every look: each job all bound or not at all.
+        assert set(counts.values()) <= {0, JOB_CPUS}, f"a half-bound gang: {counts}"
+        placed = [job for job, n in counts.items() if n == JOB_CPUS]
+        return placed[0] if placed else None
+
+    winner = wait_for(one_whole_job, 90, "one job wholly bound")
+    other = "second" if winner == "first" else "first"
+    wait_for(
+        lambda: (
+            len(job_pods(cluster, ns, other)) == JOB_CPUS
+            and scheduled(cluster, ns, other).get("reason") == "GangUnschedulable"
+        ),
+        90,
+        f"{other} waiting as a whole (GangUnschedulable)",
+    )
+    assert bound(cluster, ns, other) == 0
+
+    # The placed job finishes (its chief exits 0; the operator stops the rest): the
+    # other takes the node, every pod of it.
+    kubelet.terminate(f"{winner}-chief-0", 0, reason="Completed")
+    wait_for(lambda: job_status(cluster, ns, winner).get("phase") == "Succeeded", 60, "winner done")
+    wait_for(
+        lambda: (one_whole_job() == other) and bound(cluster, ns, winner) == 0,
+        120,
+        f"{other} wholly bound once {winner} is done",
+    )
