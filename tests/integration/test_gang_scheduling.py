@@ -228,3 +228,65 @@ def test_a_second_job_does_not_deadlock_the_first(
         120,
         f"{other} wholly bound once {winner} is done",
     )
+
+
+def test_the_charts_rbac_allows_exactly_the_workload_gang(
+    gang_cluster: LocalCluster, ns: str, tmp_path: Path
+) -> None:
+    """Under the chart's ServiceAccount the operator makes the Workload and remakes it when
+    the plan grows; without the one verb a remake needs (delete), the job says why."""
+    from .test_chart import CHART, RELEASE, RELEASE_NS, helm, service_account_kubeconfig
+
+    cluster = gang_cluster
+    cluster.resize_node({"cpu": "64"})
+    helm(cluster, "install", RELEASE, CHART, "-n", RELEASE_NS, "--create-namespace", "--skip-crds")
+    kubeconfig = service_account_kubeconfig(cluster, tmp_path / "sa.kubeconfig")
+    op = OperatorProcess(cluster, ns, tmp_path / "op.log", kubeconfig=kubeconfig).start()
+    try:
+        with KubeletStandIn(cluster, ns):
+            apply(cluster, ns, gang_job("ctr"))
+            wait_for(lambda: bound(cluster, ns, "ctr") == JOB_CPUS, 60, "every pod bound")
+
+            def min_count() -> int:
+                workload = json.loads(
+                    cluster.kubectl(
+                        "get", "workloads.scheduling.k8s.io", "ctr", "-n", ns, "-o", "json"
+                    ).stdout
+                )
+                return int(workload["spec"]["podGroups"][0]["policy"]["gang"]["minCount"])
+
+            assert min_count() == JOB_CPUS
+            # One more worker: the plan has 5 pods, and the Workload (immutable pod
+            # groups) is remade for 5.
+            patch = {"spec": {"replicas": {"worker": {"replicas": 3}}}}
+            cluster.kubectl(
+                "patch", "etj", "ctr", "-n", ns, "--type=merge", "-p", json.dumps(patch)
+            )
+            wait_for(lambda: min_count() == JOB_CPUS + 1, 60, "the Workload remade for 5")
+            wait_for(lambda: bound(cluster, ns, "ctr") == JOB_CPUS + 1, 60, "5 pods bound")
+            assert "forbidden" not in op.tail(400).lower()
+
+            # The chart's rule without delete: the next remake is refused, and said so.
+            role = json.loads(cluster.kubectl("get", "clusterrole", RELEASE, "-o", "json").stdout)
+            for rule in role["rules"]:
+                if rule["resources"] == ["workloads"]:
+                    rule["verbs"] = [v for v in rule["verbs"] if v != "delete"]
+            role["metadata"].pop("resourceVersion", None)
+            cluster.kubectl("replace", "-f", "-", input=json.dumps(role))
+            patch = {"spec": {"replicas": {"worker": {"replicas": 4}}}}
+            cluster.kubectl(
+                "patch", "etj", "ctr", "-n", ns, "--type=merge", "-p", json.dumps(patch)
+            )
+            refused = wait_for(
+                lambda: (
+                    (c := scheduled(cluster, ns, "ctr")).get("reason") == "GangSchedulerUnavailable"
+                    and c
+                ),
+                60,
+                "Scheduled=False/GangSchedulerUnavailable",
+            )
+            assert "not allowed" in refused["message"], refused
+            assert "ctr-worker-3" not in job_pods(cluster, ns, "ctr")
+    finally:
+        op.stop()
+        helm(cluster, "uninstall", RELEASE, "-n", RELEASE_NS, check=False)
