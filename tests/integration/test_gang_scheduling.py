@@ -290,3 +290,86 @@ def test_the_charts_rbac_allows_exactly_the_workload_gang(
     finally:
         op.stop()
         helm(cluster, "uninstall", RELEASE, "-n", RELEASE_NS, check=False)
+
+
+# No Volcano scheduler runs here (nor scheduler-plugins'): a stand-in CRD of its PodGroup,
+# schema left open, shows what the operator makes of a Volcano gang on a real API server.
+VOLCANO_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.volcano.sh"},
+    "spec": {
+        "group": "scheduling.volcano.sh",
+        "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1beta1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def test_a_volcano_gang_is_a_pod_group_the_pods_name_and_it_follows_the_plan(
+    gang_cluster: LocalCluster, ns: str, operator: OperatorProcess, kubelet: KubeletStandIn
+) -> None:
+    cluster = gang_cluster
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(VOLCANO_CRD))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/podgroups.scheduling.volcano.sh",
+    )
+    doc = gang_job("vc")
+    doc["spec"]["runPolicy"]["schedulingPolicy"] = {
+        "gangScheduler": "Volcano",
+        "queue": "research",
+    }
+    apply(cluster, ns, doc)
+
+    def pod_group() -> dict[str, Any] | None:
+        got = cluster.kubectl(
+            "get", "podgroups.scheduling.volcano.sh", "vc", "-n", ns, "-o", "json", check=False
+        )
+        return json.loads(got.stdout) if got.returncode == 0 else None
+
+    group = wait_for(pod_group, 60, "the PodGroup")
+    assert group["spec"] == {
+        "minMember": JOB_CPUS,
+        "minResources": {
+            "cpu": f"{JOB_CPUS * 1000}m",
+            "memory": group["spec"]["minResources"]["memory"],
+        },
+        "queue": "research",
+    }
+    assert group["metadata"]["ownerReferences"][0]["name"] == "vc"
+    wait_for(lambda: len(job_pods(cluster, ns, "vc")) == JOB_CPUS, 60, "the pods")
+    for pod in job_pods(cluster, ns, "vc").values():
+        assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "vc"
+        assert pod["spec"]["schedulerName"] == "volcano"
+    # Nobody is "volcano" here: the pods wait, and so does the job.
+    waiting = wait_for(
+        lambda: (c := scheduled(cluster, ns, "vc")).get("reason") == "GangWaiting" and c,
+        60,
+        "Scheduled=False/GangWaiting",
+    )
+    assert "Volcano gang of 4" in waiting["message"]
+    assert bound(cluster, ns, "vc") == 0
+    # One more worker: the PodGroup is patched to the new plan.
+    patch = {"spec": {"replicas": {"worker": {"replicas": 3}}}}
+    cluster.kubectl("patch", "etj", "vc", "-n", ns, "--type=merge", "-p", json.dumps(patch))
+    wait_for(
+        lambda: (g := pod_group()) is not None and g["spec"]["minMember"] == JOB_CPUS + 1,
+        60,
+        "minMember 5",
+    )
