@@ -88,3 +88,42 @@ def test_decide_warns_once_when_the_gang_cannot_be_placed_then_reports_it_placed
     placed = run(job, bound, gang="Workload")
     assert (condition(placed).status, condition(placed).reason) == ("True", REASON_SCHEDULED)
     assert [e.reason for e in placed.events if e.reason == REASON_SCHEDULED] == [REASON_SCHEDULED]
+
+
+def test_observe_reads_the_node_and_the_schedulers_word():
+    from etj.reconcile.observe import observe_pod
+
+    raw = {
+        "metadata": {
+            "name": "j-ps-0",
+            "labels": {
+                "training.etj.dev/replica-type": "ps",
+                "training.etj.dev/replica-index": "0",
+            },
+        },
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": NO_CPU,
+                }
+            ],
+        },
+    }
+    state = observe_pod(raw)
+    assert state is not None and state.node_name is None and state.unschedulable == NO_CPU
+    raw["spec"]["nodeName"] = "n1"
+    raw["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    state = observe_pod(raw)
+    assert state is not None and state.node_name == "n1" and state.unschedulable is None
+    # Gated or not yet tried: no word from the scheduler.
+    raw["spec"] = {}
+    raw["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+    ]
+    state = observe_pod(raw)
+    assert state is not None and state.unschedulable is None

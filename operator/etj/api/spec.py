@@ -544,8 +544,8 @@ class SchedulingPolicy(ApiModel):
         default=None,
         ge=1,
         description=(
-            "Pods that must be placeable at once before any is bound (default: every replica "
-            "of the job, ps from the shard plan included)."
+            "Pods that must be placeable at once before any is bound (default, and at most: "
+            "every replica of the job, ps from the shard plan included)."
         ),
     )
     queue: str | None = Field(
