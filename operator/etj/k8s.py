@@ -10,6 +10,7 @@ No decisions are made here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Any
 
@@ -64,6 +65,7 @@ def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None 
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
 
+@functools.cache
 def _pod_spec_fields() -> frozenset[str]:
     fields = client.V1PodSpec.model_fields
     return frozenset(f.serialization_alias or name for name, f in fields.items())
