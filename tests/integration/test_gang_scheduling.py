@@ -188,6 +188,20 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_node_grows(
     assert placed["reason"] == "GangScheduled"
     wait_for(lambda: job_status(cluster, ns, "big").get("phase") == "Running", 60, "Running")
 
+    # A worker fails and is replaced (ParameterServer: that pod alone): the new pod joins
+    # the gang whose other members are bound, and binds at once.
+    before = job_pods(cluster, ns, "big")["big-worker-0"]["metadata"]["uid"]
+    kubelet.terminate("big-worker-0", 137)
+    wait_for(
+        lambda: (
+            (p := job_pods(cluster, ns, "big").get("big-worker-0")) is not None
+            and p["metadata"]["uid"] != before
+            and p["spec"].get("nodeName")
+        ),
+        60,
+        "the replaced worker bound",
+    )
+
 
 def test_a_second_job_does_not_deadlock_the_first(
     gang_cluster: LocalCluster, ns: str, operator: OperatorProcess, kubelet: KubeletStandIn
