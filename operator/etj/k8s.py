@@ -10,6 +10,7 @@ No decisions are made here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Any
 
@@ -19,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from etj import __version__
 from etj.api.constants import GROUP, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PLURAL, VERSION
 from etj.render.objects import job_selector
+from etj.render.scheduling import GANG_APIS, GangApi, immutable_gang
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
@@ -63,8 +65,38 @@ def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None 
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
 
+@functools.cache
+def _pod_spec_fields() -> frozenset[str]:
+    fields = client.V1PodSpec.model_fields
+    return frozenset(f.serialization_alias or name for name, f in fields.items())
+
+
+def _newer_than_client(pod: dict[str, Any]) -> bool:
+    """The pod has spec fields the client's models do not know (they lag the API: a v1.35
+    ``spec.workloadRef`` fails their validation before any request is made)."""
+    return bool(set(pod.get("spec") or {}) - _pod_spec_fields())
+
+
 def _selector(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+class ApiRefused(Exception):
+    """The API server would not take a write: 403 (not allowed), 404 (not served), 422
+    (invalid); ``message`` is its own."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _refusal(exc: ApiException) -> ApiRefused:
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        message = str(exc.reason)
+    return ApiRefused(int(exc.status), message)
 
 
 class Kube:
@@ -148,8 +180,70 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Pod": self.core.create_namespaced_pod,
         }[obj["kind"]]
+        if obj["kind"] == "Pod" and _newer_than_client(obj):
+            create = self._post_pod_json
         made, created = await _call(409, create, obj["metadata"]["namespace"], obj)
         return dict(self._plain(created)) if made else None
+
+    # ---- gang objects (Workload, Volcano or scheduler-plugins PodGroup) ---------------
+
+    async def get_gang(self, api: GangApi, namespace: str, name: str) -> dict[str, Any] | None:
+        """The gang object, or None when it does not exist (or its API is not served)."""
+        found, obj = await _call(
+            404,
+            self.custom.get_namespaced_custom_object,
+            api.group,
+            api.version,
+            namespace,
+            api.plural,
+            name,
+        )
+        return dict(obj) if found else None
+
+    async def apply_gang(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> None:
+        """Make the gang object ``obj``, or bring ``existing`` to its spec: a Workload's pod
+        groups are immutable, so it is deleted and made again (the pods find it by name);
+        a PodGroup's spec is merge-patched. Raises ``ApiRefused`` on 403 (not allowed), 404
+        (its API not served) and 422 (invalid)."""
+        try:
+            await self._apply_gang(obj, existing)
+        except ApiException as exc:
+            if exc.status in (403, 404, 422):
+                raise _refusal(exc) from None
+            raise
+
+    async def _apply_gang(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> None:
+        api = next(a for a in GANG_APIS.values() if a.api_version == obj["apiVersion"])
+        meta = obj["metadata"]
+        args = (api.group, api.version, meta["namespace"], api.plural)
+        if existing is not None and not immutable_gang(obj):
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object,
+                *args,
+                meta["name"],
+                {"spec": obj["spec"]},
+            )
+            return
+        if existing is not None:
+            await _call(404, self.custom.delete_namespaced_custom_object, *args, meta["name"])
+        await asyncio.to_thread(self.custom.create_namespaced_custom_object, *args, obj)
+
+    def _post_pod_json(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a pod from plain JSON, past the client's models (see ``_newer_than_client``);
+        errors are the client's ``ApiException``s, as from its typed calls."""
+        call = self.api_client.param_serialize(
+            "POST",
+            "/api/v1/namespaces/{namespace}/pods",
+            path_params={"namespace": namespace},
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body=obj,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*call)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException(http_resp=resp)
+        return dict(json.loads(resp.data or b"{}"))
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod; False when it was already gone."""

@@ -26,6 +26,8 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # kind, ns, name
         self.log: list[tuple[str, ...]] = []
         self.fail_status_patch = False
+        # What apply_gang raises (e.g. etj.k8s.ApiRefused), if anything.
+        self.gang_refusal: Exception | None = None
 
     # ---- test set-up -------------------------------------------------------------------
 
@@ -103,3 +105,17 @@ class FakeKube:
     async def delete_job(self, namespace: str, name: str) -> None:
         self.log.append(("delete", "job", name))
         self.jobs.pop((namespace, name), None)
+
+    # ---- gang objects ------------------------------------------------------------------
+
+    async def get_gang(self, api: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        self.log.append(("get", api.kind, name))
+        found = self.objects.get((api.kind, namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    async def apply_gang(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> None:
+        meta = obj["metadata"]
+        self.log.append(("apply", obj["kind"], meta["name"]))
+        if self.gang_refusal is not None:
+            raise self.gang_refusal
+        self.objects[(obj["kind"], meta["namespace"], meta["name"])] = stamp(obj)

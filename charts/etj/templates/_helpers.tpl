@@ -56,3 +56,26 @@ app.kubernetes.io/component: operator
   resources: [events]
   verbs: [create]
 {{- end -}}
+
+
+{{/* Gang scheduling: the gang objects of the chosen backends (gangScheduling.backends),
+     with exactly the verbs etj.k8s uses on them: get (is it as wanted?), create, and
+     delete for a Workload (its pod groups are immutable: remade when the plan changes) or
+     patch for a PodGroup. */}}
+{{- define "etj.gangRules" -}}
+{{- range .Values.gangScheduling.backends }}
+{{- if eq . "Workload" }}
+- apiGroups: [scheduling.k8s.io]
+  resources: [workloads]
+  verbs: [get, create, delete]
+{{- else if eq . "Volcano" }}
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [get, create, patch]
+{{- else if eq . "SchedulerPlugins" }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, create, patch]
+{{- end }}
+{{- end }}
+{{- end -}}

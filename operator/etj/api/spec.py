@@ -505,6 +505,76 @@ class RestartBackoff(ApiModel):
     )
 
 
+class GangScheduler(StrEnum):
+    """Who places a job's pods all at once (all-or-nothing)."""
+
+    # Kubernetes' own Workload API (scheduling.k8s.io/v1alpha1; v1.35 with the
+    # GenericWorkload and GangScheduling feature gates): kube-scheduler itself.
+    WORKLOAD = "Workload"
+    # Volcano's PodGroup (scheduling.volcano.sh/v1beta1), scheduler "volcano".
+    VOLCANO = "Volcano"
+    # scheduler-plugins' coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1).
+    SCHEDULER_PLUGINS = "SchedulerPlugins"
+    # No gang: only schedulerName and priorityClass apply.
+    NONE = "None"
+
+
+class SchedulingPolicy(ApiModel):
+    """Gang scheduling, as TFJob's runPolicy.schedulingPolicy: a job's pods are placed all
+    together or not at all, so two half-placed jobs never hold each other's resources."""
+
+    gang_scheduler: GangScheduler | None = Field(
+        default=None,
+        description=(
+            "Workload (Kubernetes' Workload API, v1.35+ with the GenericWorkload and "
+            "GangScheduling feature gates), Volcano, SchedulerPlugins (coscheduling) or None "
+            "(no gang). Default: the operator's setting."
+        ),
+    )
+    scheduler_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description=(
+            "The pods' schedulerName (default: volcano for Volcano, "
+            "scheduler-plugins-scheduler for SchedulerPlugins, else the cluster's default)."
+        ),
+    )
+    min_available: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Pods that must be placeable at once before any is bound (default, and at most: "
+            "every replica of the job, ps from the shard plan included)."
+        ),
+    )
+    queue: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="The Volcano queue of the PodGroup (Volcano only).",
+    )
+    priority_class: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description=(
+            "PriorityClass of the gang and of every pod (unless podTemplate.priorityClassName "
+            "names one)."
+        ),
+    )
+    schedule_timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=86400,
+        description=(
+            "How long the scheduler may hold part of the gang waiting for the rest "
+            "(SchedulerPlugins; the v1.35 Workload API waits a fixed 5 minutes, Volcano has "
+            "no such timeout)."
+        ),
+    )
+
+
 class RunPolicy(ApiModel):
     """Restarts, deadlines and clean-up."""
 
@@ -564,6 +634,13 @@ class RunPolicy(ApiModel):
         description=(
             "An OOM-killed replica is recreated with 1.5x its memory limit, up to this cap "
             "(default: the operator's setting)."
+        ),
+    )
+    scheduling_policy: SchedulingPolicy | None = Field(
+        default=None,
+        description=(
+            "Gang scheduling (TFJob-compatible): the job's pods are placed all at once or "
+            "none is; the gang object is created with the job and owned by it."
         ),
     )
 

@@ -20,7 +20,9 @@ opaque; every API server backed by etcd issues increasing integers, and where on
 an integer the later arrival wins.
 
 Services and ConfigMaps are not watched (one per job, made once): the cache remembers
-those it created or found existing ("already exists" on create).
+those it created or found existing ("already exists" on create). Gang objects (Workload,
+PodGroup) are not watched either: the cache remembers the fingerprint of the one it made
+or found as wanted, so a pass reads the API only when the wanted gang changed.
 
 No decisions here, and no I/O except through the ``Kube`` passed to ``resync``.
 """
@@ -75,6 +77,8 @@ class WatchCache:
         self.pods: dict[Key, dict[str, dict[str, Any]]] = {}  # (ns, job) -> name -> pod
         # (kind, namespace, job) of the Services and ConfigMaps known to exist.
         self.children: set[tuple[str, str, str]] = set()
+        # (namespace, job) -> fingerprint of its gang object as last made or found.
+        self.gangs: dict[Key, str] = {}
         self.synced = False
 
     # ---- reads -------------------------------------------------------------------------
@@ -114,10 +118,17 @@ class WatchCache:
     def put_child(self, kind: str, namespace: str, job: str) -> None:
         self.children.add((kind, namespace, job))
 
+    def gang(self, namespace: str, job: str) -> str | None:
+        return self.gangs.get((namespace, job))
+
+    def put_gang(self, namespace: str, job: str, fingerprint: str) -> None:
+        self.gangs[(namespace, job)] = fingerprint
+
     def forget_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
         self.pods.pop((namespace, name), None)
         self.children = {c for c in self.children if (c[1], c[2]) != (namespace, name)}
+        self.gangs.pop((namespace, name), None)
 
     def forget_pod(self, namespace: str, job: str, name: str) -> None:
         self.pods.get((namespace, job), {}).pop(name, None)

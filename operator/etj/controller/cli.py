@@ -13,6 +13,7 @@ import click
 
 from etj.api.constants import DEFAULT_IMAGE
 from etj.api.quantity import quantity_bytes
+from etj.api.spec import GangScheduler
 
 
 @click.command()
@@ -82,6 +83,16 @@ from etj.api.quantity import quantity_bytes
     help="Cap for memory limits raised after OOM kills.",
 )
 @click.option(
+    "--gang-scheduler",
+    type=click.Choice([g.value for g in GangScheduler]),
+    default=GangScheduler.WORKLOAD.value,
+    envvar="ETJ_GANG_SCHEDULER",
+    show_default=True,
+    help="Gang scheduler of jobs whose runPolicy.schedulingPolicy names none: Workload "
+    "(Kubernetes' Workload API, v1.35+ with the GenericWorkload and GangScheduling feature "
+    "gates), Volcano, SchedulerPlugins (coscheduling) or None.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["json", "plain"]),
     default="json",
@@ -99,6 +110,7 @@ def operator(
     resync_seconds: float,
     progress_seconds: float,
     max_memory_on_oom: str,
+    gang_scheduler: str,
     log_format: str,
     verbose: bool,
 ) -> None:
@@ -132,6 +144,7 @@ def operator(
         progress_seconds=progress_seconds,
         max_memory_on_oom=quantity_bytes(max_memory_on_oom),
         metrics_port=metrics_port,
+        gang_scheduler=GangScheduler(gang_scheduler),
     )
     if metrics_port:
         start_http_server(metrics_port)

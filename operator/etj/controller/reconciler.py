@@ -31,11 +31,14 @@ from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
 from etj.controller import metrics
 from etj.controller.cache import WatchCache
 from etj.controller.settings import OperatorSettings
-from etj.k8s import Kube
+from etj.k8s import ApiRefused, Kube
 from etj.reconcile import Decision, World, decide, observe_pod
-from etj.reconcile.decide import Event, failed_status, iso
+from etj.reconcile.decide import Event, failed_status, gang_unavailable, iso
+from etj.reconcile.policies.gang import REASON_UNAVAILABLE
 from etj.reconcile.progress import parse_evaluation, parse_progress
 from etj.render import RenderSettings, build_config_map, build_pod, build_service
+from etj.render.objects import build_gang_object
+from etj.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
 from etj.validation import validate_manifest
 
 log = logging.getLogger("etj.controller")
@@ -147,6 +150,10 @@ class Reconciler:
         plan = validated.plan
         has_service = plan is not None and await self._has("Service", namespace, name)
         has_cm = plan is not None and await self._has("ConfigMap", namespace, name)
+        render = self._render(dict(status.memory_limits))
+        gang = build_gang_object(job, plan, render) if plan is not None else None
+        backend = gang_scheduler(job, self.settings.gang_scheduler)
+        existing_gang, gang_current = await self._gang(gang)
         world = World(
             job=job,
             plan=plan,
@@ -157,15 +164,73 @@ class Reconciler:
             now=now,
             **await self._scrape(job, raw_pods, now),
             default_max_memory=self.settings.max_memory_on_oom,
+            gang=backend.value if gang is not None and backend is not None else None,
+            gang_current=gang_current,
         )
         decision = decide(world)
         if decision.skipped:
             return Outcome()
+        if (
+            gang is not None
+            and decision.apply_gang
+            and not await self._apply_gang(obj, gang, existing_gang, iso(now))
+        ):
+            return Outcome(requeue_after=self.settings.resync_seconds)
         await self._apply(obj, job, plan, decision)
         return Outcome(
             requeue_after=self._requeue(decision),
             finished=decision.status is not None and decision.status.phase in FINISHED_PHASES,
         )
+
+    def _render(self, memory_limits: dict[str, int]) -> RenderSettings:
+        return RenderSettings(
+            default_image=self.settings.default_image,
+            memory_limits=memory_limits,
+            gang_scheduler=self.settings.gang_scheduler,
+        )
+
+    async def _gang(self, gang: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
+        """The job's gang object as the API has it (None when the cache already says it is
+        as wanted, or it does not exist) and whether it is as wanted."""
+        if gang is None:
+            return None, True
+        ns, job = gang["metadata"]["namespace"], gang["metadata"]["name"]
+        if self.cache is not None and self.cache.gang(ns, job) == gang_fingerprint(gang):
+            return None, True
+        api = next(a for a in GANG_APIS.values() if a.api_version == gang["apiVersion"])
+        existing = await self.kube.get_gang(api, ns, job)
+        current = gang_covers(existing, gang)
+        if current and self.cache is not None:
+            self.cache.put_gang(ns, job, gang_fingerprint(gang))
+        return existing, current
+
+    async def _apply_gang(
+        self,
+        obj: dict[str, Any],
+        gang: dict[str, Any],
+        existing: dict[str, Any] | None,
+        now: str,
+    ) -> bool:
+        """Make the gang object before anything else of the pass; False (and the job says
+        why, and no pod is made) when the API server will not have it."""
+        meta = gang["metadata"]
+        try:
+            await self.kube.apply_gang(gang, existing)
+        except ApiRefused as exc:
+            what = _GANG_REFUSALS.get(exc.status, "the API server refused it")
+            message = (
+                f"cannot create the {gang['apiVersion']} {gang['kind']} {meta['name']}: "
+                f"{what} ({exc.status}: {exc.message})"
+            )
+            # From the status as it was: this pass's decision (pods created, ...) did not
+            # happen.
+            new = gang_unavailable(_status_of(obj), message, now, obj["metadata"].get("generation"))
+            await self._write_status(obj, new)
+            self.post_event(obj, Event("Warning", REASON_UNAVAILABLE, message))
+            return False
+        if self.cache is not None:
+            self.cache.put_gang(meta["namespace"], meta["name"], gang_fingerprint(gang))
+        return True
 
     def _requeue(self, d: Decision) -> float | None:
         candidates = [d.requeue_after]
@@ -198,10 +263,7 @@ class Reconciler:
         self, obj: dict[str, Any], job: EmbeddingTrainingJob, plan: ShardPlan | None, d: Decision
     ) -> None:
         ns, name = job.namespace, job.name
-        render = RenderSettings(
-            default_image=self.settings.default_image,
-            memory_limits=dict(d.status.memory_limits) if d.status else {},
-        )
+        render = self._render(dict(d.status.memory_limits) if d.status else {})
         if plan is not None and d.create_service:
             await self.kube.create(build_service(job, render))
             self._known("Service", ns, name)
@@ -264,6 +326,15 @@ def _status_of(obj: dict[str, Any]) -> EmbeddingTrainingJobStatus:
         # A status written by another version: start afresh rather than fail the job.
         log.warning("unreadable status of %s; starting from an empty one", obj["metadata"]["name"])
         return EmbeddingTrainingJobStatus()
+
+
+# Why the API server would not take a gang object, by HTTP status.
+_GANG_REFUSALS = {
+    403: "the operator is not allowed to (the chart's gangScheduling.backends must name it)",
+    404: "the API server does not serve it (Workload: Kubernetes v1.35+ with the "
+    "GenericWorkload feature gate and scheduling.k8s.io/v1alpha1 enabled; Volcano or "
+    "SchedulerPlugins: their CRDs installed)",
+}
 
 
 def _metrics_address(raw_pods: list[dict[str, Any]], settings: OperatorSettings) -> str | None:

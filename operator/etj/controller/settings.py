@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from etj.api.constants import DEFAULT_IMAGE
+from etj.api.spec import GangScheduler
 
 
 @dataclass(frozen=True)
@@ -16,3 +17,5 @@ class OperatorSettings:
     progress_seconds: float = 10.0
     max_memory_on_oom: int = 64 * 2**30
     metrics_port: int = 8080
+    # The gang scheduler of jobs whose runPolicy.schedulingPolicy names none.
+    gang_scheduler: GangScheduler = GangScheduler.WORKLOAD

@@ -139,6 +139,19 @@ class LocalCluster:
     pod_network: bool = False
     # Admit as a locked-down cluster does (LOCKED_DOWN_ADMISSION).
     locked_down: bool = False
+    # Feature gates of the API server and the scheduler alike (e.g. GenericWorkload and
+    # GangScheduling for the v1.35 Workload API), and extra scheduler flags.
+    feature_gates: tuple[str, ...] = ()
+    scheduler_args: tuple[str, ...] = ()
+    # The registered node's capacity (= allocatable); ``resize_node`` changes it live.
+    node_capacity: dict[str, str] = field(
+        default_factory=lambda: {
+            "cpu": "64",
+            "memory": "512Gi",
+            "pods": "1000",
+            "ephemeral-storage": "1Ti",
+        }
+    )
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -359,6 +372,7 @@ class LocalCluster:
                     if self.locked_down
                     else []
                 ),
+                *self._gates(),
                 *self.apiserver_args,
             ],
         )
@@ -464,9 +478,29 @@ class LocalCluster:
                 f"--secure-port={port}",
                 f"--cert-dir={self.state_dir / 'scheduler-certs'}",
                 "--v=1",
+                *self._gates(),
+                *self.scheduler_args,
             ],
         )
         return port
+
+    def _gates(self) -> list[str]:
+        return [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
+
+    def resize_node(self, capacity: dict[str, str]) -> None:
+        """Set the node's capacity and allocatable (merged over the current ones), as a
+        kubelet reports a resized machine; the scheduler retries unschedulable pods."""
+        self.node_capacity = {**self.node_capacity, **capacity}
+        body = {"status": {"capacity": self.node_capacity, "allocatable": self.node_capacity}}
+        self.kubectl(
+            "patch",
+            "node",
+            NODE_NAME,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(body),
+        )
 
     def _register_node(self) -> None:
         node = {
@@ -478,7 +512,7 @@ class LocalCluster:
             },
         }
         self.kubectl("apply", "-f", "-", input=json.dumps(node))
-        capacity = {"cpu": "64", "memory": "512Gi", "pods": "1000", "ephemeral-storage": "1Ti"}
+        capacity = self.node_capacity
         status = {
             "status": {
                 "capacity": capacity,

@@ -30,6 +30,13 @@ from etj.reconcile.observe import PodState
 from etj.reconcile.policies.backoff import due_time, recovered, wait_for, waiting_seconds
 from etj.reconcile.policies.completion import leader, leader_succeeded, pods_to_clean
 from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
+from etj.reconcile.policies.gang import (
+    CONDITION_SCHEDULED,
+    REASON_SCHEDULED,
+    REASON_UNAVAILABLE,
+    REASON_UNSCHEDULABLE,
+    gang_state,
+)
 from etj.reconcile.policies.oom import raised_limit
 from etj.reconcile.policies.restart import Failure, classify, restart_group
 from etj.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
@@ -37,6 +44,7 @@ from etj.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
 from etj.reconcile.progress import parse_completion
 from etj.reconcile.status import all_running, replica_statuses, workers_column
 from etj.render.objects import replica_set
+from etj.render.scheduling import min_available
 from etj.tfconfig import ReplicaSet, pod_name
 
 
@@ -63,17 +71,23 @@ class World:
     evaluation: Evaluation | None = None
     # The operator's cap for memory limits raised after OOM kills (bytes).
     default_max_memory: int = 64 * 2**30
+    # The job's gang scheduler (etj.render.scheduling.gang_scheduler); None: no gang.
+    gang: str | None = None
+    # Its gang object exists as the plan wants it (else it is made or remade).
+    gang_current: bool = True
 
 
 @dataclass
 class Decision:
-    """What to do: apply in order — create Service/ConfigMap, write status, delete pods,
+    """What to do: apply in order — create Service/ConfigMap and the gang, write status, delete pods,
     create pods, post events, delete the job (the status first: it records a failure
     before the failed pod, the only other evidence of it, is deleted)."""
 
     status: EmbeddingTrainingJobStatus | None = None
     create_service: bool = False
     create_config_map: bool = False
+    # Make (or remake, sized from the plan) the job's gang object, before any pod.
+    apply_gang: bool = False
     delete_pods: list[str] = field(default_factory=list)
     create_pods: list[tuple[str, int]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -213,6 +227,7 @@ def decide(world: World) -> Decision:
     if _handle_failures(p, replicas):
         return p.done(replicas)
     _create_missing(p, replicas)
+    _gang(p, replicas)
     _summarise(p, replicas)
     p.requeue(
         seconds_to_deadline(parse_time(p.st.start_time), rp.active_deadline_seconds, world.now)
@@ -233,6 +248,34 @@ def failed_status(
     st.observed_generation = generation
     st.conditions = set_condition(st.conditions, "Failed", True, reason, message, now, generation)
     return st
+
+
+def gang_unavailable(
+    status: EmbeddingTrainingJobStatus, message: str, now: str, generation: int | None
+) -> EmbeddingTrainingJobStatus:
+    """The status of a job whose gang object could not be made (no pod is created without
+    it): Scheduled False with the API server's reason; the next pass tries again."""
+    st = status.model_copy(deep=True)
+    st.message = message
+    st.conditions = set_condition(
+        st.conditions, CONDITION_SCHEDULED, False, REASON_UNAVAILABLE, message, now, generation
+    )
+    return st
+
+
+def _gang(p: _Pass, replicas: ReplicaSet) -> None:
+    """Keep the gang object as the plan wants it; say whether the gang is placed."""
+    if p.w.gang is None:
+        return
+    p.d.apply_gang = not p.w.gang_current
+    state = gang_state(p.w.pods, min_available(p.job, replicas), p.w.gang)
+    old = next((c for c in p.st.conditions if c.type == CONDITION_SCHEDULED), None)
+    if old is None or old.reason != state.reason:
+        if state.reason == REASON_UNSCHEDULABLE:
+            p.event("Warning", state.reason, state.message)
+        elif state.reason == REASON_SCHEDULED:
+            p.event("Normal", state.reason, state.message)
+    p.condition(CONDITION_SCHEDULED, state.scheduled, state.reason, state.message)
 
 
 def _invalid(p: _Pass, error: str) -> Decision:

@@ -32,6 +32,11 @@ class PodState:
     # When the container started and (if it ended) finished: how long it ran cleanly.
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # The node it is bound to (spec.nodeName); None while the scheduler has not placed it.
+    node_name: str | None = None
+    # The scheduler's word when it could not place the pod (PodScheduled False,
+    # Unschedulable), e.g. "0/1 nodes are available: 1 Insufficient cpu."
+    unschedulable: str | None = None
 
     def ran_seconds(self, now: datetime) -> float | None:
         """How long the container ran (until now if it still runs); None if unknown."""
@@ -140,6 +145,9 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
     status = pod.get("status") or {}
     exit_code, reason, message = _container_termination(pod)
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    scheduled: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+    )
     started_at, finished_at = _container_times(pod)
     return PodState(
         name=meta.get("name", ""),
@@ -155,4 +163,8 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         message=message,
         started_at=started_at,
         finished_at=finished_at,
+        node_name=(pod.get("spec") or {}).get("nodeName") or None,
+        unschedulable=(scheduled.get("message") or "the scheduler cannot place it")
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+        else None,
     )

@@ -39,9 +39,10 @@ from etj.api.constants import (
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.quantity import format_bytes, quantity_bytes
-from etj.api.spec import ResourceRequirements, Strategy
+from etj.api.spec import GangScheduler, ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.render.kueue import kueue_pod_metadata
+from etj.render.scheduling import build_gang, gang_scheduler, pod_scheduling
 from etj.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
 
 # Annotation carrying the memory limit an OOM-killed replica was recreated with.
@@ -60,6 +61,8 @@ class RenderSettings:
     command: tuple[str, ...] = ("python", "-m", "etj_trainer")
     # Per-replica memory limit overrides (after OOM kills), keyed by pod name.
     memory_limits: dict[str, int] = field(default_factory=dict)
+    # The gang scheduler of jobs whose schedulingPolicy names none (etj.render.scheduling).
+    gang_scheduler: GangScheduler = GangScheduler.WORKLOAD
 
 
 # JSON escapes a character outside the BMP as a UTF-16 surrogate pair (backslash-u d800
@@ -297,6 +300,9 @@ def build_pod(
         LABEL_REPLICA_INDEX: str(index),
     }
     annotations = dict(template.annotations or {}) if template else {}
+    gang = pod_scheduling(job, settings.gang_scheduler)
+    labels.update(gang.labels)
+    annotations.update(gang.annotations)
     if job.metadata.generation is not None:
         annotations[ANNOTATION_SPEC_HASH] = str(job.metadata.generation)
     # Kueue's plain-Pod group (etj.render.kueue): nothing unless the job names a queue.
@@ -335,7 +341,7 @@ def build_pod(
         annotations=annotations,
         owner=owner_reference(job),
         grace_seconds=settings.grace_seconds,
-        pod_overrides=_pod_overrides(job),
+        pod_overrides={**_pod_overrides(job), **gang.spec},
         container=CONTAINER_NAME,
         image=job.spec.image or settings.default_image,
         image_pull_policy=job.spec.image_pull_policy,
@@ -362,13 +368,33 @@ def build_pods(
     ]
 
 
+def build_gang_object(
+    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings
+) -> dict[str, Any] | None:
+    """The job's gang object (Workload or PodGroup); None when it is not gang-scheduled."""
+    backend = gang_scheduler(job, settings.gang_scheduler)
+    if backend is None:
+        return None
+    return build_gang(
+        job,
+        replica_set(job, plan),
+        backend,
+        common_labels(job),
+        owner_reference(job),
+        lambda role, index: replica_resources(job, plan, role, index, settings).get("requests"),
+    )
+
+
 def build_objects(
     job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings | None = None
 ) -> list[dict[str, Any]]:
-    """Every object the operator creates for a job: Service, ConfigMap, then the Pods."""
+    """Every object the operator creates for a job: Service, ConfigMap, the gang object (if
+    gang-scheduled), then the Pods."""
     settings = settings or RenderSettings()
+    gang = build_gang_object(job, plan, settings)
     return [
         build_service(job, settings),
         build_config_map(job, plan, settings),
+        *([gang] if gang is not None else []),
         *build_pods(job, plan, settings),
     ]
