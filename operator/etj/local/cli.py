@@ -88,15 +88,19 @@ def run(
             )
 
         reporter = Reporter(on_event=lambda m: bar.console.print(f"  {m}"), on_status=on_status)
-        runner = LocalRunner(
-            job,
-            plan,
-            Path(workdir or Path(".etj-run") / job.name),
-            python=python,
-            kill_worker_at=kill_worker_at,
-            reporter=reporter,
-            fresh=not resume,
-        )
+        try:
+            runner = LocalRunner(
+                job,
+                plan,
+                Path(workdir or Path(".etj-run") / job.name),
+                python=python,
+                kill_worker_at=kill_worker_at,
+                reporter=reporter,
+                fresh=not resume,
+            )
+        except ValueError as e:
+            click.echo(f"{display_name(file)}: {e}", err=True)
+            raise SystemExit(2) from None
         # SIGTERM (e.g. from a CI timeout) stops the replicas like Ctrl-C does.
         signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
