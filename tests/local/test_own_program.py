@@ -1,5 +1,6 @@
 """`etj run` runs a user's own TensorFlow program (spec.replicas.<role>.template with its
-command): a ParameterServerStrategy-tutorial program gets TF_CONFIG and the shard plan,
+command): examples/own-program.yaml, a program written the way TensorFlow's
+ParameterServerStrategy tutorial writes one, gets TF_CONFIG and the shard plan,
 its tables are split as planned, a worker killed mid-way is replaced, the job Succeeds
 with the program's final step, and the ps (which never exit by themselves) are stopped."""
 
@@ -16,8 +17,7 @@ import yaml
 
 from etj.local.procs import processes_under
 
-HERE = Path(__file__).resolve().parent
-PROGRAM = HERE / "ps_tutorial_program.py"
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 
 STEPS = 4000
@@ -26,42 +26,12 @@ KILL_AT = 200
 
 
 def own_program_job(steps: int = STEPS) -> dict:
-    """A ParameterServer job whose every role runs the tutorial program."""
-    template = {
-        "metadata": {"labels": {"team": "ads"}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "tensorflow",
-                    "command": ["python", str(PROGRAM)],
-                    "args": ["--steps", str(steps), "--batch", "32"],
-                    "env": [{"name": "SCRATCH", "value": "/scratch"}],
-                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-                }
-            ],
-            "volumes": [{"name": "scratch", "emptyDir": {}}],
-        },
-    }
-    return {
-        "apiVersion": "training.etj.dev/v1alpha1",
-        "kind": "EmbeddingTrainingJob",
-        "metadata": {"name": "own-program"},
-        "spec": {
-            "strategy": "ParameterServer",
-            "replicas": {
-                "chief": {"replicas": 1, "template": template},
-                "worker": {"replicas": 2, "template": template},
-                "ps": {"replicas": 2, "template": template},
-            },
-            "model": {
-                "embeddings": [{"name": "user_id", "vocabularySize": 200000, "dimension": 16}],
-                "denseFeatures": 0,
-            },
-            # Small shards, so the table is split over both ps.
-            "sharding": {"maxShardBytes": "4Mi"},
-            "runPolicy": {"restartBackoff": {"initialSeconds": 1}},
-        },
-    }
+    """examples/own-program.yaml: every role runs examples/own-program/train.py."""
+    job = yaml.safe_load((ROOT / "examples" / "own-program.yaml").read_text())
+    for role in ("chief", "worker", "ps"):
+        container = job["spec"]["replicas"][role]["template"]["spec"]["containers"][0]
+        container["args"] = ["--steps", str(steps), "--batch", "32"]
+    return job
 
 
 def _events(log: Path, event: str) -> list[dict]:
@@ -99,6 +69,7 @@ def test_own_ps_program_survives_a_killed_worker(tmp_path: Path):
         capture_output=True,
         text=True,
         timeout=540,
+        cwd=ROOT,  # the example's command names its program relative to the repository
         env={**os.environ, "COLUMNS": "200", "ETJ_PROGRESS_SECONDS": "0.5"},
     )
     logs = workdir / "logs"

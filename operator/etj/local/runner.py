@@ -183,7 +183,9 @@ class LocalRunner:
         return dirs
 
     def _command(self, pod: dict) -> list[str]:
-        """The container's command and args, with ``python`` as this run's interpreter."""
+        """The container's command, with ``python`` as this run's interpreter and a relative
+        path to an existing file (``python train.py``) taken from where ``etj run`` runs:
+        the replicas run in the work directory."""
         container = pod["spec"]["containers"][0]
         command = list(container.get("command") or [])
         if not command:
@@ -193,6 +195,9 @@ class LocalRunner:
             )
         if command[0] in ("python", "python3"):
             command[0] = self.python
+        for i, arg in enumerate(command[1:], start=1):
+            if not os.path.isabs(arg) and os.path.isfile(arg):
+                command[i] = os.path.abspath(arg)
         return command
 
     def _start(self, role: str, index: int) -> None:

@@ -1,11 +1,16 @@
-"""A user's own TensorFlow program, written the way TensorFlow's ParameterServerStrategy
-tutorial writes one ("Parameter server training with ParameterServerStrategy"), plus the
-few lines of ``etj_trainer.sdk`` that give it etj's placement and progress.
+"""Your own TensorFlow program under etj: examples/own-program.yaml runs it.
 
-ps and workers start their own ``tf.distribute.Server`` and wait; the chief builds a
+Written the way TensorFlow's ParameterServerStrategy tutorial writes one: ps and workers
+start their own ``tf.distribute.Server`` and wait; the chief builds a
 ``ClusterCoordinator``, a ``tf_keras`` model under the strategy's scope and a per-worker
-dataset, and schedules steps. Run by tests/local/test_own_program.py through ``etj run``
-with a custom command; not a test module itself.
+dataset, and schedules steps. The lines using ``etj_trainer.sdk`` give it etj's shard plan
+(the embedding table split as planned) and progress (``kubectl get etj`` shows the step
+and loss; the job's status has the final step).
+
+    etj run examples/own-program.yaml      # on this machine
+    kubectl apply -f examples/own-program.yaml   # with the program in your image
+
+(tests/local/test_own_program.py runs this job, with a worker killed mid-way.)
 """
 
 from __future__ import annotations
