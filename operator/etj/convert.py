@@ -3,7 +3,8 @@
 The converted job runs the same containers: every ``tfReplicaSpecs.<Type>.template`` becomes
 ``spec.replicas.<role>.template`` (Chief and Master become the chief, Worker the workers, PS
 the ps, Evaluator the evaluator); the TFJob's ``tensorflow`` container is etj's main
-container, so it keeps its image, command, args, env, mounts and resources, and etj adds
+container, so it keeps its image, command, args, env and mounts (its resources move to
+``spec.replicas.<role>.resources``, where the planner reads the ps memory), and etj adds
 TF_CONFIG (the same JSON shape TFJob gives) and ``ETJ_SHARD_PLAN``. With PS replicas the
 strategy is ParameterServer, else MultiWorkerMirrored. ``runPolicy`` maps field by field.
 
@@ -193,7 +194,13 @@ def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) ->
         count = rs.get("replicas", 1)
         if not isinstance(count, int) or count < 0:
             raise ConversionError(f"spec.tfReplicaSpecs.{key}.replicas", "must be an integer >= 0")
-        replicas[role] = {"replicas": count, "template": _template(key, rs)}
+        template = _template(key, rs)
+        replicas[role] = {"replicas": count, "template": template}
+        # The tensorflow container's resources become the role's: the planner sizes the
+        # ps from replicas.ps.resources (a template's resources only reach the Pod).
+        main = next(c for c in template["spec"]["containers"] if c.get("name") == "tensorflow")
+        if main.get("resources"):
+            replicas[role]["resources"] = main.pop("resources")
     if "worker" not in replicas:
         replicas["worker"] = {"replicas": 0}  # etj's default is 2 workers
     if strategy == Strategy.PARAMETER_SERVER:

@@ -60,6 +60,8 @@ def test_converted_job_is_valid_and_renders_the_same_containers(name):
                 assert tf_config["task"]["type"] == role
                 for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
                     assert mine["resources"]["limits"][k] == v
+                if "cpu" in ((c.get("resources") or {}).get("requests") or {}):
+                    assert mine["resources"]["requests"]["cpu"] == c["resources"]["requests"]["cpu"]
         assert len(rendered) == len(given["containers"])
         for key in ("initContainers", "schedulerName", "topologySpreadConstraints", "nodeSelector"):
             if key in given:
@@ -83,6 +85,12 @@ def test_ps_tfjob_maps_strategy_and_run_policy():
         "restartPolicy": "OnFailure",
     }
     assert job["metadata"] == {"name": "ctr-ps", "namespace": "ml", "labels": {"team": "ranking"}}
+    # The ps memory is where the planner reads it: the role's resources.
+    assert spec["replicas"]["ps"]["resources"] == {
+        "requests": {"cpu": "2", "memory": "16Gi"},
+        "limits": {"memory": "16Gi"},
+    }
+    assert "resources" not in spec["replicas"]["ps"]["template"]["spec"]["containers"][0]
     assert convert_tfjob(_tfjob("mwms.yaml"))["spec"]["strategy"] == "MultiWorkerMirrored"
     assert convert_tfjob(_tfjob("mwms.yaml"))["spec"]["runPolicy"]["restartPolicy"] == "ExitCode"
 
