@@ -27,10 +27,20 @@ a few lines of this module the program gets what etj's own trainer gets:
           reporter.step(step, loss=loss)
       reporter.complete()
 
+- ``restore_in_pieces``: restore large tables from a ``tf.train.Checkpoint`` one shard at
+  a time, each read and assigned on its own ps (``Checkpoint.restore`` reads all a ps holds
+  before assigning any of it: twice the tables' memory for a moment), into any shard count::
+
+      ckpt = tf.train.Checkpoint(user_id=embedding.embeddings, head=head)  # what is saved
+      path = tf.train.latest_checkpoint(directory)
+      if path:
+          sdk.restore_in_pieces(path, {"user_id": embedding.embeddings})   # the big ones
+          tf.train.Checkpoint(head=head).read(path).expect_partial()      # the rest
+
 etj keeps owning the rest: it stops the ps when the chief exits 0, restarts failed
 replicas by ``runPolicy.restartPolicy`` and counts them against ``backoffLimit``. A restarted
 replica starts the same command again, so a program that wants to resume restores its own
-checkpoint (``tf.train.CheckpointManager``; ``restore_or_initialize`` does it in one call).
+checkpoint (``tf.train.CheckpointManager``).
 
 Needs no kopf and no Kubernetes client; TensorFlow is imported only where it is used.
 """
@@ -227,3 +237,21 @@ class ProgressReporter:
         write_termination_message(
             REASON_COMPLETED, json.dumps({"progress": progress}, separators=(",", ":"))
         )
+
+
+def restore_in_pieces(path: str, variables: dict[str, Any]) -> None:
+    """Assign each of ``variables`` from the checkpoint ``path``, piece by piece.
+
+    Keys are the variables' paths in the ``tf.train.Checkpoint`` that saved them
+    (``"user_id"`` for ``Checkpoint(user_id=table)``, ``"model/table"`` for
+    ``Checkpoint(model=Checkpoint(table=table))``); values are ``tf.Variable``s or
+    ``ShardedVariable``s (ParameterServerStrategy's partitioned variables). Each shard is
+    read and assigned on its own device, one shard per device at a time, from the rows it
+    holds, whatever the saved shard count was. A key not in the checkpoint, or a shape that
+    differs, raises ``CheckpointMismatch`` before anything is assigned.
+    """
+    from etj_trainer.checkpoint import restore_components  # TensorFlow: only when used
+
+    restore_components(
+        path, {key: list(getattr(v, "variables", [v])) for key, v in variables.items()}
+    )
