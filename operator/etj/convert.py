@@ -4,7 +4,8 @@ The converted job runs the same containers: every ``tfReplicaSpecs.<Type>.templa
 ``spec.replicas.<role>.template`` (Chief and Master become the chief, Worker the workers, PS
 the ps, Evaluator the evaluator); the TFJob's ``tensorflow`` container is etj's main
 container, so it keeps its image, command, args, env and mounts (its resources move to
-``spec.replicas.<role>.resources``, where the planner reads the ps memory), and etj adds
+``spec.replicas.<role>.resources``, where the planner reads the ps memory) and its
+security context (none when the TFJob gives none: not etj's hardened default), and etj adds
 TF_CONFIG (the same JSON shape TFJob gives) and ``ETJ_SHARD_PLAN``. With PS replicas the
 strategy is ParameterServer, else MultiWorkerMirrored. ``runPolicy`` maps field by field.
 
@@ -147,6 +148,12 @@ def _template(key: str, rs: dict[str, Any]) -> dict[str, Any]:
             f"{field}.spec.containers",
             "needs a container named 'tensorflow' (the one TFJob gives TF_CONFIG)",
         )
+    # The Pod and the container run as the TFJob ran them: the template's security context,
+    # else none (etj's hardened default would change the user and make the root read-only).
+    out["spec"].setdefault("securityContext", {})
+    for c in containers:
+        if isinstance(c, dict) and c.get("name") == "tensorflow":
+            c.setdefault("securityContext", {})
     if "restartPolicy" in out["spec"]:
         # A Pod-level restartPolicy in a TFJob template is overridden by the TFJob's own.
         del out["spec"]["restartPolicy"]

@@ -55,6 +55,8 @@ def test_converted_job_is_valid_and_renders_the_same_containers(name):
                 assert env[e["name"]] == e
             for m in c.get("volumeMounts") or []:
                 assert m in mine["volumeMounts"]
+            # the security context the TFJob gives, else none (the image as it was built)
+            assert mine.get("securityContext", {}) == c.get("securityContext", {})
             if c["name"] == "tensorflow":
                 tf_config = json.loads(env["TF_CONFIG"]["value"])
                 assert tf_config["task"]["type"] == role
@@ -63,6 +65,7 @@ def test_converted_job_is_valid_and_renders_the_same_containers(name):
                 if "cpu" in ((c.get("resources") or {}).get("requests") or {}):
                     assert mine["resources"]["requests"]["cpu"] == c["resources"]["requests"]["cpu"]
         assert len(rendered) == len(given["containers"])
+        assert pod["spec"]["securityContext"] == given.get("securityContext", {})
         for key in ("initContainers", "schedulerName", "topologySpreadConstraints", "nodeSelector"):
             if key in given:
                 assert pod["spec"][key] == given[key]

@@ -115,7 +115,8 @@ def test_pod_fields_merge_append_or_replace():
     assert spec["initContainers"] == [{"name": "fetch", "image": "busybox"}]
     assert [v["name"] for v in spec["volumes"]] == ["tmp", "code"]
     assert spec["tolerations"] == [{"key": "etj"}, {"key": "gpu"}]
-    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 2000}
+    # replaced whole: etj's runAsUser would otherwise stay (a merge cannot remove a key)
+    assert spec["securityContext"] == {"fsGroup": 2000}
     assert spec["schedulerName"] == "volcano"
     assert spec["topologySpreadConstraints"][0]["topologyKey"] == "zone"
     assert spec["nodeSelector"] == {"pool": "big"}
@@ -123,6 +124,12 @@ def test_pod_fields_merge_append_or_replace():
     # etj's own label keys win; the others are added
     assert pod["metadata"]["labels"] == {LABEL_JOB_NAME: "j", "a": "etj", "team": "ads"}
     assert pod["metadata"]["annotations"] == {"x": "1"}
+
+
+def test_an_empty_security_context_runs_the_image_as_built():
+    container = {"name": "tensorflow", "securityContext": {}}
+    pod = merge_pod_template(BASE_POD, {"spec": {"securityContext": {}, "containers": [container]}})
+    assert pod["spec"]["securityContext"] == {} and _container(pod)["securityContext"] == {}
 
 
 def test_no_template_is_a_copy():

@@ -8,13 +8,19 @@ spirit of a strategic merge patch (lists of named things merge by name):
 - containers merge by name; ``trainer`` and TFJob's ``tensorflow`` are etj's container
   (it keeps the name ``trainer`` and stays first: the kubelet-less local node runs the first
   container). In it the template's ``env`` merges by name, ``volumeMounts`` by mountPath,
-  ``ports`` by containerPort, ``securityContext`` key by key; every other key (command,
-  args, image, workingDir, probes, ...) replaces etj's. ``resources`` are not merged here:
+  ``ports`` by containerPort; every other key (command, args, image, workingDir, probes,
+  securityContext, ...) replaces etj's. ``resources`` are not merged here:
   ``etj.render.objects`` folds them into the role's resources first, so the plan's memory
   floor still holds. Containers of other names are sidecars, appended.
 - ``initContainers``, ``volumes``, ``imagePullSecrets``: merge by name (appended);
-  ``tolerations``: appended; ``securityContext``, ``nodeSelector``: merged key by key;
-  anything else (schedulerName, affinity, topologySpreadConstraints, ...) replaces etj's.
+  ``tolerations``: appended; ``nodeSelector``: merged key by key; anything else
+  (securityContext, schedulerName, affinity, topologySpreadConstraints, ...) replaces etj's.
+
+A ``securityContext`` (the Pod's or the main container's) replaces etj's hardened one
+whole rather than key by key: etj's ``runAsUser: 1000``, ``runAsNonRoot`` and
+``readOnlyRootFilesystem`` would stop many images (TensorFlow's own run as root and write
+outside /tmp), and a merge cannot remove a key. ``securityContext: {}`` runs the image as
+it was built, as a TFJob does; ``etj convert`` writes that when the TFJob gives none.
 
 What a template may not set at all (TF_CONFIG, ETJ_* env, restartPolicy, hostname, ...)
 is refused by ``etj.api.podtemplate`` before rendering.
@@ -29,7 +35,7 @@ from etj.api.podtemplate import MAIN_CONTAINER_NAMES
 
 _MERGE_BY_NAME = ("initContainers", "volumes", "imagePullSecrets")
 _APPEND = ("tolerations",)
-_MERGE_KEYS = ("securityContext", "nodeSelector")
+_MERGE_KEYS = ("nodeSelector",)
 
 
 def _merge_list(base: list[Any], extra: list[Any], key: str) -> list[Any]:
@@ -60,8 +66,6 @@ def _merge_main(container: dict[str, Any], given: dict[str, Any]) -> dict[str, A
             )
         elif key == "ports":
             out["ports"] = _merge_list(out.get("ports") or [], value or [], "containerPort")
-        elif key == "securityContext" and isinstance(value, dict):
-            out[key] = {**(out.get(key) or {}), **value}
         else:
             out[key] = value
     return out
