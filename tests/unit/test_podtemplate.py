@@ -19,12 +19,14 @@ from etj.api.constants import (
 )
 from etj.api.plan import ShardPlan
 from etj.api.podtemplate import PodTemplate
+from etj.api.status import Phase, Progress
 from etj.planner import build_plan
 from etj.render import RenderSettings, build_config_map, build_pod
 from etj.render.podtemplate import merge_pod_template
 from etj.validation import validate_manifest
 
 from .conftest import load_example
+from .reconcile_helpers import all_pods, make_job, pod, run
 
 BASE_POD = {
     "metadata": {"name": "j-worker-0", "labels": {LABEL_JOB_NAME: "j", "a": "etj"}},
@@ -263,3 +265,39 @@ def test_template_is_in_the_crd_schema():
     for role in ("chief", "worker", "ps", "evaluator"):
         template = replicas[role]["properties"]["template"]
         assert template["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+# ---- a job's own program: its steps are its own ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("container", "own"),
+    [
+        ({"name": "tensorflow", "command": ["python", "train.py"]}, True),
+        ({"name": "trainer", "image": "my/program:1"}, True),  # its entrypoint runs
+        ({"name": "trainer", "env": [{"name": "A", "value": "1"}]}, False),
+        ({"name": "sidecar", "command": ["sleep"]}, False),
+    ],
+)
+def test_runs_own_program(container, own):
+    assert PodTemplate.model_validate({"spec": {"containers": [container]}}).runs_own_program is own
+
+
+def test_own_program_success_keeps_the_programs_last_step():
+    """etj's trainer exits 0 only after training.steps; a job's own program decides its
+    own: a Succeeded job says the step the program reported, not training.steps."""
+    template = {"spec": {"containers": [{"name": "tensorflow", "command": ["python", "t.py"]}]}}
+    job = make_job(
+        replicas={"chief": {"replicas": 1, "template": template}, "worker": {"replicas": 2}},
+        status={"phase": "Running"},
+    )
+    assert job.spec.training.steps == 1000
+    message = 'TrainingComplete: {"progress":{"step":300,"loss":0.5}}'
+    chief = pod("chief", 0, "Succeeded", exit_code=0, message=message)
+    pods = [p if p.key != ("chief", 0) else chief for p in all_pods(job)]
+    d = run(job, pods, progress=Progress(step=280))
+    assert d.status.phase == Phase.SUCCEEDED and d.status.progress.step == 300
+    # A program that says nothing at the end: the last progress read.
+    chief = pod("chief", 0, "Succeeded", exit_code=0)
+    pods = [p if p.key != ("chief", 0) else chief for p in all_pods(job)]
+    assert run(job, pods, progress=Progress(step=280)).status.progress.step == 280

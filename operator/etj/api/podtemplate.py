@@ -119,6 +119,13 @@ def template_problems(spec: dict[str, Any]) -> list[str]:
     return problems
 
 
+def runs_own_program(spec: dict[str, Any] | None) -> bool:
+    """Whether a template's Pod spec runs its own program instead of etj's trainer: its
+    main container gives a command, or an image (whose entrypoint then runs)."""
+    main = main_container(spec or {})
+    return main is not None and bool(main.get("command") or main.get("image"))
+
+
 class PodTemplate(ApiModel):
     """A PodTemplateSpec merged over the replica's Pod: containers by name (``trainer``,
     or TFJob's ``tensorflow``, is etj's own: its command, args, image, env, volumeMounts,
@@ -136,6 +143,11 @@ class PodTemplate(ApiModel):
             "and ETJ_* are etj's and may not be set."
         ),
     )
+
+    @property
+    def runs_own_program(self) -> bool:
+        """Whether this template runs its own program (``runs_own_program``)."""
+        return runs_own_program(self.spec)
 
     @model_validator(mode="after")
     def _owned_by_etj(self) -> PodTemplate:
