@@ -169,5 +169,8 @@ def convert(file: str, model_file: str | None) -> None:
             for problem in result.problems:
                 click.echo(f"{prefix}: the converted job: {problem}", err=True)
             raise SystemExit(2)
-        out.append(to_yaml(job))
+        note = f"# Converted by `etj convert` from TFJob {job['metadata']['name']}.\n"
+        if model is None:
+            note += "# spec.model is a one-row placeholder table: `--model FILE` gives yours.\n"
+        out.append(note + to_yaml(job))
     click.echo("---\n".join(out), nl=False)

@@ -176,3 +176,22 @@ def test_cli_fails_naming_the_field(tmp_path):
     path.write_text(yaml.safe_dump(tfjob))
     result = CliRunner().invoke(main, ["convert", str(path)])
     assert result.exit_code == 2 and "spec.successPolicy" in result.output
+
+
+def test_cli_model_option(tmp_path):
+    model = tmp_path / "model.yaml"
+    model.write_text(
+        yaml.safe_dump(
+            {"embeddings": [{"name": "ad_id", "vocabularySize": 10**6, "dimension": 32}]}
+        )
+    )
+    result = CliRunner().invoke(
+        main, ["convert", str(CASES / "ps.yaml"), "--model", str(model)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert "placeholder" not in result.output
+    job = yaml.safe_load(result.output)
+    assert job["spec"]["model"]["embeddings"][0]["name"] == "ad_id"
+    default = CliRunner().invoke(main, ["convert", str(CASES / "ps.yaml")]).output
+    assert default.startswith("# Converted by `etj convert` from TFJob ctr-ps.")
+    assert "placeholder" in default.splitlines()[1]
