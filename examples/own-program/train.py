@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps-per-join", type=int, default=20)
+    parser.add_argument("--checkpoint-every", type=int, default=500)
     args = parser.parse_args()
 
     # The tutorial's advice: RPCs to a lost worker fail fast, so its closures move on.
@@ -72,6 +73,7 @@ def main() -> int:
         head = tf_keras.layers.Dense(1)
         head.build((None, table.dimension))
         optimizer = tf_keras.optimizers.legacy.SGD(learning_rate=0.5)
+        step = tf.Variable(0, dtype=tf.int64, trainable=False)
     shards = len(getattr(embedding.embeddings, "variables", [embedding.embeddings]))
     print(json.dumps({"event": "table", "name": table.name, "shards": shards}), flush=True)
 
@@ -106,14 +108,32 @@ def main() -> int:
         losses = strategy.run(replica_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
+    # Checkpoints in etj's checkpoint volume; a restarted chief resumes from the newest, the
+    # table shard by shard on its ps (sdk.restore_in_pieces), the rest as usual.
+    directory = sdk.checkpoint_dir()
+    manager = None
+    if directory:
+        ckpt = tf.train.Checkpoint(user_id=embedding.embeddings, head=head, step=step)
+        manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=2)
+        if manager.latest_checkpoint:
+            path = manager.latest_checkpoint
+            sdk.restore_in_pieces(path, {"user_id": embedding.embeddings})
+            tf.train.Checkpoint(head=head, step=step).read(path).expect_partial()
+            print(json.dumps({"event": "restored", "step": int(step.numpy())}), flush=True)
+
     reporter = sdk.ProgressReporter(examples_per_step=args.batch)
-    done = 0
+    done = int(step.numpy())
     while done < args.steps:
         chunk = min(args.steps_per_join, args.steps - done)
         results = [coordinator.schedule(step_fn, args=(per_worker_iterator,)) for _ in range(chunk)]
         coordinator.join()  # a failed worker's closures run again on another worker
         done += chunk
         reporter.step(done, loss=float(results[-1].fetch()))
+        crossed = done // args.checkpoint_every > (done - chunk) // args.checkpoint_every
+        if manager is not None and (crossed or done == args.steps):
+            step.assign(done)
+            manager.save()
+            reporter.checkpointed(done)
     reporter.complete()
     return 0
 

@@ -25,13 +25,33 @@ STEPS = 4000
 KILL_AT = 200
 
 
-def own_program_job(steps: int = STEPS) -> dict:
+def own_program_job(steps: int = STEPS, *extra: str) -> dict:
     """examples/own-program.yaml: every role runs examples/own-program/train.py."""
     job = yaml.safe_load((ROOT / "examples" / "own-program.yaml").read_text())
     for role in ("chief", "worker", "ps"):
         container = job["spec"]["replicas"][role]["template"]["spec"]["containers"][0]
-        container["args"] = ["--steps", str(steps), "--batch", "32"]
+        container["args"] = ["--steps", str(steps), "--batch", "32", *extra]
     return job
+
+
+def etj_run(job: dict, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "etj"),
+            "run",
+            str(path),
+            "--workdir",
+            str(tmp_path / "run"),
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=ROOT,  # the example's command names its program relative to the repository
+        env={**os.environ, "COLUMNS": "200", "ETJ_PROGRESS_SECONDS": "0.5"},
+    )
 
 
 def _events(log: Path, event: str) -> list[dict]:
@@ -100,3 +120,24 @@ def test_own_ps_program_survives_a_killed_worker(tmp_path: Path):
     assert starts["chief-0"] == starts["worker-0"] == starts["ps-0"] == starts["ps-1"] == 1
     # The ps serve until stopped: etj stopped them, nothing is left.
     assert processes_under(workdir) == []
+
+
+def test_own_program_resumes_from_its_checkpoint(tmp_path: Path):
+    """The program checkpoints into etj's checkpoint directory (sdk.checkpoint_dir); run
+    again with more steps (``--resume`` keeps the work directory), it restores its table
+    shard by shard on the ps (sdk.restore_in_pieces) and goes on from there."""
+    first = etj_run(own_program_job(400, "--checkpoint-every", "200"), tmp_path)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    chief_log = tmp_path / "run" / "logs" / "own-program-chief-0.log"
+    assert [e["step"] for e in _events(chief_log, "checkpoint")] == [200, 400]
+    assert _events(chief_log, "restored") == []
+    second = etj_run(own_program_job(800, "--checkpoint-every", "200"), tmp_path, "--resume")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert [e["step"] for e in _events(chief_log, "restored")] == [400]
+    assert [e["step"] for e in _events(chief_log, "checkpoint")] == [200, 400, 600, 800]
+    # After the restore, training went on from step 400, not from 0.
+    lines = chief_log.read_text().splitlines()
+    after = lines[next(i for i, x in enumerate(lines) if '"restored"' in x) :]
+    steps = [json.loads(x)["step"] for x in after if x.startswith('{"') and '"progress"' in x]
+    assert steps and steps[-1] == 800 and min(steps) > 400
+    assert processes_under(tmp_path / "run") == []

@@ -242,3 +242,27 @@ def test_restore_in_pieces_of_a_partitioned_table(tmp_path: Path):
     whole = tf.Variable(tf.zeros((40000, 16)))
     sdk.restore_in_pieces(path, {"user_id": whole})
     np.testing.assert_array_equal(whole.numpy(), values)
+
+
+def test_checkpoint_dir_and_metrics_port_come_from_the_trainer_config(tmp_path: Path):
+    from etj.api.job import EmbeddingTrainingJob
+    from etj.render import build_trainer_config
+
+    job = EmbeddingTrainingJob.from_manifest(
+        {
+            "apiVersion": "training.etj.dev/v1alpha1",
+            "kind": "EmbeddingTrainingJob",
+            "metadata": {"name": "sdk"},
+            "spec": {
+                "model": {"embeddings": [{"name": "a", "vocabularySize": 10, "dimension": 2}]}
+            },
+        }
+    )
+    config = build_trainer_config(job, build_plan(job.spec), RenderSettings(metrics_port=9999))
+    path = tmp_path / "trainer.json"
+    path.write_text(json.dumps(config.to_wire()))
+    env = {"ETJ_TRAINER_CONFIG": str(path)}
+    assert sdk.checkpoint_dir(env) == "/var/lib/etj/checkpoints/sdk"
+    assert sdk.metrics_port(env) == 9999
+    assert sdk.metrics_port({**env, "ETJ_METRICS_PORT": "1234"}) == 1234
+    assert sdk.checkpoint_dir({}) is None and sdk.metrics_port({}) is None

@@ -32,7 +32,7 @@ a few lines of this module the program gets what etj's own trainer gets:
   before assigning any of it: twice the tables' memory for a moment), into any shard count::
 
       ckpt = tf.train.Checkpoint(user_id=embedding.embeddings, head=head)  # what is saved
-      path = tf.train.latest_checkpoint(directory)
+      path = tf.train.latest_checkpoint(sdk.checkpoint_dir())  # etj's checkpoint volume
       if path:
           sdk.restore_in_pieces(path, {"user_id": embedding.embeddings})   # the big ones
           tf.train.Checkpoint(head=head).read(path).expect_partial()      # the rest
@@ -145,6 +145,19 @@ def metrics_port(environ: dict[str, str] | None = None) -> int | None:
     with contextlib.suppress(OSError, ValueError):
         port = json.loads(Path(path).read_text()).get("metricsPort")
         return int(port) if port is not None else None
+    return None
+
+
+def checkpoint_dir(environ: dict[str, str] | None = None) -> str | None:
+    """The job's checkpoint directory (``spec.checkpoint``: on every replica, one per job),
+    from the trainer config etj mounts; None when there is none."""
+    env = os.environ if environ is None else environ
+    path = env.get(CONFIG_ENV)
+    if not path:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        directory = (json.loads(Path(path).read_text()).get("checkpoint") or {}).get("directory")
+        return str(directory) if directory else None
     return None
 
 
