@@ -1,4 +1,4 @@
-"""The ``etj`` command line: validate, plan, render, crd, run, operator, cluster.
+"""The ``etj`` command line: validate, plan, render, crd, convert, run, operator, cluster.
 
 Each subcommand imports what it needs when it runs, so that ``etj validate`` works
 without kopf, the Kubernetes client or TensorFlow installed. Commands read files and
@@ -127,3 +127,50 @@ def crd() -> None:
     from etj.crd import crd_yaml
 
     click.echo(crd_yaml(), nl=False)
+
+
+@main.command()
+@file_argument()
+@click.option(
+    "--model",
+    "model_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A YAML file with the job's spec.model (its embedding tables, for the shard plan); "
+    "default: a one-row placeholder table.",
+)
+def convert(file: str, model_file: str | None) -> None:
+    """Turn a Kubeflow TFJob (kubeflow.org/v1) into an EmbeddingTrainingJob running the same
+    containers; print it. Exit 2 naming the TFJob field that etj cannot express."""
+    from etj.cliio import InputError, display_name, load_documents
+    from etj.convert import ConversionError, convert_tfjob
+    from etj.crd import to_yaml
+    from etj.validation import validate_manifest
+
+    model = None
+    if model_file is not None:
+        model_docs = load_documents(model_file)
+        if len(model_docs) != 1 or not isinstance(model_docs[0], dict):
+            raise InputError(model_file, "expected one mapping (a spec.model)")
+        model = model_docs[0]
+    docs = load_documents(file)
+    if not docs:
+        raise InputError(file, "no documents (an empty file?)")
+    out = []
+    for i, doc in enumerate(docs):
+        prefix = display_name(file) + (f"[{i}]" if len(docs) > 1 else "")
+        try:
+            job = convert_tfjob(doc, model)
+        except ConversionError as e:
+            click.echo(f"{prefix}: {e}", err=True)
+            raise SystemExit(2) from None
+        result = validate_manifest(job)
+        if not result.ok:
+            for problem in result.problems:
+                click.echo(f"{prefix}: the converted job: {problem}", err=True)
+            raise SystemExit(2)
+        note = f"# Converted by `etj convert` from TFJob {job['metadata']['name']}.\n"
+        if model is None:
+            note += "# spec.model is a one-row placeholder table: `--model FILE` gives yours.\n"
+        out.append(note + to_yaml(job))
+    click.echo("---\n".join(out), nl=False)

@@ -570,4 +570,23 @@ CASES: list[Case] = [
             _set("spec.replicas.worker.resources", {"limits": {"memory": "1Gi"}}),
         ),
     ),
+    # A template is free-form in the CRD (a PodSpec): what etj owns in it is refused by
+    # the operator's code, which the API server does not run.
+    Case(
+        "template-sets-tf-config",
+        "plan",
+        "spec.replicas.worker.template",
+        "TF_CONFIG is set by etj",
+        _set(
+            "spec.replicas.worker.template",
+            {"spec": {"containers": [{"name": "tensorflow", "env": [{"name": "TF_CONFIG"}]}]}},
+        ),
+    ),
+    Case(
+        "template-sets-restart-policy",
+        "plan",
+        "spec.replicas.ps.template",
+        "spec.restartPolicy may not be set",
+        _set("spec.replicas.ps.template", {"spec": {"restartPolicy": "Always"}}),
+    ),
 ]

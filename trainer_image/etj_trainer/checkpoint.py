@@ -47,11 +47,16 @@ def slice_spec(full_shape: list[int], offset: int, rows: int) -> str:
 
 
 def restore_in_pieces(state: TrainingState, path: str) -> None:
-    """Assign every saved variable of ``state`` from ``path``, one component per device at a
-    time, read and assigned on that device; a shard's rows come from the saved table
-    whatever its saved sharding was."""
+    """Assign every saved variable of ``state`` from ``path`` (``restore_components``)."""
+    restore_components(path, {**state.named_variables(), "step": [state.step]})
+
+
+def restore_components(path: str, wanted: dict[str, list[Any]]) -> None:
+    """Assign each variable of ``wanted`` (checkpoint key without ``VALUE_SUFFIX`` → its
+    components, in row order) from ``path``, one component per device at a time, read and
+    assigned on that device; a shard's rows come from the saved tensor whatever its saved
+    sharding was."""
     shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
-    wanted = {**state.named_variables(), "step": [state.step]}
     missing = sorted(k for k in wanted if k + VALUE_SUFFIX not in shapes)
     if missing:
         raise CheckpointMismatch(f"{path} has no {', '.join(missing)}: was the model changed?")

@@ -66,3 +66,21 @@ KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 # holds a pod until the group's Workload is admitted.
 KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+# The main container under its TFJob name: a template's container named so is etj's own.
+TFJOB_CONTAINER_NAME = "tensorflow"
+TF_CONFIG_ENV = "TF_CONFIG"
+# Environment variables whose names start so are etj's (a template may not set them).
+ETJ_ENV_PREFIX = "ETJ_"
+# Every replica finds the shard plan (``ShardPlan`` wire JSON) in the file this names: the
+# trainer config ConfigMap carries it as SHARD_PLAN_FILE next to TRAINER_CONFIG_FILE.
+SHARD_PLAN_ENV = "ETJ_SHARD_PLAN"
+SHARD_PLAN_FILE = "shard-plan.json"
+# The local port the chief's metrics page is served on under ``etj run``.
+METRICS_PORT_ENV = "ETJ_METRICS_PORT"
+# The Pod volumes etj renders itself; a template may not define volumes of these names.
+VOLUME_TRAINER_CONFIG = "trainer-config"
+VOLUME_CHECKPOINTS = "checkpoints"
+VOLUME_TMP = "tmp"
+VOLUME_DATA = "data"
+ETJ_VOLUMES = (VOLUME_TRAINER_CONFIG, VOLUME_CHECKPOINTS, VOLUME_TMP, VOLUME_DATA)

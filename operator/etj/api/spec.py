@@ -20,6 +20,7 @@ from pydantic import Field, field_validator, model_validator
 from etj.api.base import ApiModel, Quantity
 from etj.api.constants import MANAGED_BY
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
+from etj.api.podtemplate import PodTemplate
 from etj.api.rules import Rule, cel_extra, check_rules
 
 _cel = cel_extra
@@ -83,6 +84,13 @@ class ReplicaSpec(ApiModel):
     resources: ResourceRequirements | None = Field(
         default=None, description="Resources of each replica of this role."
     )
+    template: PodTemplate | None = Field(
+        default=None,
+        description=(
+            "A Pod template merged over this role's Pods, e.g. to run your own TensorFlow "
+            "program (the trainer container's command and args) with sidecars and volumes."
+        ),
+    )
 
 
 class ChiefSpec(ReplicaSpec):
@@ -117,6 +125,13 @@ class PsSpec(ApiModel):
         description=(
             "Resources of each ps. Its memory limit (else request) is the memory budget the "
             "planner fits shards into; the memory request is raised to what the plan needs."
+        ),
+    )
+    template: PodTemplate | None = Field(
+        default=None,
+        description=(
+            "A Pod template merged over this role's Pods, e.g. to run your own TensorFlow "
+            "program (the trainer container's command and args) with sidecars and volumes."
         ),
     )
 

@@ -43,6 +43,8 @@ def run(
     """Run every replica of a job as a local process, with the operator's restart rules."""
     from etj.cliio import InputError, display_name, load_documents
     from etj.local.runner import LocalRunner, Reporter
+    from etj.render.objects import role_template
+    from etj.render.podtemplate import template_command
     from etj.validation import validate_manifest
 
     console = Console()
@@ -58,6 +60,8 @@ def run(
     steps = job.spec.training.steps
     epochs = job.spec.training.epochs
     length = f"{epochs} epochs (steps counted by the trainer)" if epochs else f"{steps} steps"
+    if any(template_command(role_template(job, role)) for role in ("chief", "worker")):
+        length = "its own program (the template's command)"
     console.print(
         f"[bold]{job.name}[/]: {plan.strategy}, chief+{job.spec.replicas.worker.replicas} workers"
         f"+{plan.ps_replicas} ps, {len(plan.tables)} tables in "
@@ -88,15 +92,19 @@ def run(
             )
 
         reporter = Reporter(on_event=lambda m: bar.console.print(f"  {m}"), on_status=on_status)
-        runner = LocalRunner(
-            job,
-            plan,
-            Path(workdir or Path(".etj-run") / job.name),
-            python=python,
-            kill_worker_at=kill_worker_at,
-            reporter=reporter,
-            fresh=not resume,
-        )
+        try:
+            runner = LocalRunner(
+                job,
+                plan,
+                Path(workdir or Path(".etj-run") / job.name),
+                python=python,
+                kill_worker_at=kill_worker_at,
+                reporter=reporter,
+                fresh=not resume,
+            )
+        except ValueError as e:
+            click.echo(f"{display_name(file)}: {e}", err=True)
+            raise SystemExit(2) from None
         # SIGTERM (e.g. from a CI timeout) stops the replicas like Ctrl-C does.
         signal.signal(signal.SIGTERM, _raise_interrupt)
         try:

@@ -21,6 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from etj.api.constants import (
+    METRICS_PORT_ENV,
+    VOLUME_CHECKPOINTS,
+    VOLUME_TMP,
+    VOLUME_TRAINER_CONFIG,
+)
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
@@ -143,6 +149,9 @@ class LocalRunner:
         self._last_progress = 0.0
         self.evaluation: Evaluation | None = None
         self._write_trainer_config()
+        # A command that cannot run locally fails now, not after some replicas started.
+        for role, index in self.replicas.tasks():
+            self._command(build_pod(self.job, plan, role, index, self.settings, self._address))
 
     # ---- rendering ---------------------------------------------------------------------
 
@@ -154,15 +163,47 @@ class LocalRunner:
         for file_name, text in cm["data"].items():
             (self.workdir / "config" / file_name).write_text(text)
 
+    def _volume_dirs(self, pod: dict) -> dict[str, str]:
+        """Local directories for the pod's volumes: etj's under the work directory, a
+        template's emptyDir under ``volumes/``, a hostPath as itself (others: unmapped)."""
+        dirs = {
+            VOLUME_TRAINER_CONFIG: str(self.workdir / "config"),
+            VOLUME_CHECKPOINTS: str(self.workdir / "checkpoints"),
+            VOLUME_TMP: str(self.workdir / "tmp"),
+        }
+        for v in pod["spec"].get("volumes") or []:
+            if v["name"] in dirs:
+                continue
+            if "emptyDir" in v:
+                path = self.workdir / "volumes" / v["name"]
+                path.mkdir(parents=True, exist_ok=True)
+                dirs[v["name"]] = str(path)
+            elif "hostPath" in v:
+                dirs[v["name"]] = str(v["hostPath"]["path"])
+        return dirs
+
+    def _command(self, pod: dict) -> list[str]:
+        """The container's command, with ``python`` as this run's interpreter and a relative
+        path to an existing file (``python train.py``) taken from where ``etj run`` runs:
+        the replicas run in the work directory."""
+        container = pod["spec"]["containers"][0]
+        command = list(container.get("command") or [])
+        if not command:
+            raise ValueError(
+                f"{pod['metadata']['name']}: the container has no command (its image's "
+                "entrypoint runs it); etj run needs the command in the template"
+            )
+        if command[0] in ("python", "python3"):
+            command[0] = self.python
+        for i, arg in enumerate(command[1:], start=1):
+            if not os.path.isabs(arg) and os.path.isfile(arg):
+                command[i] = os.path.abspath(arg)
+        return command
+
     def _start(self, role: str, index: int) -> None:
         pod = build_pod(self.job, self.plan, role, index, self.settings, self._address)
-        volumes = {
-            "trainer-config": str(self.workdir / "config"),
-            "checkpoints": str(self.workdir / "checkpoints"),
-            "tmp": str(self.workdir / "tmp"),
-        }
-        spec = pod_process(pod, volumes, command=[self.python, "-m", "etj_trainer"])
-        env = {**os.environ, **spec.env, "ETJ_METRICS_PORT": str(self.metrics_port)}
+        spec = pod_process(pod, self._volume_dirs(pod), command=self._command(pod))
+        env = {**os.environ, **spec.env, METRICS_PORT_ENV: str(self.metrics_port)}
         log = self.workdir / "logs" / f"{spec.name}.log"
         self.procs[(role, index)] = start(spec.name, spec.command, env, log, self.workdir)
 

@@ -214,8 +214,13 @@ def decide(world: World) -> Decision:
         final, final_evaluation = parse_completion(p.pods[leader(replicas)].message, p.now)
         p.st.evaluation = final_evaluation or world.evaluation or p.st.evaluation
         last = final or world.progress or p.st.progress or Progress()
-        # (With training.epochs the steps are counted by the trainer: keep its last step.)
-        steps = 0 if job.spec.training.epochs else job.spec.training.steps
+        # (With training.epochs the steps are counted by the trainer, and a job's own
+        # program counts its own: keep its last step.)
+        own = any(
+            spec is not None and spec.template is not None and spec.template.runs_own_program
+            for spec in (job.spec.replicas.chief, job.spec.replicas.worker)
+        )
+        steps = 0 if job.spec.training.epochs or own else job.spec.training.steps
         p.st.progress = last.model_copy(update={"step": max(last.step, steps)})
         p.finish(
             Phase.SUCCEEDED,

@@ -30,11 +30,17 @@ from etj.api.constants import (
     LABEL_REPLICA_TYPE,
     MANAGED_BY_VALUE,
     METRICS_PORT,
+    SHARD_PLAN_ENV,
+    SHARD_PLAN_FILE,
     TERMINATION_LOG,
     TERMINATION_LOG_ENV,
     TF_PORT,
     TRAINER_CONFIG_FILE,
     TRAINER_CONFIG_MOUNT,
+    VOLUME_CHECKPOINTS,
+    VOLUME_DATA,
+    VOLUME_TMP,
+    VOLUME_TRAINER_CONFIG,
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
@@ -43,6 +49,7 @@ from etj.api.spec import GangScheduler, ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.render.kueue import kueue_pod_metadata
 from etj.render.scheduling import build_gang, gang_scheduler, pod_scheduling
+from etj.render.podtemplate import merge_pod_template, template_resources
 from etj.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
 
 # Annotation carrying the memory limit an OOM-killed replica was recreated with.
@@ -197,15 +204,40 @@ def build_config_map(
         namespace=job.namespace,
         labels=common_labels(job),
         owner=owner_reference(job),
-        file_name=TRAINER_CONFIG_FILE,
-        trainer_config=json.dumps(config.to_wire(), indent=1, sort_keys=True),
+        files={
+            TRAINER_CONFIG_FILE: json.dumps(config.to_wire(), indent=1, sort_keys=True),
+            # The plan alone, for a job's own program (``ETJ_SHARD_PLAN``, etj_trainer.sdk).
+            SHARD_PLAN_FILE: json.dumps(plan.to_wire(), indent=1, sort_keys=True),
+        },
     )
 
 
-def _role_resources(job: EmbeddingTrainingJob, role: str) -> ResourceRequirements | None:
+def _role_spec(job: EmbeddingTrainingJob, role: str) -> Any:
     r = job.spec.replicas
-    spec = {"chief": r.chief, "worker": r.worker, "ps": r.ps, "evaluator": r.evaluator}[role]
-    return spec.resources if spec is not None else None
+    return {"chief": r.chief, "worker": r.worker, "ps": r.ps, "evaluator": r.evaluator}[role]
+
+
+def role_template(job: EmbeddingTrainingJob, role: str) -> dict[str, Any] | None:
+    """The wire form of ``spec.replicas.<role>.template``, if the role has one."""
+    spec = _role_spec(job, role)
+    template = getattr(spec, "template", None) if spec is not None else None
+    return template.to_wire() if template is not None else None
+
+
+def _role_resources(job: EmbeddingTrainingJob, role: str) -> ResourceRequirements | None:
+    """The role's resources: ``resources``, with the template container's over them."""
+    spec = _role_spec(job, role)
+    given = spec.resources if spec is not None else None
+    extra = template_resources(role_template(job, role))
+    if not extra:
+        return given
+    base = given.to_wire() if given else {}
+    merged = {
+        k: {**(base.get(k) or {}), **(extra.get(k) or {})}
+        for k in ("requests", "limits")
+        if base.get(k) or extra.get(k)
+    }
+    return ResourceRequirements.model_validate(merged)
 
 
 def replica_resources(
@@ -246,20 +278,20 @@ def _volumes(job: EmbeddingTrainingJob) -> tuple[list[dict[str, Any]], list[dict
     spec = job.spec
     checkpoint_source = spec.checkpoint.volume or {"emptyDir": {}}
     volumes = [
-        {"name": "trainer-config", "configMap": {"name": config_map_name(job.name)}},
-        {"name": "checkpoints", **checkpoint_source},
+        {"name": VOLUME_TRAINER_CONFIG, "configMap": {"name": config_map_name(job.name)}},
+        {"name": VOLUME_CHECKPOINTS, **checkpoint_source},
         # TensorFlow writes temporary files; the root filesystem is read-only.
-        {"name": "tmp", "emptyDir": {}},
+        {"name": VOLUME_TMP, "emptyDir": {}},
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "trainer-config", "mountPath": TRAINER_CONFIG_MOUNT, "readOnly": True},
-        {"name": "checkpoints", "mountPath": spec.checkpoint.mount_path},
-        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": VOLUME_TRAINER_CONFIG, "mountPath": TRAINER_CONFIG_MOUNT, "readOnly": True},
+        {"name": VOLUME_CHECKPOINTS, "mountPath": spec.checkpoint.mount_path},
+        {"name": VOLUME_TMP, "mountPath": "/tmp"},
     ]
     files = spec.data.files
     if spec.data.source == "files" and files is not None and files.volume:
-        volumes.append({"name": "data", **files.volume})
-        mounts.append({"name": "data", "mountPath": "/data", "readOnly": True})
+        volumes.append({"name": VOLUME_DATA, **files.volume})
+        mounts.append({"name": VOLUME_DATA, "mountPath": "/data", "readOnly": True})
     return volumes, mounts
 
 
@@ -314,6 +346,7 @@ def build_pod(
     env: list[dict[str, Any]] = [
         {"name": "TF_CONFIG", "value": tf_config(replicas, role, index, address)},
         {"name": "ETJ_TRAINER_CONFIG", "value": f"{TRAINER_CONFIG_MOUNT}/{TRAINER_CONFIG_FILE}"},
+        {"name": SHARD_PLAN_ENV, "value": f"{TRAINER_CONFIG_MOUNT}/{SHARD_PLAN_FILE}"},
         {"name": "ETJ_JOB_NAME", "value": job.name},
         {"name": "ETJ_REPLICA_TYPE", "value": role},
         {"name": "ETJ_REPLICA_INDEX", "value": str(index)},
@@ -332,7 +365,7 @@ def build_pod(
     )
     readiness = {"tcpSocket": {"port": settings.tf_port}, "periodSeconds": 5} if serves_tf else None
     volumes, mounts = _volumes(job)
-    return _render(
+    pod = _render(
         "pod.yaml.j2",
         name=name,
         job=job.name,
@@ -354,6 +387,7 @@ def build_pod(
         termination_log=TERMINATION_LOG,
         volumes=volumes,
     )
+    return merge_pod_template(pod, role_template(job, role))
 
 
 def build_pods(

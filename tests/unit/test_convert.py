@@ -1,0 +1,197 @@
+"""`etj convert`: three Kubeflow TFJob manifests (PS, MWMS, with an evaluator) become jobs
+that `etj validate` accepts and that render the TFJob's containers; what etj cannot express
+is refused naming the TFJob field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from etj.cli import main
+from etj.convert import ConversionError, convert_tfjob
+from etj.render import RenderSettings, build_pods
+from etj.validation import validate_manifest
+
+CASES = Path(__file__).resolve().parents[1] / "cases" / "tfjob"
+TFJOBS = ["ps.yaml", "mwms.yaml", "evaluator.yaml"]
+ROLE = {
+    "chief": "chief",
+    "master": "chief",
+    "worker": "worker",
+    "ps": "ps",
+    "evaluator": "evaluator",
+}
+
+
+def _tfjob(name: str) -> dict:
+    return yaml.safe_load((CASES / name).read_text())
+
+
+@pytest.mark.parametrize("name", TFJOBS)
+def test_converted_job_is_valid_and_renders_the_same_containers(name):
+    tfjob = _tfjob(name)
+    result = validate_manifest(convert_tfjob(tfjob))
+    assert result.ok, result.problems
+    pods = build_pods(result.job, result.plan, RenderSettings())
+    expected = {ROLE[k.lower()]: rs for k, rs in tfjob["spec"]["tfReplicaSpecs"].items()}
+    counts = {}
+    for pod in pods:
+        role = pod["metadata"]["labels"]["training.etj.dev/replica-type"]
+        counts[role] = counts.get(role, 0) + 1
+        given = expected[role]["template"]["spec"]
+        rendered = {c["name"]: c for c in pod["spec"]["containers"]}
+        for c in given["containers"]:
+            mine = rendered["trainer" if c["name"] == "tensorflow" else c["name"]]
+            assert mine["image"] == c["image"]
+            assert mine.get("command") == c.get("command")  # none: the image's entrypoint
+            assert mine.get("args") == c.get("args")
+            env = {e["name"]: e for e in mine.get("env") or []}
+            for e in c.get("env") or []:
+                assert env[e["name"]] == e
+            for m in c.get("volumeMounts") or []:
+                assert m in mine["volumeMounts"]
+            # the security context the TFJob gives, else none (the image as it was built)
+            assert mine.get("securityContext", {}) == c.get("securityContext", {})
+            if c["name"] == "tensorflow":
+                tf_config = json.loads(env["TF_CONFIG"]["value"])
+                assert tf_config["task"]["type"] == role
+                for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+                    assert mine["resources"]["limits"][k] == v
+                if "cpu" in ((c.get("resources") or {}).get("requests") or {}):
+                    assert mine["resources"]["requests"]["cpu"] == c["resources"]["requests"]["cpu"]
+        assert len(rendered) == len(given["containers"])
+        assert pod["spec"]["securityContext"] == given.get("securityContext", {})
+        for key in ("initContainers", "schedulerName", "topologySpreadConstraints", "nodeSelector"):
+            if key in given:
+                assert pod["spec"][key] == given[key]
+        for v in given.get("volumes") or []:
+            assert v in pod["spec"]["volumes"]
+        assert pod["spec"]["restartPolicy"] == "Never"  # etj restarts replicas itself
+    assert counts == {role: rs.get("replicas", 1) for role, rs in expected.items()}
+
+
+def test_ps_tfjob_maps_strategy_and_run_policy():
+    job = convert_tfjob(_tfjob("ps.yaml"))
+    spec = job["spec"]
+    assert spec["strategy"] == "ParameterServer"
+    assert spec["replicas"]["ps"]["replicas"] == 2
+    assert spec["runPolicy"] == {
+        "cleanPodPolicy": "Running",
+        "backoffLimit": 4,
+        "activeDeadlineSeconds": 7200,
+        "ttlSecondsAfterFinished": 600,
+        "restartPolicy": "OnFailure",
+    }
+    assert job["metadata"] == {"name": "ctr-ps", "namespace": "ml", "labels": {"team": "ranking"}}
+    # The ps memory is where the planner reads it: the role's resources.
+    assert spec["replicas"]["ps"]["resources"] == {
+        "requests": {"cpu": "2", "memory": "16Gi"},
+        "limits": {"memory": "16Gi"},
+    }
+    assert "resources" not in spec["replicas"]["ps"]["template"]["spec"]["containers"][0]
+    assert convert_tfjob(_tfjob("mwms.yaml"))["spec"]["strategy"] == "MultiWorkerMirrored"
+    assert convert_tfjob(_tfjob("mwms.yaml"))["spec"]["runPolicy"]["restartPolicy"] == "ExitCode"
+
+
+def test_model_is_taken_when_given():
+    model = {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]}
+    job = convert_tfjob(_tfjob("ps.yaml"), model)
+    result = validate_manifest(job)
+    assert result.ok and [t.name for t in result.plan.tables] == ["user_id"]
+
+
+def _broken(change) -> dict:
+    tfjob = copy.deepcopy(_tfjob("evaluator.yaml"))
+    change(tfjob)
+    return tfjob
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda t: t["spec"].update(successPolicy="AllWorkers"), "spec.successPolicy"),
+        (lambda t: t["spec"].update(enableDynamicWorker=True), "spec.enableDynamicWorker"),
+        (
+            lambda t: t["spec"].update(runPolicy={"schedulingPolicy": {"minAvailable": 3}}),
+            "spec.runPolicy.schedulingPolicy",
+        ),
+        (
+            lambda t: (
+                t["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Never")
+                or t["spec"]["tfReplicaSpecs"]["Master"].update(restartPolicy="OnFailure")
+            ),
+            "spec.tfReplicaSpecs.Worker.restartPolicy",
+        ),
+        (lambda t: t["spec"]["tfReplicaSpecs"].pop("Master"), "spec.tfReplicaSpecs.Chief"),
+        (
+            lambda t: t["spec"]["tfReplicaSpecs"].update(
+                Chief=t["spec"]["tfReplicaSpecs"]["Master"]
+            ),
+            "spec.tfReplicaSpecs.Chief",
+        ),
+        (lambda t: t["spec"]["tfReplicaSpecs"].update(Launcher={}), "spec.tfReplicaSpecs.Launcher"),
+        (
+            lambda t: t["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0].update(
+                name="main"
+            ),
+            "spec.tfReplicaSpecs.PS.template.spec.containers",
+        ),
+        (lambda t: t.update(apiVersion="kubeflow.org/v1beta1"), "apiVersion"),
+        (lambda t: t.update(kind="PyTorchJob"), "kind"),
+    ],
+)
+def test_what_etj_cannot_express_names_the_field(change, field):
+    with pytest.raises(ConversionError) as e:
+        convert_tfjob(_broken(change))
+    assert e.value.field.startswith(field), str(e.value)
+
+
+def test_cli_prints_a_valid_job(tmp_path):
+    result = CliRunner().invoke(main, ["convert", str(CASES / "ps.yaml")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    job = yaml.safe_load(result.output)
+    assert job["kind"] == "EmbeddingTrainingJob"
+    path = tmp_path / "job.yaml"
+    path.write_text(result.output)
+    check = CliRunner().invoke(main, ["validate", str(path)], catch_exceptions=False)
+    assert check.exit_code == 0 and "ctr-ps: valid (ParameterServer, 2 ps)" in check.output
+
+
+def test_cli_fails_naming_the_field(tmp_path):
+    tfjob = _tfjob("mwms.yaml")
+    tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "TF_CONFIG", "value": "{}"}
+    ]
+    path = tmp_path / "tfjob.yaml"
+    path.write_text(yaml.safe_dump(tfjob))
+    result = CliRunner().invoke(main, ["convert", str(path)])
+    assert result.exit_code == 2
+    assert "spec.replicas.worker.template" in result.output and "TF_CONFIG" in result.output
+    tfjob["spec"]["successPolicy"] = "AllWorkers"
+    path.write_text(yaml.safe_dump(tfjob))
+    result = CliRunner().invoke(main, ["convert", str(path)])
+    assert result.exit_code == 2 and "spec.successPolicy" in result.output
+
+
+def test_cli_model_option(tmp_path):
+    model = tmp_path / "model.yaml"
+    model.write_text(
+        yaml.safe_dump(
+            {"embeddings": [{"name": "ad_id", "vocabularySize": 10**6, "dimension": 32}]}
+        )
+    )
+    result = CliRunner().invoke(
+        main, ["convert", str(CASES / "ps.yaml"), "--model", str(model)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert "placeholder" not in result.output
+    job = yaml.safe_load(result.output)
+    assert job["spec"]["model"]["embeddings"][0]["name"] == "ad_id"
+    default = CliRunner().invoke(main, ["convert", str(CASES / "ps.yaml")]).output
+    assert default.startswith("# Converted by `etj convert` from TFJob ctr-ps.")
+    assert "placeholder" in default.splitlines()[1]

@@ -1,0 +1,270 @@
+"""Helpers for your own TensorFlow program under etj (``spec.replicas.<role>.template``).
+
+etj gives every replica of such a program ``TF_CONFIG`` (use it as with TFJob:
+``tf.distribute.cluster_resolver.TFConfigClusterResolver()``), ``ETJ_REPLICA_TYPE``/
+``ETJ_REPLICA_INDEX``, and the shard plan in the file named by ``ETJ_SHARD_PLAN``. With
+a few lines of this module the program gets what etj's own trainer gets:
+
+- ``load_shard_plan()`` and ``PlanPartitioner``: ParameterServerStrategy's
+  ``variable_partitioner`` that splits each embedding table into the plan's shard count
+  (so each ps holds what the planner sized its memory for), and leaves every other
+  variable whole::
+
+      plan = sdk.load_shard_plan()
+      partitioner = sdk.PlanPartitioner(plan)
+      strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+      with strategy.scope(), partitioner.table("user_id"):
+          table = tf.Variable(initial_value, name="user_id")
+
+- ``ProgressReporter``: on the chief (else worker 0), serves the metrics page the operator
+  scrapes (``etj_trainer_step``, ``_loss``, ``_auc``, ``_examples_per_second``,
+  ``_last_checkpoint_step``), writes the ``{"event": "progress"}`` lines ``etj run`` reads,
+  and at the end ``complete()`` writes the ``TrainingComplete`` termination message, so
+  ``kubectl get etj`` shows the step, loss and final progress of your program::
+
+      reporter = sdk.ProgressReporter(examples_per_step=batch_size)
+      for step in ...:
+          reporter.step(step, loss=loss)
+      reporter.complete()
+
+- ``restore_in_pieces``: restore large tables from a ``tf.train.Checkpoint`` one shard at
+  a time, each read and assigned on its own ps (``Checkpoint.restore`` reads all a ps holds
+  before assigning any of it: twice the tables' memory for a moment), into any shard count::
+
+      ckpt = tf.train.Checkpoint(user_id=embedding.embeddings, head=head)  # what is saved
+      path = tf.train.latest_checkpoint(sdk.checkpoint_dir())  # etj's checkpoint volume
+      if path:
+          sdk.restore_in_pieces(path, {"user_id": embedding.embeddings})   # the big ones
+          tf.train.Checkpoint(head=head).read(path).expect_partial()      # the rest
+
+etj keeps owning the rest: it stops the ps when the chief exits 0, restarts failed
+replicas by ``runPolicy.restartPolicy`` and counts them against ``backoffLimit``. A restarted
+replica starts the same command again, so a program that wants to resume restores its own
+checkpoint (``tf.train.CheckpointManager``).
+
+Needs no kopf and no Kubernetes client; TensorFlow is imported only where it is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from etj.api.constants import REASON_COMPLETED, SHARD_PLAN_ENV
+from etj.api.plan import ShardPlan, TablePlan
+from etj_trainer.config import CONFIG_ENV, METRICS_PORT_ENV
+from etj_trainer.progress import Metrics, emit
+from etj_trainer.termination import write_termination_message
+
+REPLICA_TYPE_ENV = "ETJ_REPLICA_TYPE"
+REPLICA_INDEX_ENV = "ETJ_REPLICA_INDEX"
+
+
+class SdkError(RuntimeError):
+    """This program is not set up the way etj runs it (e.g. no shard plan file)."""
+
+
+def load_shard_plan(path: str | os.PathLike[str] | None = None) -> ShardPlan:
+    """The job's shard plan: from ``path``, else the file ``ETJ_SHARD_PLAN`` names."""
+    source = path or os.environ.get(SHARD_PLAN_ENV)
+    if not source:
+        raise SdkError(f"no shard plan: {SHARD_PLAN_ENV} is not set (is this run by etj?)")
+    try:
+        text = Path(source).read_text()
+    except OSError as e:
+        raise SdkError(f"cannot read the shard plan {source}: {e.strerror or e}") from e
+    return ShardPlan.model_validate_json(text)
+
+
+class PlanPartitioner:
+    """``variable_partitioner`` for ``tf.distribute.ParameterServerStrategy`` that follows
+    the plan: inside ``with partitioner.table(name):`` a variable is split along its rows
+    into the table's planned shard count; every other variable stays whole.
+
+    TensorFlow calls a partitioner with the shape and dtype only, so the table being
+    created is announced by name (two tables of one shape are told apart). A table the
+    plan does not know is an error: a typo would otherwise silently land on one ps.
+    """
+
+    def __init__(self, plan: ShardPlan):
+        self.plan = plan
+        self._tables = {t.name: t for t in plan.tables}
+        self._pending: TablePlan | None = None
+
+    def shards(self, name: str) -> int:
+        """The planned shard count of table ``name``."""
+        try:
+            return self._tables[name].shards
+        except KeyError:
+            known = ", ".join(sorted(self._tables)) or "none"
+            raise SdkError(f"table {name!r} is not in the shard plan (planned: {known})") from None
+
+    @contextlib.contextmanager
+    def table(self, name: str) -> Iterator[TablePlan]:
+        self.shards(name)  # fail early on an unknown name
+        self._pending = self._tables[name]
+        try:
+            yield self._pending
+        finally:
+            self._pending = None
+
+    def __call__(self, shape: Any, dtype: Any = None) -> list[int]:
+        rank = len(shape)
+        if self._pending is None or rank == 0:
+            return [1] * rank
+        # Never more shards than rows (TensorFlow refuses empty partitions).
+        return [min(self._pending.shards, int(shape[0]))] + [1] * (rank - 1)
+
+
+def is_leader(environ: dict[str, str] | None = None) -> bool:
+    """Whether this replica reports progress: the chief, else worker 0 of a job without one."""
+    env = os.environ if environ is None else environ
+    role = env.get(REPLICA_TYPE_ENV)
+    index = env.get(REPLICA_INDEX_ENV, "0")
+    if role == "chief":
+        return True
+    if role != "worker" or index != "0":
+        return False
+    tf_config = json.loads(env.get("TF_CONFIG") or "{}")
+    return not (tf_config.get("cluster") or {}).get("chief")
+
+
+def metrics_port(environ: dict[str, str] | None = None) -> int | None:
+    """The port of the metrics page: ``ETJ_METRICS_PORT``, else the trainer config's."""
+    env = os.environ if environ is None else environ
+    if env.get(METRICS_PORT_ENV):
+        return int(env[METRICS_PORT_ENV])
+    path = env.get(CONFIG_ENV)
+    if not path:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        port = json.loads(Path(path).read_text()).get("metricsPort")
+        return int(port) if port is not None else None
+    return None
+
+
+def checkpoint_dir(environ: dict[str, str] | None = None) -> str | None:
+    """The job's checkpoint directory (``spec.checkpoint``: on every replica, one per job),
+    from the trainer config etj mounts; None when there is none."""
+    env = os.environ if environ is None else environ
+    path = env.get(CONFIG_ENV)
+    if not path:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        directory = (json.loads(Path(path).read_text()).get("checkpoint") or {}).get("directory")
+        return str(directory) if directory else None
+    return None
+
+
+class ProgressReporter:
+    """The progress of your program, where etj reads it (see the module docstring).
+
+    Only the leader (``is_leader``) reports; on every other replica each method does
+    nothing, so the same code runs everywhere. ``interval``: seconds between reports
+    (``ETJ_PROGRESS_SECONDS`` overrides it, as for etj's trainer).
+    """
+
+    def __init__(
+        self,
+        examples_per_step: int = 0,
+        *,
+        interval: float = 10.0,
+        port: int | None = None,
+        enabled: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.enabled = is_leader() if enabled is None else enabled
+        self.examples_per_step = examples_per_step
+        self.interval = float(os.environ.get("ETJ_PROGRESS_SECONDS", interval))
+        self.clock = clock
+        self.metrics = Metrics(
+            (port if port is not None else metrics_port()) if self.enabled else None
+        )
+        self.last_step = 0
+        self.last_checkpoint_step: int | None = None
+        self.last: dict[str, Any] = {"step": 0}
+        self._loss: float | None = None
+        self._auc: float | None = None
+        self._eps = 0.0
+        self._mark = (clock(), 0)
+        self._reported = float("-inf")
+
+    def step(
+        self, step: int, loss: float | None = None, auc: float | None = None, force: bool = False
+    ) -> dict[str, Any] | None:
+        """Training reached global ``step`` (with the recent loss/AUC, if known); reports
+        when ``interval`` has passed (or ``force``). Returns what it reported, else None."""
+        if not self.enabled:
+            return None
+        self.last_step = int(step)
+        m = self.metrics
+        m.step.set(step)
+        if loss is not None:
+            self._loss = float(loss)
+            m.loss.set(loss)
+        if auc is not None:
+            self._auc = float(auc)
+            m.auc.set(auc)
+        now = self.clock()
+        if not force and now - self._reported < self.interval:
+            return None
+        mark_time, mark_step = self._mark
+        if now > mark_time and step > mark_step:  # else no new measurement: keep the last
+            self._eps = (step - mark_step) * self.examples_per_step / (now - mark_time)
+        eps = self._eps
+        m.examples_per_second.set(eps)
+        fields = {
+            "step": int(step),
+            "loss": self._loss,
+            "auc": self._auc,
+            "examplesPerSecond": round(eps, 1),
+            "lastCheckpointStep": self.last_checkpoint_step,
+        }
+        emit("progress", **fields)
+        self.last = {k: v for k, v in fields.items() if v is not None}
+        self._mark = (now, int(step))
+        self._reported = now
+        return fields
+
+    def checkpointed(self, step: int) -> None:
+        """A checkpoint of ``step`` was written (status.progress.lastCheckpointStep)."""
+        if not self.enabled:
+            return
+        self.last_checkpoint_step = int(step)
+        self.metrics.last_checkpoint_step.set(step)
+        emit("checkpoint", step=int(step))
+
+    def complete(self) -> None:
+        """Training is done: the final progress as the ``TrainingComplete`` termination
+        message (the operator's last scrape may be older). Call it just before exit 0."""
+        if not self.enabled:
+            return
+        final = self.step(self.last_step, force=True) or self.last
+        progress = {k: v for k, v in final.items() if v is not None}
+        emit("done", step=self.last_step)
+        write_termination_message(
+            REASON_COMPLETED, json.dumps({"progress": progress}, separators=(",", ":"))
+        )
+
+
+def restore_in_pieces(path: str, variables: dict[str, Any]) -> None:
+    """Assign each of ``variables`` from the checkpoint ``path``, piece by piece.
+
+    Keys are the variables' paths in the ``tf.train.Checkpoint`` that saved them
+    (``"user_id"`` for ``Checkpoint(user_id=table)``, ``"model/table"`` for
+    ``Checkpoint(model=Checkpoint(table=table))``); values are ``tf.Variable``s or
+    ``ShardedVariable``s (ParameterServerStrategy's partitioned variables). Each shard is
+    read and assigned on its own device, one shard per device at a time, from the rows it
+    holds, whatever the saved shard count was. A key not in the checkpoint, or a shape that
+    differs, raises ``CheckpointMismatch`` before anything is assigned.
+    """
+    from etj_trainer.checkpoint import restore_components  # TensorFlow: only when used
+
+    restore_components(
+        path, {key: list(getattr(v, "variables", [v])) for key, v in variables.items()}
+    )
