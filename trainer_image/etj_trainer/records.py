@@ -101,7 +101,7 @@ class Sharding:
     repeated forever when ``repeat`` (else once, in file order, deterministic)."""
 
     num_shards: int = 1
-    shard_index: int = 0
+    shard_index: int | tf.Tensor = 0  # a tensor: a worker index bound where the pipeline runs
     seed: int | None = None
     repeat: bool = True
 
