@@ -28,12 +28,12 @@ ROWS_PER_FILE = 32
 BATCH = 8
 
 
-def _files(tmp_path: Path, n: int) -> dict[int, int]:
+def _files(tmp_path: Path, n: int, rows: int = ROWS_PER_FILE) -> dict[int, int]:
     """``n`` CSV files whose every row has its own number; row -> file."""
     owner = {}
     for f in range(n):
         lines = ["label,row,c"]
-        for r in range(ROWS_PER_FILE):
+        for r in range(rows):
             row = f * 1000 + r
             owner[row] = f
             lines.append(f"{r % 2},{row},x{r}")
@@ -65,8 +65,9 @@ def _rows_of_shard(tmp_path: Path, shards: int, index: int, batches: int) -> set
 
 def test_two_shards_read_disjoint_files_whose_union_is_all(tmp_path: Path):
     owner = _files(tmp_path, 4)
-    # Two passes over a shard's two files: every one of its rows is seen.
-    seen = [_rows_of_shard(tmp_path, 2, i, 2 * 2 * ROWS_PER_FILE // BATCH) for i in range(2)]
+    # A shard has 8 distinct batches; batches leave the 16-batch shuffle buffer in
+    # bounded time, so 100 draws span many passes and every row is seen.
+    seen = [_rows_of_shard(tmp_path, 2, i, 100) for i in range(2)]
     files = [{owner[r] for r in rows} for rows in seen]
     assert files[0].isdisjoint(files[1]), files
     assert files[0] | files[1] == {0, 1, 2, 3}
@@ -75,11 +76,15 @@ def test_two_shards_read_disjoint_files_whose_union_is_all(tmp_path: Path):
 
 
 def test_fewer_files_than_shards_splits_the_records(tmp_path: Path):
-    owner = _files(tmp_path, 1)
-    seen = [_rows_of_shard(tmp_path, 2, i, 2 * ROWS_PER_FILE // BATCH) for i in range(2)]
-    assert seen[0].isdisjoint(seen[1])
-    assert seen[0] | seen[1] == set(owner)
-    assert seen[0] and seen[1]
+    # 3 files of 5 batches each (an odd count), 4 shards: every 4th batch of each file,
+    # the same ones in every pass whatever the file order.
+    owner = _files(tmp_path, 3, rows=40)
+    seen = [_rows_of_shard(tmp_path, 4, i, 100) for i in range(4)]
+    for a in range(4):
+        for b in range(a + 1, 4):
+            assert seen[a].isdisjoint(seen[b]), (a, b)
+    assert set().union(*seen) == set(owner)
+    assert all(seen)
 
 
 # Runs in its own process: in-process servers cannot be stopped, and the coordinator
