@@ -17,7 +17,7 @@ File layout (what ``etj_trainer.datagen`` writes):
   ``<name>`` (one id) or ``<name>_0 .. <name>_{k-1}``; columns may come in any order.
 
 Jobs with ``spec.model.features`` read their files through the format modules
-(``etj_trainer.delimited``, ``etj_trainer.tfrecord``) and ``etj_trainer.features``: each
+(``etj_trainer.delimited``, ``etj_trainer.tfrecord``, ``etj_trainer.parquet``) and ``etj_trainer.features``: each
 categorical feature's rows under ``ids/<feature>``, the dense features (in spec order)
 under ``dense``, the label under ``label``, and the count of skipped bad records under
 ``bad_records``.
@@ -35,7 +35,7 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.spec import DataSpec, ModelSpec
-from etj_trainer import delimited, tfrecord
+from etj_trainer import delimited, parquet, tfrecord
 from etj_trainer.features import FeatureSet
 from etj_trainer.model import DENSE_KEY, LABEL_KEY
 from etj_trainer.records import BAD_KEY, DataError, Sharding, files_of
@@ -243,6 +243,8 @@ def make_dataset(
     """
     if data.source == "files" and model.features is not None:
         return feature_dataset(model, data, batch_size, num_shards, shard_index, seed)
+    if data.source == "files" and data.files is not None and data.files.format == "parquet":
+        raise DataError("data.files.format parquet needs spec.model.features (the columns)")
     if data.source == "files":
         return file_dataset(model, data, batch_size, num_shards, shard_index, seed)
     return synthetic_dataset(
@@ -266,6 +268,12 @@ def ps_worker_dataset(
     if data.source != "files":
         stream = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
         return make_dataset(model, data, batch_size, stream=stream)
+    if data.files is not None and data.files.format == "parquet":
+        raise DataError(
+            "data.files.format parquet cannot be read under ParameterServer: its workers run "
+            "input pipelines the coordinator ships as graphs, which cannot call pyarrow. "
+            "Convert the files to TFRecord, or use strategy MultiWorkerMirrored"
+        )
     index = tf.distribute.coordinator.experimental_get_current_worker_index()
     # File order and record shuffling differ in every worker process (no seed): a
     # restarted worker does not replay its first batches.
@@ -293,6 +301,9 @@ def feature_dataset(
     if data.files.format == "csv":
         columns = delimited.preflight(files, data.files, fs)
         ds = delimited.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
+    elif data.files.format == "parquet":
+        columns = parquet.preflight(files, data.files, fs)
+        ds = parquet.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
     else:
         tfrecord.preflight(files, data.files, fs)
         ds = tfrecord.dataset(files, data.files, fs, batch_size, max_bad, sharding)

@@ -112,6 +112,13 @@ class DelimitedParser:
                 ),
             )
         ]
+        return self.parse_cells(file, number, cells, checks)
+
+    def parse_cells(
+        self, file: tf.Tensor, number: tf.Tensor, cells: tf.Tensor, checks: list[Check]
+    ) -> dict[str, Any]:
+        """Model input from ``[batch, columns]`` text cells (also what other formats that
+        yield text cells use, so every format checks, hashes and transforms alike)."""
         out: dict[str, Any] = {}
         out[LABEL_KEY] = self._label(cells, checks)
         if self.fs.dense:
