@@ -1,5 +1,5 @@
-"""From a sample of a delimited file to a complete job: the delimiter, whether there is a
-header, each column's kind (label, dense, categorical, multi-valued) and cardinality, the
+"""From a sample of a delimited file (or of a Parquet file's rows as text) to a complete
+job: the delimiter, whether there is a header, each column's kind (label, dense, categorical, multi-valued) and cardinality, the
 tables' sizes. What ``etj init --from-data`` writes.
 
 Heuristics a person would apply, in order: a column named like a label (``label``,
@@ -100,8 +100,12 @@ def _estimate(distinct: int, present: int, sample_rows: int, total_rows: int) ->
     return max(distinct, int(distinct * (1 + (scale - 1) * repeat)))
 
 
-def profile(names: list[str], rows: list[list[str]], total_rows: int) -> list[Column]:
-    """Each column's kind and cardinality from the sample rows."""
+def profile(
+    names: list[str], rows: list[list[str]], total_rows: int, lists: frozenset[str] = frozenset()
+) -> list[Column]:
+    """Each column's kind and cardinality from the sample rows; ``lists`` names columns
+    that are lists (Parquet), their values joined with ``|``: multi-valued whatever the
+    sample holds."""
     width = len(names)
     columns = [[r[j] if j < len(r) else "" for r in rows] for j in range(width)]
     label, threshold = _label_of(names, columns)
@@ -112,6 +116,9 @@ def profile(names: list[str], rows: list[list[str]], total_rows: int) -> list[Co
         empty = 1 - len(present) / max(len(values), 1)
         estimate = _estimate(distinct, len(present), len(rows), total_rows)
         kind, settings = _kind(name, present, distinct, j == label, threshold)
+        if name in lists and j != label:
+            longest = max((len([p for p in v.split("|") if p]) for v in present), default=1)
+            kind, settings = "categorical", {"delimiter": "|", "maxLength": min(longest, 1024)}
         if settings.get("delimiter"):
             parts = {p for v in present for p in v.split(settings["delimiter"]) if p}
             estimate = _estimate(len(parts), len(present), len(rows), total_rows)
@@ -124,8 +131,12 @@ def _kind(
 ) -> tuple[str, dict[str, Any]]:
     if is_label:
         return "label", ({"threshold": threshold} if threshold is not None else {})
-    if len(present) >= 50 and distinct == len(present):
-        return "skip", {}  # a unique key (a row id): nothing to learn from
+    fractional = bool(present) and all(_is_number(v) for v in present)
+    fractional = fractional and not all(_INT.match(v) for v in present)
+    if len(present) >= 50 and distinct == len(present) and not fractional:
+        # A unique key (a row id): nothing to learn from. Measurements with fractions
+        # (a price) rarely repeat either, and are features.
+        return "skip", {}
     for d in MULTI_DELIMITERS:
         with_d = sum(1 for v in present if d in v)
         if present and with_d > 0.05 * len(present):
@@ -189,7 +200,37 @@ def build_job(
     header = has_header(split[0], split[1:])
     names = [c.strip() for c in split[0]] if header else [f"c{i}" for i in range(len(split[0]))]
     rows = split[1:] if header else split
-    cols = profile(names, rows, total_rows)
+    files: dict[str, Any] = {
+        "pattern": pattern,
+        "format": "csv",
+        "delimiter": delimiter,
+        "header": header,
+        "compression": compression,
+    }
+    if not header:
+        files["columns"] = names
+    return _job(name, profile(names, rows, total_rows), files)
+
+
+def build_parquet_job(
+    name: str,
+    pattern: str,
+    names: list[str],
+    rows: list[list[str]],
+    total_rows: int,
+    lists: frozenset[str] = frozenset(),
+) -> tuple[dict[str, Any], list[Column]]:
+    """The job for a sampled Parquet file: ``rows`` of text cells (nulls empty, list
+    columns named in ``lists`` joined with ``|``), ``total_rows`` from its metadata."""
+    if len(rows) < 2:
+        raise ValueError("the sample needs at least two rows")
+    files = {"pattern": pattern, "format": "parquet"}
+    return _job(name, profile(names, rows, total_rows, lists), files)
+
+
+def _job(
+    name: str, cols: list[Column], files: dict[str, Any]
+) -> tuple[dict[str, Any], list[Column]]:
     if not any(c.kind == "label" for c in cols):
         raise ValueError(
             "no label column found (name one label/click/target, or a 0/1 column); "
@@ -209,15 +250,6 @@ def build_job(
         features.append(feature)
     if not tables:
         raise ValueError("no categorical column found: etj trains embedding models")
-    files: dict[str, Any] = {
-        "pattern": pattern,
-        "format": "csv",
-        "delimiter": delimiter,
-        "header": header,
-        "compression": compression,
-    }
-    if not header:
-        files["columns"] = names
     job = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,

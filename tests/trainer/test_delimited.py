@@ -250,3 +250,18 @@ def test_shards_read_disjoint_files_or_records(tmp_path: Path, files: int):
         seen.append(values)
     assert not seen[0] & seen[1]
     assert len(seen[0] | seen[1]) == 40 * files
+
+
+def test_whitespace_around_fields_is_ignored_and_blank_lines_are_no_records(tmp_path: Path):
+    """Fields with spaces around them parse as without (ids hash alike, a blank dense
+    field takes its default), and a line of spaces alone is no record."""
+    plain, spaced = tmp_path / "plain.tsv", tmp_path / "spaced.tsv"
+    plain.write_text("\n".join(GOOD) + "\n")
+    padded = ["1\t 3 \t  \t ab12cd34 \tComedy|Drama", "   ", "0\t-2\t5\t\t", GOOD[2]]
+    spaced.write_text("\n".join(padded) + "\n")
+    [want] = _read(_data(str(plain)))
+    [got] = _read(_data(str(spaced)))
+    assert set(got) == set(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert got["dense"][0, 1] == 7  # the blank I2: its default

@@ -208,3 +208,45 @@ def test_a_restored_checkpoint_scores_the_same_raw_lines_the_same(tmp_path: Path
     there = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
     np.testing.assert_allclose(there, here, rtol=1e-5, atol=1e-6)
     assert np.std(here) > 0  # trained: the logits depend on the ids
+
+
+def test_hashing_many_columns_at_once_gives_each_column_its_own_rows():
+    """string_rows_columns (one hash per group of tables) is string_rows per column, for
+    sizes whose common multiple does not fit one int64 (several groups), a 1-row table
+    and empty values."""
+    import tensorflow as tf
+
+    from etj_trainer.features import string_rows, string_rows_columns
+
+    sizes = [1500, 600, 20000, 10000, 300, 30, 5000, 10, 8000, 2000, 1, 3000, 99991, 7, 2**40]
+    rng = np.random.default_rng(3)
+    cells = np.array(
+        [
+            [f"{rng.integers(0, 2**32):08x}" if rng.random() > 0.2 else "" for _ in sizes]
+            for _ in range(200)
+        ],
+        dtype=object,
+    )
+    got = string_rows_columns(tf.constant(cells), sizes).numpy()
+    for j, n in enumerate(sizes):
+        np.testing.assert_array_equal(got[:, j], string_rows(cells[:, j], n).numpy(), err_msg=n)
+    assert (got[cells == ""] == 0).all()
+
+
+def test_transforming_all_dense_columns_at_once_is_each_transform():
+    import tensorflow as tf
+
+    from etj_trainer.features import transform, transform_columns
+
+    features = [
+        Feature(name="a", kind="dense", transform="log1p"),
+        Feature(name="b", kind="dense", transform="standardize", mean=2.0, std=4.0),
+        Feature(name="c", kind="dense", transform="clip", min=-1.0, max=3.0),
+        Feature(name="d", kind="dense"),
+        Feature(name="e", kind="dense", transform="clip", max=0.5),
+    ]
+    values = np.random.default_rng(4).normal(0, 5, size=(50, len(features))).astype(np.float32)
+    got = transform_columns(tf.constant(values), features).numpy()
+    for j, f in enumerate(features):
+        want = transform(tf.constant(values[:, j]), f).numpy()
+        np.testing.assert_allclose(got[:, j], want, rtol=1e-6, err_msg=f.name)

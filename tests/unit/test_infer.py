@@ -103,3 +103,66 @@ def test_etj_init_writes_a_job_that_validates(tmp_path):
     assert job["metadata"]["name"] == "ratings"
     assert job["spec"]["data"]["files"]["pattern"] == str(data.resolve())
     assert validate_manifest(job).ok
+
+
+def test_etj_init_from_parquet_types_lists_and_nulls(tmp_path):
+    """A Parquet file's typed columns: a list column becomes multi-valued (even where most
+    rows hold one value), nulls count as empty, the row count comes from the metadata."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import yaml
+    from click.testing import CliRunner
+
+    from etj.cli import main as cli
+
+    rng = random.Random(2)
+    n = 400
+    genres = ["Comedy", "Drama", "Horror", "Action"]
+    table = pa.table(
+        {
+            "clicked": pa.array([rng.random() < 0.3 for _ in range(n)]),
+            "userId": pa.array([rng.randint(1, 50) for _ in range(n)], pa.int64()),
+            "price": pa.array([rng.gauss(10, 2) if i % 9 else None for i in range(n)]),
+            "site": pa.array([f"s{rng.randint(0, 30)}" if i % 7 else None for i in range(n)]),
+            "genres": pa.array(
+                [rng.sample(genres, 2 if i % 10 == 0 else 1) for i in range(n)],
+                pa.list_(pa.string()),
+            ),
+        }
+    )
+    data = tmp_path / "events.parquet"
+    pq.write_table(table, data)
+    out = tmp_path / "job.yaml"
+    result = CliRunner().invoke(
+        cli, ["init", "--from-data", str(data), "--sample", "300", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    job = yaml.safe_load(out.read_text())
+    assert job["spec"]["data"]["files"] == {"pattern": str(data.resolve()), "format": "parquet"}
+    features = {f["name"]: f for f in job["spec"]["model"]["features"]}
+    assert features["clicked"]["kind"] == "label"
+    assert features["userId"]["valueType"] == "int"
+    assert features["price"]["kind"] == "dense"
+    assert features["price"]["transform"] == "standardize"
+    assert features["site"]["kind"] == "categorical" and "delimiter" not in features["site"]
+    assert features["genres"] | {} == {
+        "name": "genres",
+        "kind": "categorical",
+        "delimiter": "|",
+        "maxLength": 2,
+        "table": "genres",
+    }
+    assert "300 lines (rows) sampled of ~400" in result.output
+    assert validate_manifest(job).ok
+
+
+def test_etj_init_names_a_damaged_parquet_file(tmp_path):
+    from click.testing import CliRunner
+
+    from etj.cli import main as cli
+
+    data = tmp_path / "broken.parquet"
+    data.write_bytes(b"PAR1" + b"\0" * 64)
+    result = CliRunner().invoke(cli, ["init", "--from-data", str(data)])
+    assert result.exit_code != 0
+    assert f"{data}: cannot read as Parquet" in result.output

@@ -17,13 +17,14 @@ File layout (what ``etj_trainer.datagen`` writes):
   ``<name>`` (one id) or ``<name>_0 .. <name>_{k-1}``; columns may come in any order.
 
 Jobs with ``spec.model.features`` read their files through the format modules
-(``etj_trainer.delimited``, ``etj_trainer.tfrecord``) and ``etj_trainer.features``: each
+(``etj_trainer.delimited``, ``etj_trainer.tfrecord``, ``etj_trainer.parquet``) and ``etj_trainer.features``: each
 categorical feature's rows under ``ids/<feature>``, the dense features (in spec order)
 under ``dense``, the label under ``label``, and the count of skipped bad records under
 ``bad_records``.
 
 This module builds pipelines; it does not know about strategies or workers beyond the
-shard index it is given.
+shard index it is given (``ps_worker_dataset`` asks TensorFlow for a ParameterServer
+worker's index).
 """
 
 from __future__ import annotations
@@ -34,12 +35,19 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.spec import DataSpec, ModelSpec
-from etj_trainer import delimited, tfrecord
+from etj_trainer import delimited, parquet, tfrecord
 from etj_trainer.features import FeatureSet
 from etj_trainer.model import DENSE_KEY, LABEL_KEY
 from etj_trainer.records import BAD_KEY, DataError, Sharding, files_of
 
-__all__ = ["DENSE_KEY", "LABEL_KEY", "DataError", "make_dataset", "validation_dataset"]
+__all__ = [
+    "DENSE_KEY",
+    "LABEL_KEY",
+    "DataError",
+    "make_dataset",
+    "ps_worker_dataset",
+    "validation_dataset",
+]
 
 # Prime multiplier that scatters Zipf ranks over the id space (the popular ids would
 # otherwise all be in the first shard of every table).
@@ -181,7 +189,7 @@ def file_dataset(
     data: DataSpec,
     batch_size: int,
     num_shards: int = 1,
-    shard_index: int = 0,
+    shard_index: int | tf.Tensor = 0,
     seed: int | None = None,
 ) -> tf.data.Dataset:
     """Batches read from the files, this worker's shard of them, repeated forever.
@@ -223,18 +231,20 @@ def make_dataset(
     data: DataSpec,
     batch_size: int,
     num_shards: int = 1,
-    shard_index: int = 0,
+    shard_index: int | tf.Tensor = 0,
     seed: int | None = None,
     stream: Any = None,
 ) -> tf.data.Dataset:
     """This worker's input: shard ``shard_index`` of ``num_shards``.
 
-    ``stream`` overrides the synthetic stream (default: the shard index); ParameterServer
-    workers pass a random one, as TensorFlow builds one identical dataset function for all
-    of them and cannot tell them apart.
+    ``stream`` overrides the synthetic stream (default: the shard index); see
+    ``ps_worker_dataset`` for ParameterServer workers. ``shard_index`` may be a tensor
+    (a worker index known only where the pipeline runs).
     """
     if data.source == "files" and model.features is not None:
         return feature_dataset(model, data, batch_size, num_shards, shard_index, seed)
+    if data.source == "files" and data.files is not None and data.files.format == "parquet":
+        raise DataError("data.files.format parquet needs spec.model.features (the columns)")
     if data.source == "files":
         return file_dataset(model, data, batch_size, num_shards, shard_index, seed)
     return synthetic_dataset(
@@ -242,12 +252,40 @@ def make_dataset(
     )
 
 
+def ps_worker_dataset(
+    model: ModelSpec, data: DataSpec, batch_size: int, num_workers: int
+) -> tf.data.Dataset:
+    """One ParameterServer worker's input; call it inside the ``dataset_fn`` given to
+    ``ClusterCoordinator.create_per_worker_dataset``.
+
+    TensorFlow traces that function once for every worker; the worker's index is a value
+    bound when it runs there (``experimental_get_current_worker_index``, TF's own way to
+    shard by worker), so each worker reads its own files (every ``num_workers``-th, from
+    its index; every ``num_workers``-th batch when there are fewer files than workers).
+    A restarted worker gets the same index back (the coordinator rebuilds its dataset),
+    so it reads the same files. Synthetic data takes an unseeded random stream per worker.
+    """
+    if data.source != "files":
+        stream = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
+        return make_dataset(model, data, batch_size, stream=stream)
+    if data.files is not None and data.files.format == "parquet":
+        raise DataError(
+            "data.files.format parquet cannot be read under ParameterServer: its workers run "
+            "input pipelines the coordinator ships as graphs, which cannot call pyarrow. "
+            "Convert the files to TFRecord, or use strategy MultiWorkerMirrored"
+        )
+    index = tf.distribute.coordinator.experimental_get_current_worker_index()
+    # File order and record shuffling differ in every worker process (no seed): a
+    # restarted worker does not replay its first batches.
+    return make_dataset(model, data, batch_size, num_shards=num_workers, shard_index=index)
+
+
 def feature_dataset(
     model: ModelSpec,
     data: DataSpec,
     batch_size: int,
     num_shards: int = 1,
-    shard_index: int = 0,
+    shard_index: int | tf.Tensor = 0,
     seed: int | None = None,
     files: list[str] | None = None,
     repeat: bool = True,
@@ -263,6 +301,9 @@ def feature_dataset(
     if data.files.format == "csv":
         columns = delimited.preflight(files, data.files, fs)
         ds = delimited.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
+    elif data.files.format == "parquet":
+        columns = parquet.preflight(files, data.files, fs)
+        ds = parquet.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
     else:
         tfrecord.preflight(files, data.files, fs)
         ds = tfrecord.dataset(files, data.files, fs, batch_size, max_bad, sharding)

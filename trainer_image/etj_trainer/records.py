@@ -101,7 +101,7 @@ class Sharding:
     repeated forever when ``repeat`` (else once, in file order, deterministic)."""
 
     num_shards: int = 1
-    shard_index: int = 0
+    shard_index: int | tf.Tensor = 0  # a tensor: a worker index bound where the pipeline runs
     seed: int | None = None
     repeat: bool = True
 
@@ -121,14 +121,20 @@ def sharded_batches(
     Batches are cut within each file, so no per-record tf.data op runs: the record
     numbering costs one ``range`` per batch (a per-record ``map`` or ``filter`` would cost
     more than the parse). Whole files are sharded when there are at least as many files as
-    shards, else every ``num_shards``-th batch. When repeated: file order shuffled, four
+    shards, else every ``num_shards``-th batch of each file. When repeated: file order shuffled, four
     files interleaved batch by batch, and a buffer of ``shuffle`` batches shuffled.
     """
     repeat, seed = sharding.repeat, sharding.seed
     names = tf.data.Dataset.from_tensor_slices((files, [compression_of(f, data) for f in files]))
 
+    by_file = len(files) >= sharding.num_shards
+
     def one(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
         batches = reader(name, compression).skip(skip).batch(batch_size).enumerate()
+        if not by_file and sharding.num_shards > 1:
+            # Every num_shards-th batch of each file: disjoint whatever order the files
+            # come in and however often they repeat.
+            batches = batches.shard(sharding.num_shards, sharding.shard_index)
 
         def numbered(i: tf.Tensor, records: tf.Tensor) -> tuple[tf.Tensor, ...]:
             n = tf.shape(records, out_type=tf.int64)[0]
@@ -137,7 +143,6 @@ def sharded_batches(
 
         return batches.map(numbered)
 
-    by_file = len(files) >= sharding.num_shards
     if by_file and sharding.num_shards > 1:
         names = names.shard(sharding.num_shards, sharding.shard_index)
     if repeat:
@@ -145,8 +150,6 @@ def sharded_batches(
     batches = names.interleave(
         one, cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE
     )
-    if not by_file and sharding.num_shards > 1:
-        batches = batches.shard(sharding.num_shards, sharding.shard_index)
     if repeat and shuffle:
         batches = batches.shuffle(shuffle, seed=seed)
     return batches

@@ -37,7 +37,7 @@ from etj_trainer import exitcodes
 from etj_trainer.checkpoint import Checkpoints
 from etj_trainer.cluster import Task
 from etj_trainer.core import TrainingState
-from etj_trainer.data import count_records, make_dataset
+from etj_trainer.data import count_records, make_dataset, ps_worker_dataset
 from etj_trainer.evaluate import Scorer, held_out
 from etj_trainer.export import export
 from etj_trainer.model import TablePartitioner
@@ -177,10 +177,8 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
     batch = config.training.batch_size_per_replica
 
     def dataset_fn() -> tf.data.Dataset:
-        # TensorFlow builds one dataset function for every worker and gives it no worker
-        # index; an unseeded random stream id makes each worker's data its own.
-        stream = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
-        return make_dataset(config.model, config.data, batch, stream=stream)
+        # One function for every worker; each reads its own files (see ps_worker_dataset).
+        return ps_worker_dataset(config.model, config.data, batch, task.num_workers)
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     parts = LoopParts(

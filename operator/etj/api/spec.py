@@ -322,11 +322,12 @@ class FileData(ApiModel):
     pattern: str = Field(
         min_length=1, description="Glob of the input files, e.g. /data/train-*.tfrecord."
     )
-    format: Literal["tfrecord", "csv"] = Field(
+    format: Literal["tfrecord", "csv", "parquet"] = Field(
         default="tfrecord",
         description=(
-            "tfrecord (tf.train.Example records) or csv (delimited text: any one-character "
-            "delimiter, e.g. tab for Criteo)."
+            "tfrecord (tf.train.Example records), csv (delimited text: any one-character "
+            "delimiter, e.g. tab for Criteo) or parquet (needs model.features; list columns "
+            "feed multi-valued features; not under strategy ParameterServer)."
         ),
     )
     delimiter: str = Field(
