@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import ROOT, LocalJob, job_spec, trainer_config
+from harness import ROOT, LocalJob, job_spec, read_events, trainer_config
 
 HERE = Path(__file__).resolve().parent
 
@@ -114,4 +114,15 @@ def etj_run_trains(model: dict[str, Any], workdir: Path) -> str:
     assert "JobSucceeded" in text
     summary = text[text.index("Summary") :]
     assert "Succeeded" in summary and "60" in summary
+    # The chief built this architecture's tables (first-order ones included), as planned.
+    from etj.api.job import EmbeddingTrainingJob
+
+    tables = [t.name for t in EmbeddingTrainingJob.from_manifest(doc).spec.model.tables]
+    placed = [
+        e["table"]
+        for log in sorted((workdir / "run" / "logs").glob("*chief-0.log"))
+        for e in read_events(log)
+        if e["event"] == "placement"
+    ]
+    assert placed[: len(tables)] == tables, placed
     return text
