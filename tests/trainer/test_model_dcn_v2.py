@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from zoo import etj_run_trains, same_math, zoo_spec
+from zoo import etj_run_trains, export_serves_what_the_model_predicts, same_math, zoo_spec
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -100,3 +100,10 @@ def test_same_math_alone_and_under_parameter_server(tmp_path: Path, structure: s
 @pytest.mark.slow
 def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
     etj_run_trains({"architecture": "dcnV2", "dcnV2": {"crossLayers": 2}}, tmp_path)
+
+
+def test_export_serves_what_the_model_predicts(tmp_path: Path) -> None:
+    settings = {"crossLayers": 2, "structure": "parallel", "lowRank": 3}
+    export_serves_what_the_model_predicts(
+        zoo_spec({"architecture": "dcnV2", "dcnV2": settings}), tmp_path
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import trainer_config
-from zoo import etj_run_trains, same_math, zoo_spec
+from zoo import etj_run_trains, export_serves_what_the_model_predicts, same_math, zoo_spec
 
 
 def test_dnn_is_the_default_and_keeps_the_original_weights() -> None:
@@ -75,3 +75,7 @@ def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
     etj_run_trains({}, tmp_path)
+
+
+def test_export_serves_what_the_model_predicts(tmp_path: Path) -> None:
+    export_serves_what_the_model_predicts(zoo_spec({}), tmp_path)

@@ -126,3 +126,24 @@ def etj_run_trains(model: dict[str, Any], workdir: Path) -> str:
     ]
     assert placed[: len(tables)] == tables, placed
     return text
+
+
+def export_serves_what_the_model_predicts(spec: Any, workdir: Path) -> None:
+    """Train a few steps in this process, export, and serve the export from its mapped
+    tables: the same probabilities as the trained model for the same ids and dense values."""
+    import numpy as np
+    import tensorflow as tf
+    from same_math_chief import batches
+
+    from etj_trainer.core import TrainingState
+    from etj_trainer.export import export
+    from etj_trainer.serving import MappedModel
+
+    config = trainer_config(spec)
+    state = TrainingState(config, tf.distribute.get_strategy())
+    data = batches(config)
+    state.train_chunk(iter(tf.data.Dataset.from_tensor_slices(data)), tf.constant(3, tf.int64))
+    batch = {k: v[0] for k, v in data.items()}
+    want = tf.sigmoid(state.model({k: tf.constant(v) for k, v in batch.items()})).numpy()
+    served = MappedModel(export(state, str(workdir / "export"))).predict(batch)
+    np.testing.assert_allclose(served, want, rtol=1e-5, atol=1e-6)
