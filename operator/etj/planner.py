@@ -152,7 +152,8 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
             optimizer=str(t.optimizer or default_opt),
             bytes_per_row=table_bytes_per_row(t, default_opt),
         )
-        for t in spec.model.embeddings
+        # The first-order tables of wideDeep/deepFM too: ModelSpec.tables is the one list.
+        for t in spec.model.tables
     ]
 
 
@@ -341,23 +342,29 @@ def _ps_plan(
     )
 
 
-def _check_rows_fit_shards(tables: list[_Table], max_shard: int) -> None:
+def _where(i: int, n: int) -> str:
+    """Where table ``i`` of ``ModelSpec.tables`` comes from: its own entry among the ``n``
+    of ``model.embeddings``, or (past them) the table whose first-order table it is."""
+    return f"model.embeddings[{i % n}]"
+
+
+def _check_rows_fit_shards(tables: list[_Table], max_shard: int, n: int) -> None:
     for i, t in enumerate(tables):
         if t.bytes_per_row > max_shard:
             raise PlanError(
                 "spec.sharding.maxShardBytes",
-                f"one row of table {t.name!r} (model.embeddings[{i}]) with its optimizer slots "
+                f"one row of table {t.name!r} ({_where(i, n)}) with its optimizer slots "
                 f"is {t.bytes_per_row} bytes, more than maxShardBytes ({max_shard}); raise "
                 "maxShardBytes",
             )
 
 
-def _check_shard_limits(tables: list[_Table], minimum: list[int], max_shard: int) -> None:
+def _check_shard_limits(tables: list[_Table], minimum: list[int], max_shard: int, n: int) -> None:
     for i, (t, k) in enumerate(zip(tables, minimum, strict=True)):
         if k > MAX_SHARDS_PER_TABLE:
             need = -(-t.bytes // MAX_SHARDS_PER_TABLE)
             raise PlanTooLarge(
-                f"spec.model.embeddings[{i}]",
+                f"spec.{_where(i, n)}",
                 f"table {t.name!r} is {human_bytes(t.bytes)} with its optimizer slots: "
                 f"{k} shards of at most maxShardBytes ({human_bytes(max_shard)}), over the "
                 f"{MAX_SHARDS_PER_TABLE} shards per table TensorFlow handles well; raise "
@@ -407,9 +414,10 @@ def _fewest_ps(
 
 def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
     max_shard = quantity_bytes(spec.sharding.max_shard_bytes)
-    _check_rows_fit_shards(tables, max_shard)
+    n = len(spec.model.embeddings)
+    _check_rows_fit_shards(tables, max_shard, n)
     minimum = [min_shard_count(t, max_shard) for t in tables]
-    _check_shard_limits(tables, minimum, max_shard)
+    _check_shard_limits(tables, minimum, max_shard, n)
     budget = ps_memory_budget(spec)
     base = quantity_bytes(spec.sharding.ps_base_memory)
     if base >= budget:

@@ -378,6 +378,32 @@ CASES: list[Case] = [
     ),
     # ---- cel: cross-field rules ----------------------------------------------------------
     Case(
+        "architecture-settings-mismatch",
+        "cel",
+        "spec.model",
+        "only for the architecture of the same name",
+        _set("spec.model.dcnV2", {"crossLayers": 2}),
+    ),
+    Case(
+        "dlrm-mixed-dimensions",
+        "cel",
+        "spec.model",
+        "every table of the same dimension",
+        _both(
+            _set("spec.model.architecture", "dlrm"), _set("spec.model.embeddings.1.dimension", 8)
+        ),
+    ),
+    Case(
+        "wide-reserved-table-name",
+        "cel",
+        "spec.model",
+        "is reserved for the first-order table of",
+        _both(
+            _set("spec.model.architecture", "wideDeep"),
+            _set("spec.model.embeddings.1.name", "user_id__linear"),
+        ),
+    ),
+    Case(
         "ps-for-mirrored",
         "cel",
         "spec",

@@ -71,13 +71,13 @@ def metrics_port(config: TrainerConfig, environ: dict[str, str] | None = None) -
 def check_consistent(config: TrainerConfig) -> None:
     """Cross-field checks: the plan must describe exactly the model's tables."""
     plan = config.shard_plan
-    names = [t.name for t in config.model.embeddings]
+    names = [t.name for t in config.model.tables]
     planned = [t.name for t in plan.tables]
     if names != planned:
         raise ConfigError(
-            f"shardPlan.tables {planned} do not match model.embeddings {names} (same order)"
+            f"shardPlan.tables {planned} do not match the model's tables {names} (same order)"
         )
-    for table, tp in zip(config.model.embeddings, plan.tables, strict=True):
+    for table, tp in zip(config.model.tables, plan.tables, strict=True):
         if tp.rows != table.vocabulary_size or tp.dimension != table.dimension:
             raise ConfigError(
                 f"shardPlan table {tp.name!r} is {tp.rows}x{tp.dimension} but the model says "

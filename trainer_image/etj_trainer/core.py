@@ -70,7 +70,7 @@ class TrainingState:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.items: list[Slotted] = []
             self.slots = SlotStore()
-            for i, table in enumerate(config.model.embeddings):
+            for i, table in enumerate(config.model.tables):
                 opt = str(table.optimizer or default_opt)
                 parts = [
                     Slotted(v, opt, lr, create_slots(strategy, v, opt))
@@ -97,7 +97,7 @@ class TrainingState:
         out: dict[str, list[Any]] = {}
         for i in range(len(self.model.tables)):
             out[f"model/tables/{i}"] = self.model.table_components(i)
-        out["model/tower_params"] = [self.model.tower_params]
+        out["model/tower_params"] = [self.model.tower.params]
         for name, table_slots in self.slots.tables.items():
             for slot, var in table_slots.items():
                 out[f"slots/tables/{name}/{slot}"] = list(getattr(var, "variables", [var]))

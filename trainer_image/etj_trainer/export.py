@@ -1,5 +1,6 @@
-"""The final export: a SavedModel of the dense tower, plus every embedding table as a file a
-serving system can memory-map.
+"""The final export: a SavedModel of the dense tower (any architecture), plus every embedding
+table (first-order tables of wideDeep/deepFM included) as a file a serving system can
+memory-map.
 
 Layout of ``export_dir``::
 
@@ -9,8 +10,9 @@ Layout of ``export_dir``::
                              (bfloat16 is stored as its uint16 bit pattern)
     tower/                   SavedModel; signature "serving_default" maps the pooled
                              embeddings (one input per table, or per categorical feature
-                             with model.features: see "inputs") and "dense" to
-                             "probability"
+                             with model.features: see "inputs"; wideDeep/deepFM add
+                             each input's first-order lookup, "<input>__linear") and
+                             "dense" to "probability"
 
 Tables are written shard by shard into a memory-mapped file, so a table larger than the
 exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
@@ -33,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from etj_trainer.core import TrainingState
-from etj_trainer.model import INPUT_PREFIX, lookups
+from etj_trainer.models import build_tower
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ def _shard_array(shard: Any, dtype: str) -> np.ndarray:
 
 
 def write_table(state: TrainingState, index: int, path: Path) -> None:
-    spec = state.config.model.embeddings[index]
+    spec = state.config.model.tables[index]
     target = np.lib.format.open_memmap(
         path,
         mode="w+",
@@ -66,43 +68,45 @@ def write_table(state: TrainingState, index: int, path: Path) -> None:
 
 
 class Tower(tf.Module):
-    """The dense part of the model, with its own copies of the trained weights."""
+    """The model's tower (any architecture), with its own copy of the trained weights."""
 
     def __init__(self, state: TrainingState):
         super().__init__(name="tower")
         model = state.model
-        layers = model.layers()
-        self.kernels = [tf.Variable(k, name=f"kernel_{i}") for i, (k, _) in enumerate(layers)]
-        self.biases = [tf.Variable(b, name=f"bias_{i}") for i, (_, b) in enumerate(layers)]
-        self.names = [name for name, _ in tower_inputs(state)]
+        # A fresh tower of the same architecture, outside any strategy: a local variable.
+        self.net = build_tower(state.config.model, model.inputs, state.config.training.seed)
+        self.net.params.assign(model.tower.params.read_value())
+        self.names = [name for name, _, _ in tower_inputs(state)]
         self.dense_features = state.config.model.dense_inputs
 
     def __call__(self, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
-        parts = [tf.cast(inputs[n], tf.float32) for n in self.names]
-        if self.dense_features:
-            parts.append(tf.cast(inputs["dense"], tf.float32))
-        x = tf.concat(parts, axis=1)
-        last = len(self.kernels) - 1
-        for i, (k, b) in enumerate(zip(self.kernels, self.biases, strict=True)):
-            x = tf.matmul(x, k) + b
-            if i < last:
-                x = tf.nn.relu(x)
-        return tf.sigmoid(tf.squeeze(x, axis=1))
+        embeddings = {n: tf.cast(inputs[n], tf.float32) for n in self.names}
+        dense = tf.cast(inputs["dense"], tf.float32) if self.dense_features else None
+        return tf.sigmoid(self.net(embeddings, dense, False))
 
 
-def tower_inputs(state: TrainingState) -> list[tuple[str, Any]]:
-    """(input name, table) of each pooled embedding the tower takes, in order: one per
-    table, or one per categorical feature (``model.features``; tables may repeat)."""
+def tower_inputs(state: TrainingState) -> list[tuple[str, Any, str]]:
+    """(input name, table, name of the ids it looks up) of each pooled embedding the tower
+    takes, in order: one per table, or one per categorical feature (``model.features``;
+    tables may repeat); then, for wideDeep/deepFM, each one's first-order lookup."""
     model = state.config.model
-    if model.features is None:
-        return [(t.name, t) for t in model.embeddings]
-    return [(x.key.removeprefix(INPUT_PREFIX), model.embeddings[x.table]) for x in lookups(model)]
+    tables = model.tables
+    names = list(state.model.inputs.names)
+    out = [(n, tables[x.table], n) for n, x in zip(names, state.model.lookups, strict=True)]
+    if state.model.first_order:
+        out += [
+            (linear, tables[x.table], n)
+            for linear, x, n in zip(
+                state.model.inputs.linear_names(), state.model.linear_lookups, names, strict=True
+            )
+        ]
+    return out
 
 
 def _signature(tower: Tower, state: TrainingState) -> Any:
     specs = {
         name: tf.TensorSpec([None, t.dimension], tf.float32, name=name)
-        for name, t in tower_inputs(state)
+        for name, t, _ in tower_inputs(state)
     }
     if tower.dense_features:
         specs["dense"] = tf.TensorSpec([None, tower.dense_features], tf.float32, name="dense")
@@ -121,7 +125,10 @@ def manifest(state: TrainingState) -> dict[str, Any]:
         "step": int(state.step.numpy()),
         "denseFeatures": config.model.dense_inputs,
         # The tower's embedding inputs: a pooled vector of `table` per input name.
-        "inputs": [{"name": name, "table": t.name} for name, t in tower_inputs(state)],
+        # (`ids`: the ids it looks up, the input's own but for first-order lookups.)
+        "inputs": [
+            {"name": name, "table": t.name, "ids": ids} for name, t, ids in tower_inputs(state)
+        ],
         "tables": [
             {
                 "name": t.name,
@@ -133,7 +140,7 @@ def manifest(state: TrainingState) -> dict[str, Any]:
                 "idsPerExample": t.ids_per_example,
                 "file": f"embeddings/{t.name}.npy",
             }
-            for t in config.model.embeddings
+            for t in config.model.tables
         ],
         "tower": "tower",
     }
@@ -145,7 +152,7 @@ def export(state: TrainingState, export_dir: str) -> Path:
     staging = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "embeddings").mkdir(parents=True)
-    for i, t in enumerate(state.config.model.embeddings):
+    for i, t in enumerate(state.config.model.tables):
         write_table(state, i, staging / "embeddings" / f"{t.name}.npy")
     tower = Tower(state)
     tf.saved_model.save(

@@ -1,9 +1,13 @@
-"""The CTR model: embedding tables (sharded per the operator's plan), dense features, an MLP.
+"""The CTR model: embedding tables (sharded per the operator's plan), dense features, a tower.
+
+The tower is the architecture's (``etj_trainer.models``); this module owns the tables,
+their lookups and pooling, and feeds the tower ``tower(embeddings, dense, training)``.
 
 Raw TensorFlow variables, not Keras: Keras 3 cannot take gradients of partitioned
 variables and reads whole tables every step. The order in which variables are created is
 part of the contract with the operator's planner: under ParameterServerStrategy every
-table is created first, in ``model.embeddings`` order, each split into exactly the planned
+table is created first, in ``ModelSpec.tables`` order (the user's tables, then any
+first-order tables of the architecture), each split into exactly the planned
 number of shards, so that TensorFlow's round-robin placement puts shard ``j`` of table
 ``t`` on ps ``(shards of the tables before t + j) % num_ps`` as the plan says. Nothing
 else may be created before the tables.
@@ -23,6 +27,7 @@ import tensorflow as tf
 
 from etj.api.spec import ModelSpec
 from etj.api.trainer import TrainerConfig
+from etj_trainer.models import TowerInputs, build_tower, has_first_order
 
 STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
 DENSE_KEY = "dense"
@@ -65,11 +70,12 @@ def lookups(model: ModelSpec) -> list[Lookup]:
 
 
 def ids_per_table(model: ModelSpec) -> list[int]:
-    """Most ids one example looks up in each table (all its features together)."""
+    """Most ids one example looks up in each table of ``model.tables`` (all its features
+    together); a first-order table sees the ids of the table it belongs to."""
     out = [0] * len(model.embeddings)
     for lookup in lookups(model):
         out[lookup.table] += lookup.width
-    return out
+    return out + out if has_first_order(model) else out
 
 
 class TablePartitioner:
@@ -121,18 +127,15 @@ def _table_initializer(shape: tuple[int, int], dtype: tf.DType, seed: tuple[int,
     return initial_value
 
 
-def _glorot(shape: tuple[int, int], seed: tuple[int, int]) -> tf.Tensor:
-    limit = (6.0 / (shape[0] + shape[1])) ** 0.5
-    return tf.random.stateless_uniform(shape, seed=seed, minval=-limit, maxval=limit)
-
-
 class CtrModel(tf.Module):
     """Embedding tables + dense features -> MLP -> one logit per example."""
 
     def __init__(self, config: TrainerConfig, partitioner: TablePartitioner | None = None):
         super().__init__(name="ctr")
         spec, seed = config.model, config.training.seed
-        self.specs = list(spec.embeddings)
+        # Every table: the user's, then the architecture's first-order ones (ModelSpec.tables,
+        # the planner's list too).
+        self.specs = list(spec.tables)
         self.lookups = lookups(spec)
         self.dense_features = spec.dense_inputs
         plans = {t.name: t for t in config.shard_plan.tables}
@@ -143,17 +146,25 @@ class CtrModel(tf.Module):
             ctx = partitioner.shards_for(shards) if partitioner else contextlib.nullcontext()
             with ctx:
                 self.tables.append(self._make_table(table, (seed, i)))
-        width = sum(self.specs[x.table].dimension for x in self.lookups) + self.dense_features
-        self.layer_shapes: list[tuple[int, int]] = []
-        parts = []
-        for i, units in enumerate([*spec.hidden_units, 1]):
-            kernel = _glorot((width, units), (seed, 10_000 + i))
-            parts += [tf.reshape(kernel, [-1]), tf.zeros([units])]
-            self.layer_shapes.append((width, units))
-            width = units
-        # The whole MLP in one variable: under ParameterServerStrategy every variable costs
-        # a read and an update round-trip to its ps each step, so one beats two per layer.
-        self.tower_params = tf.Variable(tf.concat(parts, axis=0), name="tower")
+        # First-order table of user table i (wideDeep/deepFM): table n + i.
+        self.first_order = has_first_order(spec)
+        n = len(spec.embeddings)
+        self.inputs = TowerInputs(
+            names=tuple(x.key.removeprefix(INPUT_PREFIX) for x in self.lookups),
+            dims=tuple(self.specs[x.table].dimension for x in self.lookups),
+            dense=self.dense_features,
+            linear=self.first_order,
+        )
+        self.linear_lookups = (
+            [Lookup(x.key, n + x.table, x.width, x.masked) for x in self.lookups]
+            if self.first_order
+            else []
+        )
+        # The checkpoint key of the tower's weights stays model/tower_params (the path
+        # found first), whatever the architecture: assigned before the tower itself.
+        tower = build_tower(spec, self.inputs, seed)
+        self.tower_params = tower.params
+        self.tower = tower
 
     @staticmethod
     def _make_table(table: Any, seed: tuple[int, int]) -> Any:
@@ -173,18 +184,7 @@ class CtrModel(tf.Module):
 
     @property
     def dense_variables(self) -> list[tf.Variable]:
-        return [self.tower_params]
-
-    def layers(self, params: Any = None) -> list[tuple[tf.Tensor, tf.Tensor]]:
-        """(kernel, bias) of every layer, sliced out of one read of the tower variable."""
-        flat = tf.convert_to_tensor(self.tower_params if params is None else params)
-        out, offset = [], 0
-        for width, units in self.layer_shapes:
-            kernel = tf.reshape(flat[offset : offset + width * units], [width, units])
-            offset += width * units
-            out.append((kernel, flat[offset : offset + units]))
-            offset += units
-        return out
+        return [self.tower.params]
 
     def embed(self, i: int, ids: tf.Tensor, width: int | None = None, masked: bool = False) -> Any:
         """Pooled embedding from table ``i`` of ids ``[batch, width]``.
@@ -218,22 +218,20 @@ class CtrModel(tf.Module):
             return pooled
         return pooled / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
 
-    def tower(self, inputs: tf.Tensor) -> tf.Tensor:
-        """The MLP on the concatenated pooled embeddings and dense features."""
-        x = inputs
-        layers = self.layers()
-        last = len(layers) - 1
-        for i, (kernel, bias) in enumerate(layers):
-            x = tf.matmul(x, kernel) + bias
-            if i < last:
-                x = tf.nn.relu(x)
-        return tf.squeeze(x, axis=1)
+    def tower_inputs(
+        self, features: dict[str, tf.Tensor]
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
+        """The tower's arguments: each input's pooled embedding (and first-order lookup,
+        under ``linear_table_name(name)``) by name, and the dense features or ``None``."""
+        embeddings = {
+            name: self.embed(x.table, features[x.key], x.width, x.masked)
+            for name, x in zip(self.inputs.names, self.lookups, strict=True)
+        }
+        for name, x in zip(self.inputs.linear_names(), self.linear_lookups, strict=True):
+            embeddings[name] = self.embed(x.table, features[x.key], x.width, x.masked)
+        dense = tf.cast(features[DENSE_KEY], tf.float32) if self.dense_features else None
+        return embeddings, dense
 
-    def tower_inputs(self, features: dict[str, tf.Tensor]) -> tf.Tensor:
-        parts = [self.embed(x.table, features[x.key], x.width, x.masked) for x in self.lookups]
-        if self.dense_features:
-            parts.append(tf.cast(features[DENSE_KEY], tf.float32))
-        return tf.concat(parts, axis=1)
-
-    def __call__(self, features: dict[str, tf.Tensor]) -> tf.Tensor:
-        return self.tower(self.tower_inputs(features))
+    def __call__(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        embeddings, dense = self.tower_inputs(features)
+        return self.tower(embeddings, dense, training)

@@ -61,7 +61,8 @@ class MappedModel:
         # Per input: the table's rows of the ids given under the input's name.
         names = self.manifest.get("inputs") or [{"name": n, "table": n} for n in tables]
         inputs = {
-            i["name"]: tf.constant(tables[i["table"]].pooled(features[i["name"]])) for i in names
+            i["name"]: tf.constant(tables[i["table"]].pooled(features[i.get("ids", i["name"])]))
+            for i in names
         }
         if self.manifest["denseFeatures"]:
             inputs["dense"] = tf.constant(np.asarray(features["dense"], np.float32))

@@ -282,7 +282,7 @@ def resolve_epochs(config: TrainerConfig, replicas: int) -> TrainerConfig:
 
 def log_placement(state: TrainingState) -> None:
     """One line per table: the device of every shard and of its slots (compare with the plan)."""
-    for i, spec in enumerate(state.config.model.embeddings):
+    for i, spec in enumerate(state.config.model.tables):
         devices = [v.device for v in state.model.table_components(i)]
         slots = {
             name: [c.device for c in getattr(var, "variables", [var])]

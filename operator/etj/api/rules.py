@@ -24,6 +24,9 @@ class Rule:
     cel: str
     message: str
     check: Callable[[Any], bool]
+    # A more specific message for pydantic (which can name the offending item); the CEL
+    # keeps ``message``.
+    detail: Callable[[Any], str] | None = None
 
 
 def cel_extra(
@@ -42,4 +45,4 @@ def check_rules(model: Any, rules: tuple[Rule, ...]) -> None:
     """Raise ``ValueError`` with the message of the first rule ``model`` breaks."""
     for rule in rules:
         if not rule.check(model):
-            raise ValueError(rule.message)
+            raise ValueError(rule.detail(model) if rule.detail else rule.message)

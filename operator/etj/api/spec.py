@@ -17,6 +17,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from etj.api.architectures import (
+    ARCHITECTURE_RULES,
+    FIRST_ORDER,
+    Architecture,
+    DcnV2Spec,
+    DeepFmSpec,
+    DlrmSpec,
+    WideDeepSpec,
+    linear_table_name,
+)
 from etj.api.base import ApiModel, Quantity
 from etj.api.constants import MANAGED_BY
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
@@ -222,9 +232,11 @@ class EmbeddingTable(ApiModel):
 
 
 class ModelSpec(ApiModel):
-    """The CTR model: embedding tables, dense features and an MLP tower."""
+    """The CTR model: embedding tables, dense features and a tower (an architecture)."""
 
-    model_config = ApiModel.model_config | {"json_schema_extra": _cel(*MODEL_FEATURE_RULES)}
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": _cel(*MODEL_FEATURE_RULES, *ARCHITECTURE_RULES)
+    }
 
     embeddings: list[EmbeddingTable] = Field(
         min_length=1,
@@ -241,7 +253,29 @@ class ModelSpec(ApiModel):
     hidden_units: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
         default_factory=lambda: [256, 128],
         max_length=16,
-        description="Widths of the MLP's hidden layers.",
+        description=(
+            "Widths of the MLP's hidden layers (dlrm: of the top MLP; dcnV2: of the deep "
+            "part, which may be empty)."
+        ),
+    )
+    architecture: Architecture = Field(
+        default=Architecture.DNN,
+        description=(
+            "The tower: dnn (an MLP), wideDeep, deepFM, dcnV2 or dlrm; settings of the "
+            "last four in the field of the same name."
+        ),
+    )
+    wide_deep: WideDeepSpec | None = Field(
+        default=None, description="wideDeep settings (architecture wideDeep only)."
+    )
+    deep_fm: DeepFmSpec | None = Field(
+        default=None, alias="deepFM", description="deepFM settings (architecture deepFM only)."
+    )
+    dcn_v2: DcnV2Spec | None = Field(
+        default=None, alias="dcnV2", description="dcnV2 settings (architecture dcnV2 only)."
+    )
+    dlrm: DlrmSpec | None = Field(
+        default=None, description="dlrm settings (architecture dlrm only)."
     )
 
     @field_validator("embeddings")
@@ -276,7 +310,44 @@ class ModelSpec(ApiModel):
     @model_validator(mode="after")
     def _feature_rules(self) -> ModelSpec:
         check_rules(self, MODEL_FEATURE_RULES)
+        check_rules(self, ARCHITECTURE_RULES)
+        if self.architecture == Architecture.DLRM and self.interaction_inputs < 2:
+            raise ValueError(
+                "architecture dlrm takes dot products between the embedding inputs and the "
+                "bottom MLP's output (present when there are dense features): it needs at "
+                "least two of them"
+            )
         return self
+
+    @property
+    def interaction_inputs(self) -> int:
+        """Vectors DLRM's dot interaction takes: one per embedding input, one for the
+        bottom MLP when there are dense features."""
+        if self.features is None:
+            inputs = len(self.embeddings)
+        else:
+            inputs = sum(1 for f in self.features if f.table is not None)
+        return inputs + (1 if self.dense_inputs else 0)
+
+    @property
+    def tables(self) -> list[EmbeddingTable]:
+        """Every embedding table the trainer creates, in creation (and plan) order:
+        ``embeddings``, then, for wideDeep and deepFM, the first-order table (dimension 1,
+        same rows, combiner and dtype) of each of them."""
+        if self.architecture not in FIRST_ORDER:
+            return list(self.embeddings)
+        settings = self.wide_deep if self.architecture == Architecture.WIDE_DEEP else self.deep_fm
+        optimizer = settings.linear_optimizer if settings is not None else None
+        return list(self.embeddings) + [
+            t.model_copy(
+                update={
+                    "name": linear_table_name(t.name),
+                    "dimension": 1,
+                    "optimizer": Optimizer(optimizer) if optimizer else t.optimizer,
+                }
+            )
+            for t in self.embeddings
+        ]
 
     @property
     def dense_inputs(self) -> int:

@@ -1,0 +1,39 @@
+"""The standard CTR towers, one module per architecture (``spec.model.architecture``).
+
+``build_tower`` picks the architecture's tower; every tower is a ``tf.Module`` called as
+``tower(embeddings, dense, training) -> logits [batch]`` (see ``models.base``). Towers own
+only their dense weights: the tables, lookups and pooling belong to ``etj_trainer.model``.
+"""
+
+from __future__ import annotations
+
+from etj.api.architectures import FIRST_ORDER, Architecture
+from etj.api.spec import ModelSpec
+from etj_trainer.models.base import FlatTower, TowerInputs
+from etj_trainer.models.dcn_v2 import DcnV2Tower
+from etj_trainer.models.deep_fm import DeepFmTower
+from etj_trainer.models.dlrm import DlrmTower
+from etj_trainer.models.dnn import DnnTower
+from etj_trainer.models.wide_deep import WideDeepTower
+
+TOWERS: dict[Architecture, type[FlatTower]] = {
+    Architecture.DNN: DnnTower,
+    Architecture.WIDE_DEEP: WideDeepTower,
+    Architecture.DEEP_FM: DeepFmTower,
+    Architecture.DCN_V2: DcnV2Tower,
+    Architecture.DLRM: DlrmTower,
+}
+
+
+def has_first_order(spec: ModelSpec) -> bool:
+    """Whether the architecture looks up a first-order table beside every embedding."""
+    return spec.architecture in FIRST_ORDER
+
+
+def build_tower(spec: ModelSpec, inputs: TowerInputs, seed: int) -> FlatTower:
+    """The tower of ``spec.architecture`` (its variable created here: call it after the
+    tables, under the strategy's scope)."""
+    return TOWERS[Architecture(spec.architecture)](spec, inputs, seed)  # type: ignore[call-arg]
+
+
+__all__ = ["TOWERS", "FlatTower", "TowerInputs", "build_tower", "has_first_order"]
