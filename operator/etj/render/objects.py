@@ -48,8 +48,8 @@ from etj.api.quantity import format_bytes, quantity_bytes
 from etj.api.spec import GangScheduler, ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.render.kueue import kueue_pod_metadata
-from etj.render.scheduling import build_gang, gang_scheduler, pod_scheduling
 from etj.render.podtemplate import merge_pod_template, template_resources
+from etj.render.scheduling import build_gang, gang_scheduler, pod_scheduling
 from etj.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
 
 # Annotation carrying the memory limit an OOM-killed replica was recreated with.
