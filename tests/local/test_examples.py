@@ -73,6 +73,31 @@ def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
     assert processes_under(workdir) == []
 
 
+def test_parquet_example_trains(tmp_path: Path):
+    """examples/movielens-parquet.yaml (MultiWorkerMirrored, 2 workers) on the MovieLens
+    layout written as Parquet (genres a list column): it succeeds and learns."""
+    from etj_trainer.clicklogs import PARQUET_LISTS, to_parquet
+
+    data = tmp_path / "data"
+    train, valid = write_train_and_validation("movielens", data, files=2, rows_per_file=4000)
+    train = [to_parquet(p, ",", PARQUET_LISTS["movielens"]) for p in train]
+    valid = [to_parquet(p, ",", PARQUET_LISTS["movielens"]) for p in valid]
+    job = yaml.safe_load((ROOT / "examples" / "movielens-parquet.yaml").read_text())
+    job["spec"]["data"]["files"]["pattern"] = str(data / "train-*.parquet")
+    job["spec"]["data"]["validation"] |= {"pattern": str(valid[0]), "maxExamples": 2000}
+    job["spec"]["checkpoint"]["everySteps"] = 400
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    workdir = tmp_path / "run"
+    out = _etj_run(path, workdir)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = out.stdout[out.stdout.index("Summary") :]
+    assert "Succeeded" in summary
+    auc = float(re.search(r"held-out AUC\s*│\s*([0-9.]+)", summary).group(1))
+    assert auc > 0.62, summary
+    assert processes_under(workdir) == []
+
+
 def test_a_bad_line_fails_the_job_with_file_and_line(tmp_path: Path):
     """The chief's termination message and the job's message name the file and line; the
     job fails at once (a DataError is permanent: no restart can fix the data)."""

@@ -157,3 +157,27 @@ def test_parameter_server_workers_read_their_own_files(tmp_path: Path):
     # Worker i reads every second file from its index (the files in name order).
     assert files == {0: {0, 2}, 1: {1, 3}}
     assert seen[0] | seen[1] == set(owner)
+
+
+def test_etj_layout_with_fewer_files_than_shards_splits_the_records(tmp_path: Path):
+    """Files in etj's own layout (no model.features): the same split by record."""
+    from etj_trainer.data import make_dataset
+
+    rows = 31  # odd: a split of the repeated stream would swap halves every pass
+    lines = ["label,dense_0,ids"] + [f"{r % 2},{r},{r % 7}" for r in range(rows)]
+    (tmp_path / "own-0.csv").write_text("\n".join(lines) + "\n")
+    model = ModelSpec.model_validate(
+        {"embeddings": [{"name": "ids", "vocabularySize": 10, "dimension": 4}], "denseFeatures": 1}
+    )
+    data = DataSpec.model_validate(
+        {"source": "files", "files": {"pattern": str(tmp_path / "own-*.csv"), "format": "csv"}}
+    )
+    seen = []
+    for index in range(2):
+        ds = make_dataset(model, data, 5, num_shards=2, shard_index=index)
+        got: set[int] = set()
+        for batch in ds.take(60):
+            got |= {int(v) for v in batch["dense"].numpy()[:, 0]}
+        seen.append(got)
+    assert seen[0].isdisjoint(seen[1])
+    assert seen[0] | seen[1] == set(range(rows))

@@ -124,3 +124,22 @@ def test_missing_labels_are_bad_records_skipped_and_counted(tmp_path: Path):
         _read(path)
     error = data_error_from(caught.value)
     assert isinstance(error, DataError) and f"{path}:2: label click is missing" in str(error)
+
+
+def test_records_of_the_wrong_type_are_skipped_and_counted_when_allowed(tmp_path: Path):
+    """With maxBadRecords, a record holding a feature as another list type is a bad record:
+    the others of its batch are kept (parse_example alone would fail the whole batch)."""
+    records = [_example(**GOOD)] * 3 + [
+        _example(**{**GOOD, "user": [3]}),  # an int64_list where the spec reads bytes
+        _example(**GOOD),
+        _example(**{**GOOD, "price": [b"cheap"], "item": [b"x"]}),
+        _example(**{**GOOD, "click": [0]}),
+    ]
+    path = _write(tmp_path / "a.tfrecord", records)
+    batches = _read(path, max_bad=5)
+    assert sum(int(b["bad_records"]) for b in batches) == 2
+    labels = [v for b in batches for v in b["label"].tolist()]
+    assert labels == [1.0, 1.0, 1.0, 1.0, 0.0]
+    # A record whose features are all as declared is never counted.
+    clean = _write(tmp_path / "b.tfrecord", [_example(**GOOD)] * 20)
+    assert sum(int(b["bad_records"]) for b in _read(clean, max_bad=5)) == 0

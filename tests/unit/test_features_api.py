@@ -67,8 +67,29 @@ def test_every_rule_is_in_the_crd_with_its_message(rule):
     assert rule.message in text
 
 
-@pytest.mark.parametrize("example", ["criteo.yaml", "avazu.yaml", "movielens.yaml"])
+@pytest.mark.parametrize(
+    "example", ["criteo.yaml", "avazu.yaml", "movielens.yaml", "movielens-parquet.yaml"]
+)
 def test_the_data_examples_validate(example):
     doc = yaml.safe_load((ROOT / "examples" / example).read_text())
     spec = EmbeddingTrainingJobSpec.model_validate(doc["spec"])
     assert spec.model.features and spec.data.validation and spec.training.epochs
+
+
+def _parquet_job(**spec: object) -> dict:
+    doc = yaml.safe_load((ROOT / "examples" / "movielens-parquet.yaml").read_text())
+    return doc["spec"] | spec
+
+
+def test_parquet_needs_features_and_no_parameter_server():
+    from etj.api.spec import _EPOCH_RULES
+
+    EmbeddingTrainingJobSpec.model_validate(_parquet_job())
+    with pytest.raises(ValidationError, match="cannot be read under strategy ParameterServer"):
+        EmbeddingTrainingJobSpec.model_validate(_parquet_job(strategy="ParameterServer"))
+    model = {"embeddings": [{"name": "t", "vocabularySize": 10, "dimension": 4}]}
+    with pytest.raises(ValidationError, match=r"parquet needs model\.features"):
+        EmbeddingTrainingJobSpec.model_validate(_parquet_job(model=model, strategy="Auto"))
+    text = json.dumps(build_crd())
+    for rule in _EPOCH_RULES:
+        assert rule.message in text

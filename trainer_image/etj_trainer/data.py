@@ -205,20 +205,26 @@ def file_dataset(
     if by_file and num_shards > 1:
         names = names.shard(num_shards, shard_index)
     names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+
+    def own(records: tf.data.Dataset) -> tf.data.Dataset:
+        # Fewer files than shards: every num_shards-th record of each file, the same
+        # ones in every pass whatever the file order.
+        return records.shard(num_shards, shard_index) if not by_file else records
+
     if fmt == "tfrecord":
         records = names.interleave(
-            tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE
+            lambda f: own(tf.data.TFRecordDataset(f)),
+            cycle_length=4,
+            num_parallel_calls=tf.data.AUTOTUNE,
         )
         parse = _tfrecord_parser(model, label_key)
     else:
         records = names.interleave(
-            lambda f: tf.data.TextLineDataset(f).skip(1),
+            lambda f: own(tf.data.TextLineDataset(f).skip(1)),
             cycle_length=4,
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         parse = _csv_parser(model, label_key, _csv_header(files[0]))
-    if not by_file and num_shards > 1:
-        records = records.shard(num_shards, shard_index)
     records = records.shuffle(_SHUFFLE_RECORDS, seed=seed)
     # Batch first, then parse whole batches: one vectorised op per batch.
     ds = records.batch(batch_size, drop_remainder=True)

@@ -95,25 +95,12 @@ class DelimitedParser:
         self.delimiter = delimiter
         self.max_bad = max_bad
         self.index = {name: i for i, name in enumerate(columns)}
-        # Single-valued string ids without a vocabulary file: hashed all at once.
-        self.hashed = [
-            f
-            for f in fs.categorical
-            if not f.multi_valued and f.stored_type == ValueType.STRING and not f.vocabulary_file
-        ]
-        self.hashed_index = [self.index[f.name] for f in self.hashed]
-        blanks = {" ": " ", "\t": r"\t", "\r": r"\r", "\f": r"\f", "\v": r"\v"}
-        self.unspaced = "[^" + "".join(v for k, v in blanks.items() if k != delimiter) + "]*"
-        self.hashed_sizes = [fs.vocabulary_size[str(f.table)] for f in self.hashed]
 
     def __call__(self, file: tf.Tensor, number: tf.Tensor, line: tf.Tensor) -> dict[str, Any]:
         # Blank lines (a trailing newline, an empty last line) are not records.
-        text = tf.logical_not(tf.strings.regex_full_match(line, r"\s*"))
+        text = tf.strings.length(tf.strings.strip(line)) > 0
         file, number, line = (tf.boolean_mask(t, text) for t in (file, number, line))
         line = tf.strings.regex_replace(line, "\r$", "")
-        # Whether any field may need stripping: one cheap scan of the lines instead of a
-        # strip of every cell (a copy of every string) in the usual batch with no blanks.
-        spaced = tf.logical_not(tf.reduce_all(tf.strings.regex_full_match(line, self.unspaced)))
         fields = tf.strings.split(line, self.delimiter)
         found = fields.row_lengths()
         cells = fields.to_tensor(default_value="", shape=[None, len(self.columns)])
@@ -125,74 +112,35 @@ class DelimitedParser:
                 ),
             )
         ]
-        return self.parse_cells(file, number, cells, checks, spaced)
+        return self.parse_cells(file, number, cells, checks)
 
     def parse_cells(
-        self,
-        file: tf.Tensor,
-        number: tf.Tensor,
-        cells: tf.Tensor,
-        checks: list[Check],
-        spaced: tf.Tensor | None = None,
+        self, file: tf.Tensor, number: tf.Tensor, cells: tf.Tensor, checks: list[Check]
     ) -> dict[str, Any]:
         """Model input from ``[batch, columns]`` text cells (also what other formats that
-        yield text cells use, so every format checks, hashes and transforms alike).
-        ``spaced``: whether any cell may have surrounding whitespace (None: look)."""
-        if spaced is None:
-            spaced = tf.logical_not(tf.reduce_all(tf.strings.regex_full_match(cells, r"\S*")))
-        # Values without surrounding whitespace; errors quote the cells as they are.
-        clean = tf.cond(spaced, lambda: tf.strings.strip(cells), lambda: cells)
+        yield text cells use, so every format checks, hashes and transforms alike)."""
         out: dict[str, Any] = {}
-        out[LABEL_KEY] = self._label(cells, clean, checks)
+        out[LABEL_KEY] = self._label(cells, checks)
         if self.fs.dense:
-            out[DENSE_KEY] = self._dense_columns(cells, clean, checks)
-        if self.hashed:
-            rows = fx.string_rows_columns(
-                tf.gather(clean, self.hashed_index, axis=1), self.hashed_sizes
-            )
-            for j, f in enumerate(self.hashed):
-                out[input_key(f.name)] = rows[:, j : j + 1]
-        hashed = {f.name for f in self.hashed}
+            out[DENSE_KEY] = tf.stack([self._dense(f, cells, checks) for f in self.fs.dense], 1)
         for f in self.fs.categorical:
-            if f.name not in hashed:
-                out[input_key(f.name)] = self._categorical(f, cells, clean, checks)
+            out[input_key(f.name)] = self._categorical(f, cells, checks)
         return checked(out, checks, file, number, self.max_bad)
-
-    def _dense_columns(self, cells: tf.Tensor, clean: tf.Tensor, checks: list[Check]) -> tf.Tensor:
-        """All dense features as ``[batch, k]`` in spec order: one gather, one regex, one
-        conversion for all columns (per-column string slices cost more than the parse)."""
-        dense = self.fs.dense
-        where = [self.index[f.name] for f in dense]
-        raw, text = tf.gather(cells, where, axis=1), tf.gather(clean, where, axis=1)
-        empty = tf.equal(tf.strings.length(text), 0)
-        number = tf.strings.regex_full_match(text, fx.NUMBER_RE)
-        value = tf.strings.to_number(tf.where(number, text, "0"), tf.float32)
-        nan = tf.logical_and(tf.logical_not(empty), tf.logical_not(number))
-        names = tf.constant([f"dense column {f.name} is not a number: " for f in dense])
-
-        def describe(i: tf.Tensor) -> tf.Tensor:
-            j = tf.argmax(tf.cast(nan[i], tf.int32), output_type=tf.int32)
-            return tf.strings.join([names[j], quoted(raw[i, j])])
-
-        checks.append((tf.reduce_any(nan, axis=1), describe))
-        defaults = tf.constant([f.default for f in dense], tf.float32)
-        value = tf.where(empty, tf.broadcast_to(defaults, tf.shape(value)), value)
-        return fx.transform_columns(value, dense)
 
     def _cell(self, feature: Feature, cells: tf.Tensor) -> tf.Tensor:
         return cells[:, self.index[feature.name]]
 
-    def _number(self, feature: Feature, clean: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """(value, empty, not-a-number) of a numeric column (of the stripped cells)."""
-        cell = self._cell(feature, clean)
-        empty = tf.equal(tf.strings.length(cell), 0)
+    def _number(self, feature: Feature, cells: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(value, empty, not-a-number) of a numeric column."""
+        cell = self._cell(feature, cells)
+        empty = tf.equal(tf.strings.length(tf.strings.strip(cell)), 0)
         number = tf.strings.regex_full_match(cell, fx.NUMBER_RE)
         value = tf.strings.to_number(tf.where(number, cell, "0"), tf.float32)
         return value, empty, tf.logical_and(tf.logical_not(empty), tf.logical_not(number))
 
-    def _label(self, cells: tf.Tensor, clean: tf.Tensor, checks: list[Check]) -> tf.Tensor:
+    def _label(self, cells: tf.Tensor, checks: list[Check]) -> tf.Tensor:
         f = self.fs.label
-        value, empty, nan = self._number(f, clean)
+        value, empty, nan = self._number(f, cells)
         cell = self._cell(f, cells)
         checks.append(
             (
@@ -210,11 +158,23 @@ class DelimitedParser:
         )
         return fx.label(value, f)
 
-    def _categorical(
-        self, f: Feature, cells: tf.Tensor, clean: tf.Tensor, checks: list[Check]
-    ) -> tf.Tensor:
+    def _dense(self, f: Feature, cells: tf.Tensor, checks: list[Check]) -> tf.Tensor:
+        value, empty, nan = self._number(f, cells)
         cell = self._cell(f, cells)
-        values: Any = fx.split_values(cell, f) if f.multi_valued else self._cell(f, clean)
+        checks.append(
+            (
+                nan,
+                lambda i: tf.strings.join(
+                    [f"dense column {f.name} is not a number: ", quoted(cell[i])]
+                ),
+            )
+        )
+        value = tf.where(empty, tf.constant(f.default, tf.float32), value)
+        return fx.transform(value, f)
+
+    def _categorical(self, f: Feature, cells: tf.Tensor, checks: list[Check]) -> tf.Tensor:
+        cell = self._cell(f, cells)
+        values: Any = fx.split_values(cell, f) if f.multi_valued else tf.strings.strip(cell)
         empty = None
         if f.stored_type == ValueType.INT:
             values, empty = self._integers(f, cell, values, checks)

@@ -17,7 +17,6 @@ vocabulary and knows nothing of formats, sharding or strategies.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,67 +72,6 @@ def string_rows(
         index = vocabulary.table.lookup(values)
         rows = tf.where(index >= 0, index + 1, rows)
     return tf.where(tf.strings.length(values) == 0, tf.constant(MISSING_ROW, tf.int64), rows)
-
-
-# to_hash_bucket_fast's bucket count is an int64; a common multiple of several hashed
-# ranges below this bound serves them all with one hash (see string_rows_columns).
-_MAX_COMMON_RANGE = 2**62
-
-
-def string_rows_columns(values: tf.Tensor, vocabulary_sizes: list[int]) -> tf.Tensor:
-    """Rows of a ``[batch, k]`` matrix of string ids, column j for a table of
-    ``vocabulary_sizes[j]`` rows (no vocabulary files): exactly ``string_rows`` per column.
-
-    One hash per group of columns instead of one per column: Fingerprint64(v) mod M,
-    then mod each column's range r (which divides M), equals Fingerprint64(v) mod r. The
-    groups are as large as keep M (the ranges' least common multiple) in an int64."""
-    ranges = [hashed_range(n, 0) for n in vocabulary_sizes]
-    groups: list[list[int]] = []
-    common: list[int] = []
-    for j, r in enumerate(ranges):
-        if groups and math.lcm(common[-1], r) < _MAX_COMMON_RANGE:
-            groups[-1].append(j)
-            common[-1] = math.lcm(common[-1], r)
-        else:
-            groups.append([j])
-            common.append(r)
-    parts = []
-    for cols, m in zip(groups, common, strict=True):
-        part = values if len(groups) == 1 else tf.gather(values, cols, axis=1)
-        hashed = tf.strings.to_hash_bucket_fast(part, m)
-        parts.append(1 + tf.math.floormod(hashed, tf.constant([ranges[j] for j in cols], tf.int64)))
-    rows = parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
-    order = [j for cols in groups for j in cols]
-    if order != list(range(len(ranges))):
-        rows = tf.gather(rows, [order.index(j) for j in range(len(ranges))], axis=1)
-    single = tf.constant([n == 1 for n in vocabulary_sizes])
-    rows = tf.where(single, tf.constant(MISSING_ROW, tf.int64), rows)
-    return tf.where(tf.strings.length(values) == 0, tf.constant(MISSING_ROW, tf.int64), rows)
-
-
-def transform_columns(values: tf.Tensor, features: list[Feature]) -> tf.Tensor:
-    """Each dense feature's transform on its column of ``[batch, k]`` float32 values
-    (what ``transform`` does per column, in a handful of ops for all of them)."""
-    kinds = [Transform(f.transform) for f in features]
-
-    def vector(pick: Any) -> tf.Tensor:
-        return tf.constant([pick(f, k) for f, k in zip(features, kinds, strict=True)])
-
-    if Transform.LOG1P in kinds:
-        log = vector(lambda f, k: k == Transform.LOG1P)
-        values = tf.where(log, tf.math.log1p(tf.maximum(values, 0.0)), values)
-    if Transform.STANDARDIZE in kinds:
-        std = vector(lambda f, k: k == Transform.STANDARDIZE)
-        mean = vector(lambda f, k: float(f.mean) if k == Transform.STANDARDIZE else 0.0)
-        scale = vector(lambda f, k: float(f.std) if k == Transform.STANDARDIZE else 1.0)
-        values = tf.where(std, (values - mean) / scale, values)
-    if Transform.CLIP in kinds:
-        clip = vector(lambda f, k: k == Transform.CLIP)
-        inf = float("inf")
-        low = vector(lambda f, k: f.min if k == Transform.CLIP and f.min is not None else -inf)
-        high = vector(lambda f, k: f.max if k == Transform.CLIP and f.max is not None else inf)
-        values = tf.where(clip, tf.minimum(tf.maximum(values, low), high), values)
-    return values
 
 
 def int_rows(

@@ -7,14 +7,17 @@ default, a missing id the reserved row, a multi-valued list keeps ``maxLength`` 
 Records are numbered per file (from 1) and that number is the ``example_names`` of
 ``tf.io.parse_example``, so a record of the wrong type fails as
 ``<file>:<record>: <what>``; records without a label or with a label that is not 0/1 are
-bad records (skipped under ``data.maxBadRecords``). A record of the wrong type stops the
-job even then: ``parse_example`` fails a whole batch.
+bad records (skipped under ``data.maxBadRecords``). Under ``maxBadRecords`` a record of
+the wrong type is a bad record too: its features' list kinds are read from the wire
+format (``tf.io.decode_proto``) before ``parse_example``, which would fail the whole
+batch, sees it.
 
 Reads and parses; knows nothing of strategies or the model.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import tensorflow as tf
@@ -24,6 +27,7 @@ from etj.api.spec import FileData
 from etj_trainer import features as fx
 from etj_trainer.model import DENSE_KEY, LABEL_KEY, input_key
 from etj_trainer.records import (
+    BAD_KEY,
     Check,
     DataError,
     Sharding,
@@ -36,6 +40,8 @@ from etj_trainer.records import (
 
 SHUFFLE_BATCHES = 16
 _DTYPES = {ValueType.STRING: tf.string, ValueType.INT: tf.int64, ValueType.FLOAT: tf.float32}
+# The list kinds of a tf.train.Feature, in its proto's field order.
+_KINDS = ("bytes_list", "float_list", "int64_list")
 _LISTS = {
     ValueType.STRING: "bytes_list",
     ValueType.INT: "int64_list",
@@ -85,6 +91,63 @@ class ExampleParser:
         }
 
     def __call__(self, file: tf.Tensor, number: tf.Tensor, record: tf.Tensor) -> dict[str, Any]:
+        if self.max_bad == 0:
+            return self._parse(file, number, record)
+        # parse_example fails a whole batch on one record of the wrong type: when bad
+        # records may be skipped, find those first (from the records' wire format) and
+        # parse the others.
+        wrong, what = self._wrong_types(record)
+        keep = tf.logical_not(wrong)
+
+        def log() -> tf.Tensor:
+            i = tf.argmax(tf.cast(wrong, tf.int32), output_type=tf.int32)
+            note = tf.strings.join(
+                ["skipped bad record: ", location(file[i], number[i]), ": ", what[i]]
+            )
+            with tf.control_dependencies([tf.print(note, output_stream=sys.stderr)]):
+                return tf.constant(True)
+
+        logged = tf.cond(tf.reduce_any(wrong), log, lambda: tf.constant(False))
+        with tf.control_dependencies([logged]):
+            file, number, record = (tf.boolean_mask(t, keep) for t in (file, number, record))
+        out = self._parse(file, number, record)
+        out[BAD_KEY] += tf.reduce_sum(tf.cast(wrong, tf.int64))
+        return out
+
+    def _wrong_types(self, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Which records hold a declared feature as another list type than the spec reads,
+        and what is wrong with each (decoded with ``tf.io.decode_proto``: Example ->
+        Features -> its entries -> each Feature's list kind; nothing fails)."""
+        _, (features,) = tf.io.decode_proto(record, "tensorflow.Example", ["features"], [tf.string])
+        counts, (entries,) = tf.io.decode_proto(
+            features[:, 0], "tensorflow.Features", ["feature"], [tf.string]
+        )
+        width = tf.shape(entries)[1]
+        present = tf.sequence_mask(counts[:, 0], width)
+        _, (keys, values) = tf.io.decode_proto(
+            tf.reshape(entries, [-1]),
+            "tensorflow.Features.FeatureEntry",
+            ["key", "value"],
+            [tf.string, tf.string],
+        )
+        kinds, _ = tf.io.decode_proto(
+            values[:, 0], "tensorflow.Feature", list(_KINDS), [tf.string] * len(_KINDS)
+        )
+        kinds = tf.reshape(kinds > 0, [-1, width, len(_KINDS)])
+        keys = tf.reshape(keys[:, 0], [-1, width])
+        set_kind = tf.reduce_any(kinds, axis=2)
+        wrong = tf.zeros_like(counts[:, 0], tf.bool)
+        what = tf.fill(tf.shape(wrong), "")
+        for f in reversed(self.fs.features):  # the first feature's message wins
+            want = _LISTS[f.stored_type]
+            other = tf.logical_not(kinds[:, :, _KINDS.index(want)])
+            bad = tf.reduce_any(present & tf.equal(keys, f.name) & set_kind & other, axis=1)
+            message = f"feature {f.name} is not a {want} (valueType {f.stored_type})"
+            what = tf.where(bad, message, what)
+            wrong = tf.logical_or(wrong, bad)
+        return wrong, what
+
+    def _parse(self, file: tf.Tensor, number: tf.Tensor, record: tf.Tensor) -> dict[str, Any]:
         names = location(file, number)
         parsed = tf.io.parse_example(record, self.spec, example_names=names)
         label = self.fs.label

@@ -382,6 +382,24 @@ _EPOCH_RULES = (
         "training.epochs needs data.source files (synthetic data has no epochs)",
         lambda s: s.training.epochs is None or s.data.source == "files",
     ),
+    # (and the other rules joining data with the rest of the spec)
+    Rule(
+        "!has(self.data) || !has(self.data.files) || !has(self.data.files.format) || self.data.files.format != 'parquet' || has(self.model.features)",
+        "data.files.format parquet needs model.features (the columns to read)",
+        lambda s: (
+            s.data.files is None or s.data.files.format != "parquet" or bool(s.model.features)
+        ),
+    ),
+    Rule(
+        "!has(self.data) || !has(self.data.files) || !has(self.data.files.format) || self.data.files.format != 'parquet' || !has(self.strategy) || self.strategy != 'ParameterServer'",
+        "data.files.format parquet cannot be read under strategy ParameterServer (its workers "
+        "cannot run Python readers): use MultiWorkerMirrored or convert the files to TFRecord",
+        lambda s: (
+            s.data.files is None
+            or s.data.files.format != "parquet"
+            or s.strategy != "ParameterServer"
+        ),
+    ),
 )
 
 
