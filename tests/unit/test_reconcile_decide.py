@@ -158,6 +158,26 @@ def test_backoff_limit_exhausted_fails_with_reason():
     assert cond.reason == "BackoffLimitExceeded" and "backoffLimit 2" in cond.message
 
 
+def test_a_disruption_is_restarted_at_once_and_not_counted_against_backoff_limit():
+    """Evicted, preempted or stopped by Kueue (DisruptionTarget / TerminationTarget): as
+    batch/v1 Job's podFailurePolicy Ignore, even with the backoffLimit used up."""
+    job = make_job(
+        strategy="MultiWorkerMirrored",
+        runPolicy={"backoffLimit": 2},
+        status={"phase": "Running", "restarts": 2},
+    )
+    gone = pod("worker", 1, "Failed", exit_code=143, disrupted=True)
+    pods = [p if p.key != ("worker", 1) else gone for p in all_pods(job)]
+    d = run(job, pods)
+    assert d.status.phase == Phase.RESTARTING and d.status.restarts == 2
+    assert "j-worker-1" in d.delete_pods and not d.status.restart_backoff.get("j-worker-1", None)
+    assert "disrupted" in d.events[0].message and "not counted" in d.events[0].message
+    # The same exit without the condition is a failure like any other: the limit holds.
+    crashed = pod("worker", 1, "Failed", exit_code=143)
+    pods = [p if p.key != ("worker", 1) else crashed for p in all_pods(job)]
+    assert run(job, pods).status.phase == Phase.FAILED
+
+
 def test_deleted_pod_counts_as_a_failure_of_that_replica():
     job = make_job(status={"phase": "Running"})
     pods = [

@@ -78,3 +78,14 @@ def test_a_data_error_names_the_file_and_line_in_the_description():
         "j-worker-1 failed with exit code 138 (Error, DataError): "
         "/data/day_0.txt:81733: expected 40 fields, found 39"
     )
+
+
+def test_disruption_conditions_of_kubernetes_and_kueue():
+    for kind in ("DisruptionTarget", "TerminationTarget"):
+        cond = {"type": kind, "status": "True", "reason": "Preempted"}
+        p = observe_pod(pod_obj(phase="Failed", conditions=[cond]))
+        assert p and p.disrupted and p.preempted, kind
+        assert "disrupted" in p.describe()
+    cond = {"type": "DisruptionTarget", "status": "False"}
+    p = observe_pod(pod_obj(phase="Failed", conditions=[cond]))
+    assert p and not p.disrupted and not p.preempted

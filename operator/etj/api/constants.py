@@ -66,6 +66,12 @@ KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 # holds a pod until the group's Workload is admitted.
 KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+# The pod conditions that say a pod was taken away rather than failed: Kubernetes'
+# DisruptionTarget (preemption, eviction, taint manager, PodGC) and the condition Kueue
+# sets on the pods of a group it stops (an evicted or preempted Workload). As batch/v1 Job
+# with a podFailurePolicy ``Ignore`` on DisruptionTarget, such a failure is not counted
+# against backoffLimit and waits for no back-off.
+DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
 
 # The main container under its TFJob name: a template's container named so is etj's own.
 TFJOB_CONTAINER_NAME = "tensorflow"

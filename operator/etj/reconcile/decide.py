@@ -340,7 +340,10 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         p.finish(Phase.FAILED, "ReplicaFailed", permanent[0].why)
         return True
     whys = "; ".join(f.why for f in failures)
-    if p.st.restarts >= rp.backoff_limit:
+    # Disruptions (evicted, preempted, stopped by a queue) are not the job's failures: as
+    # batch/v1 Job's podFailurePolicy Ignore on DisruptionTarget, they are not counted.
+    counted = any(not f.pod.disrupted for f in failures)
+    if counted and p.st.restarts >= rp.backoff_limit:
         p.finish(
             Phase.FAILED,
             "BackoffLimitExceeded",
@@ -354,7 +357,8 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
             p.w.plan.strategy, replicas, f.pod.role, f.pod.index, f.pod.trainer_reason
         )
         _oom(p, f)
-    p.st.restarts += 1
+    if counted:
+        p.st.restarts += 1
     names = sorted(pod_name(p.job.name, r, i) for r, i in group)
     _count_role_restarts(p, group, replicas)
     p.st.restarting_pods = sorted(set(p.st.restarting_pods) | set(names))
@@ -366,7 +370,11 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         "Warning",
         "Restarting",
         f"{whys}; restarting {', '.join(names)} {when}"
-        f"(restart {p.st.restarts} of backoffLimit {rp.backoff_limit})",
+        + (
+            f"(restart {p.st.restarts} of backoffLimit {rp.backoff_limit})"
+            if counted
+            else "(a disruption: not counted against backoffLimit)"
+        ),
     )
     p.st.phase = Phase.RESTARTING
     p.condition(

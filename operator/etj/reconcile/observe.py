@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from etj.api.constants import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from etj.api.constants import DISRUPTION_CONDITIONS, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from etj.api.quantity import quantity_bytes
 
 
@@ -32,6 +32,8 @@ class PodState:
     # When the container started and (if it ended) finished: how long it ran cleanly.
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # Marked for disruption (DISRUPTION_CONDITIONS): evicted, preempted, stopped by Kueue.
+    disrupted: bool = False
     # The node it is bound to (spec.nodeName); None while the scheduler has not placed it.
     node_name: str | None = None
     # The scheduler's word when it could not place the pod (PodScheduled False,
@@ -47,7 +49,9 @@ class PodState:
     @property
     def preempted(self) -> bool:
         """Taken away rather than crashed: deleted (or evicted) before its process ended."""
-        return (self.terminating and not self.finished) or self.reason == "Evicted"
+        return (
+            (self.terminating and not self.finished) or self.reason == "Evicted" or self.disrupted
+        )
 
     @property
     def key(self) -> tuple[str, int]:
@@ -73,6 +77,8 @@ class PodState:
 
     def describe(self) -> str:
         """How the pod ended, for events and messages."""
+        if self.disrupted:
+            return f"{self.name} was disrupted (evicted, preempted or stopped by its queue)"
         if self.terminating and not self.finished:
             return f"{self.name} was deleted"
         parts = [f"{self.name} {self.phase.lower()}"]
@@ -145,6 +151,7 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
     status = pod.get("status") or {}
     exit_code, reason, message = _container_termination(pod)
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    disrupted = any(conditions.get(t) == "True" for t in DISRUPTION_CONDITIONS)
     scheduled: dict[str, Any] = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
     )
@@ -163,6 +170,7 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         message=message,
         started_at=started_at,
         finished_at=finished_at,
+        disrupted=disrupted,
         node_name=(pod.get("spec") or {}).get("nodeName") or None,
         unschedulable=(scheduled.get("message") or "the scheduler cannot place it")
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"

@@ -5,7 +5,8 @@ replica waits ``initialSeconds * 2**(n-1)``, capped at ``maxSeconds``; a replica
 ``resetAfterSeconds`` before it failed counts from one again. A worker under
 ParameterServer whose pod was deleted or evicted (preempted, it did not crash) is replaced
 at once and its count is left alone: the coordinator is waiting for it, and nothing says
-it would fail again.
+it would fail again. So is any replica marked for disruption (``PodState.disrupted``:
+Kubernetes' DisruptionTarget, Kueue's TerminationTarget).
 
 The count and the time of the next restart live in ``status.restartBackoff`` (by pod
 name), so an operator restart neither forgets a back-off nor restarts early.
@@ -40,8 +41,11 @@ def delay_seconds(failures: int, policy: RestartBackoff) -> float:
 
 
 def replaced_at_once(strategy: str, pod: PodState) -> bool:
-    """A preempted ParameterServer worker: no back-off, no count."""
-    return strategy == Strategy.PARAMETER_SERVER.value and pod.role == "worker" and pod.preempted
+    """A disrupted replica (any role), or a preempted ParameterServer worker: no back-off,
+    no count."""
+    return pod.disrupted or (
+        strategy == Strategy.PARAMETER_SERVER.value and pod.role == "worker" and pod.preempted
+    )
 
 
 def wait_for(
