@@ -37,12 +37,23 @@ def zoo_spec(model: dict[str, Any], **overrides: Any) -> Any:
     doc.update(model)
     training = {"batchSizePerReplica": 64, "steps": 3, "optimizer": "adagrad", "learningRate": 0.2}
     training.update(overrides.pop("training", {}))
-    return job_spec(
-        replicas={"chief": {"replicas": 1}, "worker": {"replicas": 1}, "ps": {"replicas": 2}},
-        model=doc,
-        training=training,
-        sharding={"maxShardBytes": "32Ki"},
-        **overrides,
+    kwargs: dict[str, Any] = {
+        "replicas": {"chief": {"replicas": 1}, "worker": {"replicas": 1}, "ps": {"replicas": 2}},
+        "sharding": {"maxShardBytes": "32Ki"},
+    }
+    kwargs.update(overrides)
+    return job_spec(model=doc, training=training, **kwargs)
+
+
+def mirrored(spec: Any) -> Any:
+    """``spec`` as a 2-worker MultiWorkerMirrored job."""
+    return spec.model_copy(
+        update={
+            "strategy": "MultiWorkerMirrored",
+            "replicas": spec.replicas.model_validate(
+                {"chief": {"replicas": 0}, "worker": {"replicas": 2}}
+            ),
+        }
     )
 
 
@@ -82,6 +93,64 @@ def same_math(spec: Any, workdir: Path) -> dict[str, Any]:
         assert moved > 0, (key, report["moved"])
         assert diff <= 1e-7 + 1e-3 * moved, (key, diff, moved)
     return report
+
+
+def same_math_mirrored(spec: Any, workdir: Path) -> dict[str, Any]:
+    """As ``same_math`` under 2-worker MultiWorkerMirrored (``same_math_mwms.py``): each
+    worker trains on half of every batch; both must end where one process trained on all."""
+    config = trainer_config(mirrored(spec))
+    assert config.strategy == "MultiWorkerMirrored"
+    job = LocalJob(config, workdir, workers=2, ps=0, chief=False)
+    reference = workdir / "local.npz"
+    env = dict(job.env)
+    env.pop("TF_CONFIG", None)
+    env["ETJ_TRAINER_CONFIG"] = str(job.config_path)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "same_math_mwms.py"), "local", str(reference)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    procs = []
+    with job:
+        for i in range(2):
+            env = dict(job.env)
+            env["TF_CONFIG"] = job.tf_config("worker", i)
+            env["ETJ_TRAINER_CONFIG"] = str(job.config_path)
+            out = (workdir / f"worker-{i}.out").open("w")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(HERE / "same_math_mwms.py"), "worker", str(reference)],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    cwd=workdir,
+                    start_new_session=True,
+                )
+            )
+            out.close()
+        try:
+            codes = [p.wait(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    reports = []
+    for i, code in enumerate(codes):
+        text = (workdir / f"worker-{i}.out").read_text()
+        lines = [line for line in text.splitlines() if line.startswith("SAME_MATH ")]
+        assert code == 0 and lines, text[-5000:]
+        reports.append(json.loads(lines[-1].removeprefix("SAME_MATH ")))
+    for report in reports:
+        for key, diff in report["diff"].items():
+            moved = report["moved"][key]
+            assert moved > 0, (key, report["moved"])
+            assert diff <= 1e-6 + 1e-3 * moved, (key, diff, moved)
+    return reports[0]
 
 
 def etj_run_trains(model: dict[str, Any], workdir: Path) -> str:
