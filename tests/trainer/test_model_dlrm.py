@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from zoo import (
+    checkpoint_restores_every_variable,
     etj_run_trains,
     export_serves_what_the_model_predicts,
     same_math,
@@ -87,3 +88,7 @@ def test_export_serves_what_the_model_predicts(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None:
     same_math_mirrored(zoo_spec(MODEL), tmp_path)
+
+
+def test_checkpoint_restores_every_variable(tmp_path: Path) -> None:
+    checkpoint_restores_every_variable(zoo_spec(MODEL), tmp_path)
