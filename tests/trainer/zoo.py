@@ -88,6 +88,12 @@ def same_math(spec: Any, workdir: Path) -> dict[str, Any]:
     # The tables were really sharded, every variable started equal and ended equal.
     for i, t in enumerate(config.shard_plan.tables):
         assert report["shards"][f"model/tables/{i}"] == t.shards, t.name
+        # Every shard (first-order tables' too) on the ps the plan names.
+        placed = [
+            int(d.rsplit("task:", 1)[1].split("/")[0])
+            for d in report["devices"][f"model/tables/{i}"]
+        ]
+        assert placed == t.ps_of_shard, (t.name, placed, t.ps_of_shard)
     assert max(report["initial"].values()) == 0.0, report["initial"]
     # Not vacuous: training moved every table, the tower and the slots; both runs moved
     # them the same way, to float32 rounding (a thousandth of the move at most).
