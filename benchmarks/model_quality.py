@@ -51,6 +51,9 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "dlrm": {"dlrm": {"bottomUnits": [16]}},
 }
 HIDDEN = [32, 16]
+# The trainer's watchdog: generous, as a shared machine may be slow (the harness's default
+# 120 s is shorter than a whole run here, which has no checkpoint to report steps at).
+WATCHDOG = 1800
 
 
 # --- data -----------------------------------------------------------------------------
@@ -156,14 +159,14 @@ def run_etj(mode: str, arch: str, steps: int, batch: int, files: str, work: Path
     export = work / "export"
     if mode == "ps":
         spec = _spec(arch, "ParameterServer", 2, steps, batch, files)
-        config = trainer_config(spec, export_dir=export)
+        config = trainer_config(spec, export_dir=export, watchdog_seconds=WATCHDOG)
         with LocalJob(config, work, workers=2, ps=2) as job:
             job.start_all()
             job.wait_done(timeout=1200)
         return export
     workers = 2 if mode == "mwms" else 1
     spec = _spec(arch, "MultiWorkerMirrored", workers, steps // workers, batch, files)
-    config = trainer_config(spec, export_dir=export)
+    config = trainer_config(spec, export_dir=export, watchdog_seconds=WATCHDOG)
     if mode == "mwms":
         with LocalJob(config, work, workers=2, ps=0, chief=False) as job:
             job.start_all()
