@@ -84,6 +84,7 @@ def main() -> None:
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     ps = TrainingState(config, strategy, partitioner)
     shards = {k: len(v) for k, v in ps.named_variables().items()}
+    devices = {k: [c.device for c in v] for k, v in ps.named_variables().items()}
     # A sharded table's initial rows are seeded per shard: start from the local values.
     assign(ps, before)
     start = values(ps)
@@ -96,6 +97,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "loss": [loss_local, loss_ps],
         "shards": shards,
+        "devices": devices,
         "initial": {k: float(np.abs(before[k] - start[k]).max()) for k in before},
         "diff": {k: float(np.abs(after_local[k] - after_ps[k]).max()) for k in after_local},
         "moved": {k: float(np.abs(after_local[k] - before[k]).max()) for k in after_local},

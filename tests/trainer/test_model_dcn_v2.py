@@ -8,7 +8,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from zoo import etj_run_trains, export_serves_what_the_model_predicts, same_math, zoo_spec
+from zoo import (
+    etj_run_trains,
+    export_serves_what_the_model_predicts,
+    same_math,
+    same_math_mirrored,
+    zoo_spec,
+)
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -107,3 +113,9 @@ def test_export_serves_what_the_model_predicts(tmp_path: Path) -> None:
     export_serves_what_the_model_predicts(
         zoo_spec({"architecture": "dcnV2", "dcnV2": settings}), tmp_path
     )
+
+
+@pytest.mark.slow
+def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None:
+    settings = {"crossLayers": 2, "structure": "stacked", "lowRank": 4}
+    same_math_mirrored(zoo_spec({"architecture": "dcnV2", "dcnV2": settings}), tmp_path)

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from zoo import etj_run_trains, export_serves_what_the_model_predicts, same_math, zoo_spec
+from zoo import (
+    checkpoint_restores_every_variable,
+    etj_run_trains,
+    export_serves_what_the_model_predicts,
+    same_math,
+    same_math_mirrored,
+    zoo_spec,
+)
 
 MODEL = {"architecture": "dlrm", "dlrm": {"bottomUnits": [8]}}
 
@@ -76,3 +83,12 @@ def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
 
 def test_export_serves_what_the_model_predicts(tmp_path: Path) -> None:
     export_serves_what_the_model_predicts(zoo_spec(MODEL), tmp_path)
+
+
+@pytest.mark.slow
+def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None:
+    same_math_mirrored(zoo_spec(MODEL), tmp_path)
+
+
+def test_checkpoint_restores_every_variable(tmp_path: Path) -> None:
+    checkpoint_restores_every_variable(zoo_spec(MODEL), tmp_path)

@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import trainer_config
-from zoo import etj_run_trains, export_serves_what_the_model_predicts, same_math, zoo_spec
+from zoo import (
+    etj_run_trains,
+    export_serves_what_the_model_predicts,
+    same_math,
+    same_math_mirrored,
+    zoo_spec,
+)
 
 
 def test_dnn_is_the_default_and_keeps_the_original_weights() -> None:
@@ -79,3 +85,8 @@ def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
 
 def test_export_serves_what_the_model_predicts(tmp_path: Path) -> None:
     export_serves_what_the_model_predicts(zoo_spec({}), tmp_path)
+
+
+@pytest.mark.slow
+def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None:
+    same_math_mirrored(zoo_spec({"architecture": "dnn"}), tmp_path)

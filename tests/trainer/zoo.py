@@ -4,8 +4,11 @@
 ParameterServer cluster on 127.0.0.1 (the harness's processes) and checks that the
 single-process and the ParameterServer runs of the same batches from the same initial
 values end with the same loss and the same values of every saved variable (tables and
-their first-order tables, tower, optimizer slots). ``etj_run_trains`` runs the quickstart
-example, shortened, with the architecture under ``etj run``.
+their first-order tables, tower, optimizer slots); ``same_math_mirrored`` does the same
+for 2-worker MultiWorkerMirrored. ``export_serves_what_the_model_predicts`` and
+``checkpoint_restores_every_variable`` check the export and a checkpoint round trip;
+``etj_run_trains`` runs the quickstart example, shortened, with the architecture under
+``etj run``.
 """
 
 from __future__ import annotations
@@ -37,12 +40,23 @@ def zoo_spec(model: dict[str, Any], **overrides: Any) -> Any:
     doc.update(model)
     training = {"batchSizePerReplica": 64, "steps": 3, "optimizer": "adagrad", "learningRate": 0.2}
     training.update(overrides.pop("training", {}))
-    return job_spec(
-        replicas={"chief": {"replicas": 1}, "worker": {"replicas": 1}, "ps": {"replicas": 2}},
-        model=doc,
-        training=training,
-        sharding={"maxShardBytes": "32Ki"},
-        **overrides,
+    kwargs: dict[str, Any] = {
+        "replicas": {"chief": {"replicas": 1}, "worker": {"replicas": 1}, "ps": {"replicas": 2}},
+        "sharding": {"maxShardBytes": "32Ki"},
+    }
+    kwargs.update(overrides)
+    return job_spec(model=doc, training=training, **kwargs)
+
+
+def mirrored(spec: Any) -> Any:
+    """``spec`` as a 2-worker MultiWorkerMirrored job."""
+    return spec.model_copy(
+        update={
+            "strategy": "MultiWorkerMirrored",
+            "replicas": spec.replicas.model_validate(
+                {"chief": {"replicas": 0}, "worker": {"replicas": 2}}
+            ),
+        }
     )
 
 
@@ -74,6 +88,12 @@ def same_math(spec: Any, workdir: Path) -> dict[str, Any]:
     # The tables were really sharded, every variable started equal and ended equal.
     for i, t in enumerate(config.shard_plan.tables):
         assert report["shards"][f"model/tables/{i}"] == t.shards, t.name
+        # Every shard (first-order tables' too) on the ps the plan names.
+        placed = [
+            int(d.rsplit("task:", 1)[1].split("/")[0])
+            for d in report["devices"][f"model/tables/{i}"]
+        ]
+        assert placed == t.ps_of_shard, (t.name, placed, t.ps_of_shard)
     assert max(report["initial"].values()) == 0.0, report["initial"]
     # Not vacuous: training moved every table, the tower and the slots; both runs moved
     # them the same way, to float32 rounding (a thousandth of the move at most).
@@ -82,6 +102,64 @@ def same_math(spec: Any, workdir: Path) -> dict[str, Any]:
         assert moved > 0, (key, report["moved"])
         assert diff <= 1e-7 + 1e-3 * moved, (key, diff, moved)
     return report
+
+
+def same_math_mirrored(spec: Any, workdir: Path) -> dict[str, Any]:
+    """As ``same_math`` under 2-worker MultiWorkerMirrored (``same_math_mwms.py``): each
+    worker trains on half of every batch; both must end where one process trained on all."""
+    config = trainer_config(mirrored(spec))
+    assert config.strategy == "MultiWorkerMirrored"
+    job = LocalJob(config, workdir, workers=2, ps=0, chief=False)
+    reference = workdir / "local.npz"
+    env = dict(job.env)
+    env.pop("TF_CONFIG", None)
+    env["ETJ_TRAINER_CONFIG"] = str(job.config_path)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "same_math_mwms.py"), "local", str(reference)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    procs = []
+    with job:
+        for i in range(2):
+            env = dict(job.env)
+            env["TF_CONFIG"] = job.tf_config("worker", i)
+            env["ETJ_TRAINER_CONFIG"] = str(job.config_path)
+            out = (workdir / f"worker-{i}.out").open("w")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(HERE / "same_math_mwms.py"), "worker", str(reference)],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    cwd=workdir,
+                    start_new_session=True,
+                )
+            )
+            out.close()
+        try:
+            codes = [p.wait(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    reports = []
+    for i, code in enumerate(codes):
+        text = (workdir / f"worker-{i}.out").read_text()
+        lines = [line for line in text.splitlines() if line.startswith("SAME_MATH ")]
+        assert code == 0 and lines, text[-5000:]
+        reports.append(json.loads(lines[-1].removeprefix("SAME_MATH ")))
+    for report in reports:
+        for key, diff in report["diff"].items():
+            moved = report["moved"][key]
+            assert moved > 0, (key, report["moved"])
+            assert diff <= 1e-6 + 1e-3 * moved, (key, diff, moved)
+    return reports[0]
 
 
 def etj_run_trains(model: dict[str, Any], workdir: Path) -> str:
@@ -147,3 +225,29 @@ def export_serves_what_the_model_predicts(spec: Any, workdir: Path) -> None:
     want = tf.sigmoid(state.model({k: tf.constant(v) for k, v in batch.items()})).numpy()
     served = MappedModel(export(state, str(workdir / "export"))).predict(batch)
     np.testing.assert_allclose(served, want, rtol=1e-5, atol=1e-6)
+
+
+def checkpoint_restores_every_variable(spec: Any, workdir: Path) -> None:
+    """Train a few steps, save, and restore (in pieces, as the trainer does) into a fresh
+    model: every variable (tables, first-order tables, tower, slots) comes back as saved."""
+    import numpy as np
+    import tensorflow as tf
+    from same_math_chief import batches, values
+
+    from etj_trainer.checkpoint import restore_in_pieces
+    from etj_trainer.core import TrainingState
+
+    config = trainer_config(spec)
+    state = TrainingState(config, tf.distribute.get_strategy())
+    data = batches(config)
+    state.train_chunk(iter(tf.data.Dataset.from_tensor_slices(data)), tf.constant(3, tf.int64))
+    path = state.checkpoint.write(str(workdir / "ckpt"))
+    fresh = TrainingState(config, tf.distribute.get_strategy())
+    assert (
+        values(fresh)["model/tower_params"].tolist() != values(state)["model/tower_params"].tolist()
+    )
+    restore_in_pieces(fresh, path)
+    saved, restored = values(state), values(fresh)
+    assert saved.keys() == restored.keys()
+    for key in saved:
+        np.testing.assert_array_equal(restored[key], saved[key], err_msg=key)

@@ -118,7 +118,7 @@ class TrainingState:
     def _replica_step(self, batch: dict[str, tf.Tensor], t: tf.Tensor) -> tuple[Any, Any, Any]:
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
         with tf.GradientTape() as tape:
-            logits = self.model(batch)
+            logits = self.model(batch, training=True)
             # A mean that is 0, not NaN, for a batch whose records were all skipped as bad.
             loss = tf.reduce_sum(
                 tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)

@@ -128,7 +128,7 @@ def _table_initializer(shape: tuple[int, int], dtype: tf.DType, seed: tuple[int,
 
 
 class CtrModel(tf.Module):
-    """Embedding tables + dense features -> MLP -> one logit per example."""
+    """Embedding tables + dense features -> the architecture's tower -> one logit per example."""
 
     def __init__(self, config: TrainerConfig, partitioner: TablePartitioner | None = None):
         super().__init__(name="ctr")
