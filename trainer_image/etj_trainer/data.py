@@ -37,7 +37,7 @@ import tensorflow as tf
 from etj.api.spec import DataSpec, ModelSpec
 from etj_trainer import delimited, parquet, tfrecord
 from etj_trainer.features import FeatureSet
-from etj_trainer.model import DENSE_KEY, LABEL_KEY
+from etj_trainer.model import DENSE_KEY, LABEL_KEY, lookups
 from etj_trainer.records import BAD_KEY, DataError, Sharding, files_of
 
 __all__ = [
@@ -82,8 +82,11 @@ def synthetic_batch_fn(model: ModelSpec, data: DataSpec, batch_size: int, stream
     settings = data.synthetic
     exponent = settings.zipf_exponent if settings else 1.1
     seed = settings.seed if settings else 0
-    tables = list(model.embeddings)
-    n_dense = model.dense_features
+    # One input per table (etj's own layout) or per categorical feature (a feature schema:
+    # the same keys and widths as its files would give, so a schema can be tried on
+    # generated data before any file exists).
+    tables = [(x.key, model.embeddings[x.table], x.width) for x in lookups(model)]
+    n_dense = model.dense_inputs
     # Total signal of comparable size whatever the number of tables.
     table_scale = 2.5 / math.sqrt(len(tables))
     dense_weights = tf.constant([math.sin(1.7 * (i + 1)) for i in range(n_dense)], tf.float32)
@@ -92,10 +95,10 @@ def synthetic_batch_fn(model: ModelSpec, data: DataSpec, batch_size: int, stream
         base = tf.stack([tf.cast(stream, tf.int64) + seed * 1_000_003, counter])
         features: dict[str, tf.Tensor] = {}
         logit = tf.fill([batch_size], -0.3)
-        for i, t in enumerate(tables):
+        for i, (name, t, width) in enumerate(tables):
             key = base + tf.constant([7 * (i + 1), 0], tf.int64)
-            ids = zipf_ids([batch_size, t.ids_per_example], t.vocabulary_size, exponent, key, i)
-            features[t.name] = ids
+            ids = zipf_ids([batch_size, width], t.vocabulary_size, exponent, key, i)
+            features[name] = ids
             logit += table_scale * tf.reduce_mean(hidden_score(ids, i), axis=1)
         if n_dense:
             dense = tf.random.stateless_normal(
