@@ -11,12 +11,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
-.PHONY: help venv lint fmt unit test demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
+.PHONY: help venv lint fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
 	node-packages node-binaries e2e kueue
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
-	@echo "make test      - lint, type-check and run the whole test suite"
+	@echo "make test      - lint, type-check and run the test suite (CI's; not the extended checks)"
+	@echo "make test-all  - the same with the extended checks (minutes more)"
 	@echo "make crds      - regenerate crds/ and the chart's CRD from the API models"
 	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
 	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
@@ -52,7 +53,13 @@ binaries:
 kueue:
 	nice -n 19 bash tests/cluster/build-kueue.sh
 
+# CI's suite: everything but the tests marked `extended` (long acceptance checks, each
+# with a faster sibling here), so a warm run stays within CI's budget.
 test: venv lint binaries
+	$(PY) -m pytest -q -m "not extended"
+
+# The whole suite, the extended checks included (about 15 min more): before a release.
+test-all: venv lint binaries
 	$(PY) -m pytest -q
 
 demo: venv

@@ -39,7 +39,7 @@ from .operator_helpers import (
     ps_job_pods,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.extended]
 
 APISERVER = "kube-apiserver"
 OUTAGE_SECONDS = 30.0

@@ -209,6 +209,7 @@ def _without_finalizers(rules: list[dict]) -> list[dict]:
     return [r for r in rules if r["resources"] != ["embeddingtrainingjobs/finalizers"]]
 
 
+@pytest.mark.extended  # make test-all (minutes; see the extended marker)
 @pytest.mark.parametrize(
     ("cut", "stuck_at", "error"),
     [

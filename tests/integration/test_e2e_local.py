@@ -113,6 +113,7 @@ def kill_replica(cluster: LocalCluster, namespace: str, name: str) -> str:
     return str(pod["metadata"]["uid"])
 
 
+@pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_ps_job_survives_a_killed_worker(
     crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
 ):
@@ -156,6 +157,7 @@ def test_ps_chief_kill_resumes_from_the_last_checkpoint(
     wait_succeeded(crds, namespace)
 
 
+@pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_ps_hung_worker_restarts_the_whole_job_which_then_finishes(
     crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
 ):
@@ -183,6 +185,7 @@ def test_ps_hung_worker_restarts_the_whole_job_which_then_finishes(
     assert st["restarts"] == 1 and st["progress"]["step"] == 4000
 
 
+@pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_mirrored_job_restarts_all_workers_and_resumes(
     crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
 ):

@@ -18,7 +18,7 @@ from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods
 from .test_e2e_local import kill_replica, node, operator  # noqa: F401 - the fixtures
 
-pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow, pytest.mark.extended]
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 4000

@@ -43,7 +43,9 @@ def _etj_run(job: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("layout", ["criteo", "avazu", "movielens"])
+@pytest.mark.parametrize(
+    "layout", ["criteo", pytest.param("avazu", marks=pytest.mark.extended), "movielens"]
+)
 def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
     data = tmp_path / "data"
     train, valid = write_train_and_validation(layout, data, files=2, rows_per_file=4000)

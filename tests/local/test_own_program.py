@@ -122,6 +122,7 @@ def test_own_ps_program_survives_a_killed_worker(tmp_path: Path):
     assert processes_under(workdir) == []
 
 
+@pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_own_program_resumes_from_its_checkpoint(tmp_path: Path):
     """The program checkpoints into etj's checkpoint directory (sdk.checkpoint_dir); run
     again with more steps (``--resume`` keeps the work directory), it restores its table

@@ -53,7 +53,7 @@ def test_config_errors_name_the_field() -> None:
         parse_config(json.dumps(doc))
     doc = json.loads(_config_text())
     doc["shardPlan"]["tables"].reverse()
-    with pytest.raises(ConfigError, match=r"do not match model\.embeddings"):
+    with pytest.raises(ConfigError, match=r"do not match the model's tables"):
         parse_config(json.dumps(doc))
 
 

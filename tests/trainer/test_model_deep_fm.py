@@ -81,5 +81,6 @@ def test_export_serves_what_the_model_predicts(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None:
     same_math_mirrored(zoo_spec(MODEL), tmp_path)
