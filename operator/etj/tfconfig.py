@@ -41,6 +41,11 @@ class ReplicaSet:
         """Every (role, index) of the job, in a stable order."""
         return [(role, i) for role in ALL_ROLES for i in range(self.count(role))]
 
+    def leader(self) -> tuple[str, int]:
+        """The replica whose success is the job's, which serves progress and checkpoints
+        first: the chief, or worker 0 when there is none. The one home of this rule."""
+        return ("chief", 0) if self.chief > 0 else ("worker", 0)
+
 
 def pod_name(job: str, role: str, index: int) -> str:
     return f"{job}-{role}-{index}"

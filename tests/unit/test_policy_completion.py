@@ -1,6 +1,6 @@
 """policies/completion: the leader decides success; cleanPodPolicy decides what goes."""
 
-from etj.reconcile.policies.completion import leader, leader_succeeded, pods_to_clean
+from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
 from etj.tfconfig import ReplicaSet
 
 from .reconcile_helpers import pod
@@ -15,8 +15,8 @@ PODS = [
 
 
 def test_leader_is_chief_else_worker_zero():
-    assert leader(ReplicaSet(chief=1, worker=2)) == ("chief", 0)
-    assert leader(ReplicaSet(chief=0, worker=2)) == ("worker", 0)
+    assert ReplicaSet(chief=1, worker=2).leader() == ("chief", 0)
+    assert ReplicaSet(chief=0, worker=2).leader() == ("worker", 0)
     assert leader_succeeded({p.key: p for p in PODS}, ReplicaSet(chief=1, worker=2))
     assert not leader_succeeded({p.key: p for p in PODS}, ReplicaSet(chief=0, worker=2))
 

@@ -135,6 +135,8 @@ class LocalRunner:
         self.job = job.model_copy(update={"spec": spec, "metadata": meta, "status": None})
         self.plan = plan
         self.replicas = replica_set(self.job, plan)
+        # The leader checkpoints on SIGTERM: it alone gets a graceful stop.
+        self._leader_name = pod_name(self.job.name, *self.replicas.leader())
         self.ports = {task: free_port() for task in self.replicas.tasks()}
         self.metrics_port = free_port()
         self.settings = RenderSettings(metrics_port=self.metrics_port)
@@ -244,8 +246,7 @@ class LocalRunner:
         return progress_from_log(log, iso(now))
 
     def _leader_log(self) -> Path:
-        leader = "chief" if self.replicas.chief else "worker"
-        return self.workdir / "logs" / f"{pod_name(self.job.name, leader, 0)}.log"
+        return self.workdir / "logs" / f"{pod_name(self.job.name, *self.replicas.leader())}.log"
 
     # ---- applying ----------------------------------------------------------------------
 
@@ -286,7 +287,7 @@ class LocalRunner:
         return str(self.status.phase) in FINISHED_PHASES
 
     def _delete(self, proc: Proc) -> None:
-        if proc.name.endswith("-chief-0"):
+        if proc.name == self._leader_name:
             proc.stop(grace=STOP_GRACE_SECONDS)  # SIGTERM: the chief checkpoints first
         else:
             # ps and workers hold no state worth a graceful stop: a prompt kill frees the port.
@@ -340,5 +341,5 @@ class LocalRunner:
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
-            proc.stop(grace=STOP_GRACE_SECONDS if proc.name.endswith("-chief-0") else 1.0)
+            proc.stop(grace=STOP_GRACE_SECONDS if proc.name == self._leader_name else 1.0)
         self.procs.clear()

@@ -28,7 +28,7 @@ from etj.api.status import (
 from etj.reconcile.conditions import condition_true, set_condition
 from etj.reconcile.observe import PodState
 from etj.reconcile.policies.backoff import due_time, recovered, wait_for, waiting_seconds
-from etj.reconcile.policies.completion import leader, leader_succeeded, pods_to_clean
+from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
 from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
 from etj.reconcile.policies.gang import (
     CONDITION_SCHEDULED,
@@ -211,7 +211,7 @@ def decide(world: World) -> Decision:
         # The chief exits 0 only once it has trained every step; its last metrics page
         # may not have been read before it exited, but its termination message has the
         # final step and the evaluation of the end.
-        final, final_evaluation = parse_completion(p.pods[leader(replicas)].message, p.now)
+        final, final_evaluation = parse_completion(p.pods[replicas.leader()].message, p.now)
         p.st.evaluation = final_evaluation or world.evaluation or p.st.evaluation
         last = final or world.progress or p.st.progress or Progress()
         # (With training.epochs the steps are counted by the trainer, and a job's own

@@ -357,7 +357,7 @@ def build_pod(
     ]
     env += [e.to_wire() for e in (template.env or [])] if template else []
     ports = [{"name": "tf", "containerPort": settings.tf_port, "protocol": "TCP"}]
-    if role == "chief" or (role == "worker" and index == 0 and replicas.chief == 0):
+    if (role, index) == replicas.leader():
         ports.append({"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"})
     # ps and PS-strategy workers serve gRPC on the TF port as soon as they are up.
     serves_tf = role == "ps" or (

@@ -16,12 +16,8 @@ from etj.reconcile.observe import PodState
 from etj.tfconfig import ReplicaSet
 
 
-def leader(replicas: ReplicaSet) -> tuple[str, int]:
-    return ("chief", 0) if replicas.chief > 0 else ("worker", 0)
-
-
 def leader_succeeded(pods: dict[tuple[str, int], PodState], replicas: ReplicaSet) -> bool:
-    pod = pods.get(leader(replicas))
+    pod = pods.get(replicas.leader())
     return pod is not None and pod.phase == "Succeeded"
 
 
