@@ -404,6 +404,37 @@ CASES: list[Case] = [
         ),
     ),
     Case(
+        "custom-with-architecture",
+        "cel",
+        "spec.model",
+        "model.custom replaces the architecture's tower",
+        _both(
+            _set("spec.model.architecture", "dcnV2"),
+            _set("spec.model.custom", {"module": "my_tower", "factory": "build"}),
+        ),
+    ),
+    Case(
+        "custom-config-map-not-dns",
+        "schema",
+        "spec.model.custom.configMap",
+        "should match pattern",
+        _set("spec.model.custom", {"module": "t", "factory": "f", "configMap": "My_Code"}),
+    ),
+    Case(
+        "custom-module-not-python",
+        "schema",
+        "spec.model.custom.module",
+        "should match pattern",
+        _set("spec.model.custom", {"module": "my-tower.py", "factory": "build"}),
+    ),
+    Case(
+        "custom-no-factory",
+        "schema",
+        "spec.model.custom.factory",
+        "required",
+        _set("spec.model.custom", {"module": "my_tower"}),
+    ),
+    Case(
         "ps-for-mirrored",
         "cel",
         "spec",

@@ -89,4 +89,20 @@ VOLUME_TRAINER_CONFIG = "trainer-config"
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_TMP = "tmp"
 VOLUME_DATA = "data"
-ETJ_VOLUMES = (VOLUME_TRAINER_CONFIG, VOLUME_CHECKPOINTS, VOLUME_TMP, VOLUME_DATA)
+# A custom tower's code (spec.model.custom.configMap): the ConfigMap's files, mounted
+# read-only at MODEL_CODE_MOUNT in every replica's trainer container; MODEL_CODE_ENV names
+# that directory (a process-backed node remaps it) and the trainer puts it on sys.path.
+VOLUME_MODEL_CODE = "model-code"
+MODEL_CODE_MOUNT = "/opt/etj/model-code"
+MODEL_CODE_ENV = "ETJ_MODEL_CODE"
+ETJ_VOLUMES = (
+    VOLUME_TRAINER_CONFIG,
+    VOLUME_CHECKPOINTS,
+    VOLUME_TMP,
+    VOLUME_DATA,
+    VOLUME_MODEL_CODE,
+)
+# The trainer's reason when the job's own model code cannot be used (a module that fails
+# to import, a factory that raises, a tower of the wrong output shape): no restart cures
+# it, so the operator fails the job with the trainer's message under any restartPolicy.
+REASON_MODEL_ERROR = "ModelError"

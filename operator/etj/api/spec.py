@@ -29,6 +29,7 @@ from etj.api.architectures import (
 )
 from etj.api.base import ApiModel, Quantity
 from etj.api.constants import MANAGED_BY
+from etj.api.custom import CUSTOM_RULES, CustomModel
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.podtemplate import PodTemplate
 from etj.api.rules import Rule, cel_extra, check_rules
@@ -235,7 +236,7 @@ class ModelSpec(ApiModel):
     """The CTR model: embedding tables, dense features and a tower (an architecture)."""
 
     model_config = ApiModel.model_config | {
-        "json_schema_extra": _cel(*MODEL_FEATURE_RULES, *ARCHITECTURE_RULES)
+        "json_schema_extra": _cel(*MODEL_FEATURE_RULES, *ARCHITECTURE_RULES, *CUSTOM_RULES)
     }
 
     embeddings: list[EmbeddingTable] = Field(
@@ -277,6 +278,14 @@ class ModelSpec(ApiModel):
     dlrm: DlrmSpec | None = Field(
         default=None, description="dlrm settings (architecture dlrm only)."
     )
+    custom: CustomModel | None = Field(
+        default=None,
+        description=(
+            "Your own tower instead of the architecture's: etj imports module, calls "
+            "factory(parameters) once and then tower(embeddings, dense, training) -> logits "
+            "[batch]. Only with the default architecture (dnn); hiddenUnits is then unused."
+        ),
+    )
 
     @field_validator("embeddings")
     @classmethod
@@ -311,6 +320,7 @@ class ModelSpec(ApiModel):
     def _feature_rules(self) -> ModelSpec:
         check_rules(self, MODEL_FEATURE_RULES)
         check_rules(self, ARCHITECTURE_RULES)
+        check_rules(self, CUSTOM_RULES)
         if self.architecture == Architecture.DLRM and self.interaction_inputs < 2:
             raise ValueError(
                 "architecture dlrm takes dot products between the embedding inputs and the "

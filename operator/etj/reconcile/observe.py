@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from etj.api.constants import DISRUPTION_CONDITIONS, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+from etj.api.constants import (
+    DISRUPTION_CONDITIONS,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    REASON_MODEL_ERROR,
+)
 from etj.api.quantity import quantity_bytes
 
 
@@ -96,7 +101,7 @@ class PodState:
 
 
 # Trainer reasons whose message names what a person must fix (a file and line, ...).
-SAYS_WHAT_TO_FIX = frozenset({"DataError"})
+SAYS_WHAT_TO_FIX = frozenset({"DataError", REASON_MODEL_ERROR})
 # A trainer's message starts with an identifier and a colon; a log tail (the kubelet's
 # fallback when nothing was written) rarely does, and is then no reason.
 _TRAINER_REASON = re.compile(r"([A-Z][A-Za-z]+): ")

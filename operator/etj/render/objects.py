@@ -30,6 +30,8 @@ from etj.api.constants import (
     LABEL_REPLICA_TYPE,
     MANAGED_BY_VALUE,
     METRICS_PORT,
+    MODEL_CODE_ENV,
+    MODEL_CODE_MOUNT,
     SHARD_PLAN_ENV,
     SHARD_PLAN_FILE,
     TERMINATION_LOG,
@@ -39,6 +41,7 @@ from etj.api.constants import (
     TRAINER_CONFIG_MOUNT,
     VOLUME_CHECKPOINTS,
     VOLUME_DATA,
+    VOLUME_MODEL_CODE,
     VOLUME_TMP,
     VOLUME_TRAINER_CONFIG,
 )
@@ -292,7 +295,18 @@ def _volumes(job: EmbeddingTrainingJob) -> tuple[list[dict[str, Any]], list[dict
     if spec.data.source == "files" and files is not None and files.volume:
         volumes.append({"name": VOLUME_DATA, **files.volume})
         mounts.append({"name": VOLUME_DATA, "mountPath": "/data", "readOnly": True})
+    code = model_code_config_map(job)
+    if code is not None:
+        # The custom tower's files, read-only: the trainer imports them (MODEL_CODE_ENV).
+        volumes.append({"name": VOLUME_MODEL_CODE, "configMap": {"name": code}})
+        mounts.append({"name": VOLUME_MODEL_CODE, "mountPath": MODEL_CODE_MOUNT, "readOnly": True})
     return volumes, mounts
+
+
+def model_code_config_map(job: EmbeddingTrainingJob) -> str | None:
+    """The ConfigMap holding the job's own tower code (``spec.model.custom.configMap``)."""
+    custom = job.spec.model.custom
+    return custom.config_map if custom is not None else None
 
 
 def _pod_overrides(job: EmbeddingTrainingJob) -> dict[str, Any]:
@@ -355,6 +369,9 @@ def build_pod(
         {"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
+    if model_code_config_map(job) is not None:
+        # The trainer puts this directory on sys.path before it imports custom.module.
+        env.append({"name": MODEL_CODE_ENV, "value": MODEL_CODE_MOUNT})
     env += [e.to_wire() for e in (template.env or [])] if template else []
     ports = [{"name": "tf", "containerPort": settings.tf_port, "protocol": "TCP"}]
     if (role, index) == replicas.leader():

@@ -3,7 +3,8 @@
 restartPolicy: ``Never`` — every failure is permanent; ``OnFailure`` — every failure is
 retried; ``ExitCode`` — exit codes 1-127 are permanent (the program said it cannot go on),
 128+ (signals, OOM kills) and failures with no exit code (deleted, evicted, node lost)
-are retried.
+are retried. A replica whose trainer says ``ModelError`` (the job's own model code cannot
+be used) is permanent under every policy.
 
 Restart groups — ParameterServer: a worker alone (the coordinator keeps training on the
 others and takes it back); a ps together with the chief (the chief restores every shard
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etj.api.constants import REASON_WATCHDOG
+from etj.api.constants import REASON_MODEL_ERROR, REASON_WATCHDOG
 from etj.api.spec import RestartPolicy, Strategy
 from etj.reconcile.observe import PodState
 from etj.tfconfig import ReplicaSet
@@ -34,6 +35,9 @@ class Failure:
 
 def classify(pod: PodState, restart_policy: str) -> Failure:
     what = pod.describe()
+    if pod.trainer_reason == REASON_MODEL_ERROR:
+        # The job's own model code cannot be used: every restart would fail the same way.
+        return Failure(pod, True, f"{what}; fix the model code (a restart cannot)")
     if restart_policy == RestartPolicy.NEVER.value:
         return Failure(pod, True, f"{what}; restartPolicy Never")
     if restart_policy == RestartPolicy.EXIT_CODE.value:
