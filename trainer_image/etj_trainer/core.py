@@ -91,13 +91,15 @@ class TrainingState:
             for _ in self.model.table_components(i)
         ] + [0] * len(self.model.dense_variables)
         self.checkpoint = tf.train.Checkpoint(model=self.model, slots=self.slots, step=self.step)
+        self._tower_keys = checkpoint_keys(self.checkpoint, self.model.tower_variables)
 
     def named_variables(self) -> dict[str, list[Any]]:
         """Every saved variable by its checkpoint key, as its components (shards)."""
         out: dict[str, list[Any]] = {}
         for i in range(len(self.model.tables)):
             out[f"model/tables/{i}"] = self.model.table_components(i)
-        out["model/tower_params"] = [self.model.tower.params]
+        # model/tower_params (every architecture), or a custom tower's own paths.
+        out.update(self._tower_keys)
         for name, table_slots in self.slots.tables.items():
             for slot, var in table_slots.items():
                 out[f"slots/tables/{name}/{slot}"] = list(getattr(var, "variables", [var]))
@@ -215,6 +217,17 @@ class TrainingState:
         # and counted once.
         self.step.assign_add(steps)
         return loss_sum / tf.cast(steps, tf.float32), hist, skipped
+
+
+def checkpoint_keys(root: tf.train.Checkpoint, variables: list[Any]) -> dict[str, list[Any]]:
+    """Each variable's key in checkpoints of ``root`` (without ``/.ATTRIBUTES/...``): its
+    first path from the root, found the way the checkpoint writer finds it. TensorFlow has
+    no public call for this; a custom tower's variables sit at paths its author chose."""
+    from tensorflow.python.checkpoint import graph_view, util
+
+    view = graph_view.ObjectGraphView(root)
+    names = util.objects_ids_and_slot_variables_and_paths(view, skip_slot_variables=True)[4]
+    return {names[v]: [v] for v in variables}
 
 
 def _group_slots(optimizer: str, parts: list[Slotted]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from etj_trainer.core import TrainingState
-from etj_trainer.models import build_tower
+from etj_trainer.models import local_tower
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,10 @@ class Tower(tf.Module):
     def __init__(self, state: TrainingState):
         super().__init__(name="tower")
         model = state.model
-        # A fresh tower of the same architecture, outside any strategy: a local variable.
-        self.net = build_tower(state.config.model, model.inputs, state.config.training.seed)
-        self.net.params.assign(model.tower.params.read_value())
+        # A fresh tower of the same kind, outside any strategy: local variables.
+        self.net = local_tower(
+            state.config.model, model.inputs, state.config.training.seed, model.tower
+        )
         self.names = [name for name, _, _ in tower_inputs(state)]
         self.dense_features = state.config.model.dense_inputs
 

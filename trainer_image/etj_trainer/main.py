@@ -113,14 +113,19 @@ def run(config: object, task: Task, port: int) -> int:
 def _failed(error: BaseException, ps: bool) -> int:
     from etj_trainer import train
     from etj_trainer.checkpoint import CheckpointMismatch
+    from etj_trainer.models.custom import ModelError
     from etj_trainer.records import DataError, data_error_from
 
     # A bad record found inside a tf.data pipeline surfaces as a TensorFlow error (from a
     # worker, through the coordinator) carrying the DataError's text: report that alone.
     error = data_error_from(error) or error
     reason = type(error).__name__
-    if isinstance(error, DataError | CheckpointMismatch):
-        # The config does not match the data or the checkpoint: a person must act.
+    if isinstance(error, DataError | CheckpointMismatch | ModelError):
+        # The config does not match the data or the checkpoint, or the job's own model
+        # code cannot be used: a person must act.
+        if isinstance(error, ModelError) and error.__cause__ is not None:
+            # The user's own traceback, for the log (the message has the cause in one line).
+            traceback.print_exception(error.__cause__)
         print(f"etj_trainer: {error}", file=sys.stderr)
         report_failure(reason, str(error), exitcodes.USAGE)
         return exitcodes.USAGE

@@ -27,7 +27,8 @@ import tensorflow as tf
 
 from etj.api.spec import ModelSpec
 from etj.api.trainer import TrainerConfig
-from etj_trainer.models import TowerInputs, build_tower, has_first_order
+from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
+from etj_trainer.models.custom import tower_variables, trainable_variables
 
 STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
 DENSE_KEY = "dense"
@@ -160,10 +161,14 @@ class CtrModel(tf.Module):
             if self.first_order
             else []
         )
-        # The checkpoint key of the tower's weights stays model/tower_params (the path
-        # found first), whatever the architecture: assigned before the tower itself.
-        tower = build_tower(spec, self.inputs, seed)
-        self.tower_params = tower.params
+        # The job's own tower (model.custom) or the architecture's.
+        tower = build_model_tower(spec, self.inputs, seed)
+        self.custom = spec.custom is not None
+        if not self.custom:
+            # The checkpoint key of the tower's weights stays model/tower_params (the path
+            # found first), whatever the architecture: assigned before the tower itself.
+            self.tower_params = tower.params
+        # A custom tower's variables are saved under model/tower/<its own attribute path>.
         self.tower = tower
 
     @staticmethod
@@ -184,7 +189,14 @@ class CtrModel(tf.Module):
 
     @property
     def dense_variables(self) -> list[tf.Variable]:
-        return [self.tower.params]
+        """The tower's variables the optimizer updates."""
+        return trainable_variables(self.tower) if self.custom else [self.tower.params]
+
+    @property
+    def tower_variables(self) -> list[tf.Variable]:
+        """Every variable of the tower the checkpoint holds (a custom tower's
+        non-trainable ones too)."""
+        return tower_variables(self.tower) if self.custom else [self.tower.params]
 
     def embed(self, i: int, ids: tf.Tensor, width: int | None = None, masked: bool = False) -> Any:
         """Pooled embedding from table ``i`` of ids ``[batch, width]``.
@@ -234,4 +246,5 @@ class CtrModel(tf.Module):
 
     def __call__(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
         embeddings, dense = self.tower_inputs(features)
-        return self.tower(embeddings, dense, training)
+        # float32 logits whatever the tower computes in (a custom tower may use another).
+        return tf.cast(self.tower(embeddings, dense, training), tf.float32)
