@@ -40,8 +40,12 @@ from etj.cliio import file_argument
 def run(
     file: str, workdir: str | None, resume: bool, kill_worker_at: int | None, python: str
 ) -> None:
-    """Run every replica of a job as a local process, with the operator's restart rules."""
+    """Run every replica of a job as a local process, with the operator's restart rules.
+
+    The file may also hold ConfigMaps (further documents, as kubectl apply -f takes them):
+    the one spec.model.custom.configMap names supplies the custom tower's code."""
     from etj.cliio import InputError, display_name, load_documents
+    from etj.local.configmaps import JobFileError, split_job_file
     from etj.local.runner import LocalRunner, Reporter
     from etj.render.objects import role_template
     from etj.render.podtemplate import template_command
@@ -49,9 +53,12 @@ def run(
 
     console = Console()
     docs = load_documents(file)
-    if len(docs) != 1:
-        raise InputError(file, f"expected one job, found {len(docs)} documents")
-    result = validate_manifest(docs[0])
+    try:
+        # The job, and the ConfigMaps it mounts (the custom tower's code), as kubectl takes them.
+        manifest, config_maps = split_job_file(docs)
+    except JobFileError as e:
+        raise InputError(file, str(e)) from None
+    result = validate_manifest(manifest)
     if not result.ok or result.job is None or result.plan is None:
         for problem in result.problems:
             click.echo(f"{display_name(file)}: {problem}", err=True)
@@ -101,6 +108,7 @@ def run(
                 kill_worker_at=kill_worker_at,
                 reporter=reporter,
                 fresh=not resume,
+                config_maps=config_maps,
             )
         except ValueError as e:
             click.echo(f"{display_name(file)}: {e}", err=True)

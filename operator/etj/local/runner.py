@@ -30,11 +30,13 @@ from etj.api.constants import (
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
+from etj.local.configmaps import write_files
 from etj.local.process import pod_process
 from etj.local.procs import Proc, free_port, start
 from etj.reconcile import PodState, World, decide
 from etj.reconcile.decide import Event, iso
 from etj.render import RenderSettings, build_config_map, build_pod, replica_set
+from etj.render.objects import model_code_config_map
 from etj.tfconfig import pod_name
 
 POLL_SECONDS = 0.5
@@ -123,7 +125,18 @@ class LocalRunner:
         kill_worker_at: int | None = None,
         reporter: Reporter | None = None,
         fresh: bool = True,
+        config_maps: dict[str, dict[str, bytes]] | None = None,
     ):
+        # The ConfigMaps the job file carries (etj.local.configmaps), by name: the job's
+        # own tower code must be among them; others serve the template's volumes.
+        self.config_maps = dict(config_maps or {})
+        code = model_code_config_map(job)
+        if code is not None and code not in self.config_maps:
+            raise ValueError(
+                f"spec.model.custom.configMap names ConfigMap {code}, which the job file does "
+                f"not hold: add it as another document (---, apiVersion: v1, kind: ConfigMap, "
+                f"metadata.name: {code}, data: the module's files)"
+            )
         self.workdir = workdir.resolve()
         if fresh and self.workdir.exists():
             shutil.rmtree(self.workdir)
@@ -167,6 +180,7 @@ class LocalRunner:
 
     def _volume_dirs(self, pod: dict) -> dict[str, str]:
         """Local directories for the pod's volumes: etj's under the work directory, a
+        ConfigMap the job file carries (the custom tower's code) under ``configmaps/``, a
         template's emptyDir under ``volumes/``, a hostPath as itself (others: unmapped)."""
         dirs = {
             VOLUME_TRAINER_CONFIG: str(self.workdir / "config"),
@@ -176,7 +190,11 @@ class LocalRunner:
         for v in pod["spec"].get("volumes") or []:
             if v["name"] in dirs:
                 continue
-            if "emptyDir" in v:
+            if "configMap" in v and v["configMap"].get("name") in self.config_maps:
+                name = v["configMap"]["name"]
+                path = write_files(self.config_maps[name], self.workdir / "configmaps" / name)
+                dirs[v["name"]] = str(path)
+            elif "emptyDir" in v:
                 path = self.workdir / "volumes" / v["name"]
                 path.mkdir(parents=True, exist_ok=True)
                 dirs[v["name"]] = str(path)

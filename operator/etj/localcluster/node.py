@@ -1,7 +1,9 @@
 """A process-backed node: plays kubelet for the local cluster by running pods as processes.
 
 For every pod bound to the node (in the namespaces it serves) it:
-- maps volumes to directories — a ConfigMap volume becomes its files, an emptyDir a
+- maps volumes to directories — a ConfigMap volume becomes its files (``data`` and
+  ``binaryData``; etj's trainer config with container paths rewritten to these
+  directories, a custom tower's code as it is), an emptyDir a
   per-pod directory, a PersistentVolumeClaim a directory per claim shared by all pods
   that mount it (so checkpoints outlive a pod, as on a real cluster);
 - maps every peer in TF_CONFIG (``<pod>.<job>.<ns>.svc:port``) to a loopback port, the
@@ -29,6 +31,7 @@ Processes die with the node (PR_SET_PDEATHSIG). Run: ``python -m etj.localcluste
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -42,7 +45,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from etj.api.constants import CONTAINER_NAME, LABEL_REPLICA_TYPE
+from etj.api.constants import CONTAINER_NAME, LABEL_REPLICA_TYPE, VOLUME_MODEL_CODE
 from etj.k8s import load_config
 from etj.local.process import pod_process
 from etj.local.procs import Proc, free_port, start
@@ -356,11 +359,11 @@ class ProcessNode:
     def _volumes(self, pod: dict[str, Any]) -> dict[str, str]:
         ns, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
         out: dict[str, str] = {}
-        config_maps: list[tuple[Path, str]] = []
+        config_maps: list[tuple[Path, str, str]] = []
         for v in pod["spec"].get("volumes") or []:
             if "configMap" in v:
                 d = self.state / "pods" / uid / "volumes" / v["name"]
-                config_maps.append((d, v["configMap"]["name"]))
+                config_maps.append((d, v["configMap"]["name"], v["name"]))
             elif "persistentVolumeClaim" in v:
                 d = self.state / "pvc" / ns / v["persistentVolumeClaim"]["claimName"]
             elif "hostPath" in v:
@@ -377,9 +380,16 @@ class ProcessNode:
             for m in container.get("volumeMounts") or []
             if m["name"] in out
         }
-        for d, name in config_maps:
-            for key, text in (self.core.read_namespaced_config_map(name, ns).data or {}).items():
-                (d / key).write_text(_map_paths(text, mounts))
+        for d, name, volume in config_maps:
+            cm = self.core.read_namespaced_config_map(name, ns)
+            for key, text in (cm.data or {}).items():
+                # etj's trainer config is rewritten; a user's files (a custom tower's
+                # code) are theirs, written as they are.
+                (d / key).write_text(
+                    text if volume == VOLUME_MODEL_CODE else _map_paths(text, mounts)
+                )
+            for key, data in (cm.binary_data or {}).items():
+                (d / key).write_bytes(base64.b64decode(data))
         return out
 
     def _map_tf_config(self, raw: str) -> str:
