@@ -7,6 +7,7 @@ the tower's included -> the job Succeeds and exports the trained tower."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
 EXAMPLE = ROOT / "examples" / "custom-tower"
 NAME = "ct"
 PARAMETERS = {"units": [16, 8], "seed": 3}
-STEPS = 1500
+STEPS = 1000
 
 
 @pytest.fixture
@@ -110,9 +111,8 @@ def _local_tower(checkpoint: str | None = None) -> Any:
 def test_custom_tower_from_a_config_map_survives_a_chief_kill_and_exports(
     crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
 ):
-    import tensorflow as tf
-
     started = time.monotonic()
+    phases: dict[str, float] = {}
     checkpoints = tmp_path / "ckpt"
     crds.kubectl(
         "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_manifests(checkpoints))
@@ -121,20 +121,27 @@ def test_custom_tower_from_a_config_map_survives_a_chief_kill_and_exports(
     log = node / "logs" / namespace / f"{NAME}-chief-0.log"
 
     def checkpointed() -> int:
-        latest = tf.train.latest_checkpoint(str(directory)) if directory.exists() else None
-        return int(latest.rsplit("-", 1)[1]) if latest else 0
+        # The CheckpointManager's index file (TensorFlow is not loaded here yet: it is slow).
+        index = directory / "checkpoint"
+        text = index.read_text() if index.exists() else ""
+        match = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.M)
+        return int(match.group(1)) if match else 0
 
     # The first chief imported the tower from the ConfigMap (the node wrote its file) and
     # trained it to a checkpoint.
     wait_for(checkpointed, 120, "a first checkpoint", every=0.5)
     code = list((node / "pods").glob("*/volumes/model-code/ctr_tower.py"))
     assert code and code[0].read_text() == (EXAMPLE / "ctr_tower.py").read_text()
+    phases["first checkpoint"] = time.monotonic() - started
     kill_replica(crds, namespace, f"{NAME}-chief-0")
 
     restored = wait_for(
         lambda: _events(log, "restored"), 120, "the new chief to restore", every=0.5
     )
     assert restored[-1]["step"] > 0
+    phases["restored"] = time.monotonic() - started
+    import tensorflow as tf
+
     # The new chief restored the tower's variables: their sums are those of a trained
     # tower, not of a fresh one (the same factory and seed).
     digest = restored[-1]["digest"]
@@ -150,6 +157,7 @@ def test_custom_tower_from_a_config_map_survives_a_chief_kill_and_exports(
         "the job to finish",
         every=0.5,
     )
+    phases["finished"] = time.monotonic() - started
     status = job_status(crds, namespace, NAME)
     assert status["phase"] == "Succeeded", status
     assert status["restarts"] >= 1 and status["progress"]["step"] == STEPS
@@ -165,4 +173,5 @@ def test_custom_tower_from_a_config_map_survives_a_chief_kill_and_exports(
     served = serve(user_id=embeddings["user_id"], item_id=embeddings["item_id"], dense=dense)
     want = tf.sigmoid(trained(embeddings, dense, False)).numpy()
     np.testing.assert_allclose(served["probability"].numpy(), want, rtol=1e-5, atol=1e-6)
-    print(f"custom tower on the process-backed node: {time.monotonic() - started:.1f} s")
+    phases["checked"] = time.monotonic() - started
+    print("custom tower on the process-backed node:", {k: round(v, 1) for k, v in phases.items()})
