@@ -362,3 +362,38 @@ def _inputs(model: Any) -> Any:
         dims=tuple(t.dimension for t in model.embeddings),
         dense=model.dense_inputs,
     )
+
+
+@pytest.mark.slow
+def test_parameter_server_export_serves_its_sharded_tables(tmp_path: Path) -> None:
+    """A real chief + worker + 2 ps job on the CSV: each table split over the ps, the
+    export written at the end of training (each ps writing its shards); the fresh process
+    serves the probabilities of the model restored from the job's last checkpoint."""
+    import tensorflow as tf
+    from harness import LocalJob
+
+    from etj_trainer.checkpoint import restore_in_pieces
+    from etj_trainer.core import TrainingState
+
+    csv = write_csv(tmp_path / "rows.csv")
+    data = {"source": "files", "files": {"pattern": str(csv), "format": "csv"}}
+    spec = job(features_model(tmp_path, architecture="wideDeep"), data)
+    config = trainer_config(spec, checkpoint_dir=tmp_path / "ckpt", export_dir=tmp_path / "export")
+    shards = {t.name: t.shards for t in config.shard_plan.tables}
+    assert max(shards.values()) > 1, shards
+    with LocalJob(config, tmp_path / "job", workers=1, ps=2) as local:
+        local.start_all()
+        code = local.wait_exit("chief", 0, timeout=400)
+        assert code == 0, local.log_path("chief", 0).read_text()[-5000:]
+    serving = tmp_path / "export" / "serving"
+    # One variable per trained shard, the first-order tables' too.
+    saved = [n for n, _ in tf.train.list_variables(str(serving / "variables" / "variables"))]
+    assert len([n for n in saved if n.startswith("tables/")]) == sum(shards.values()), saved
+    state = TrainingState(trainer_config(spec), tf.distribute.get_strategy())
+    restore_in_pieces(state, tf.train.latest_checkpoint(str(tmp_path / "ckpt")))
+    assert int(state.step.numpy()) == config.training.steps
+    want = trainer_probabilities(state)
+    raw = {c: [r[i] for r in ROWS] for i, c in enumerate(COLUMNS) if c != "label"}
+    got = serve_in_fresh_process({"ps": {"dir": str(serving), "inputs": raw}})["ps"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.ptp(want) > 1e-4, want
