@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,12 @@ DENSE = ["1.5", "", "-3", "0", "12", "7"]
 GIB = 1 << 30
 
 LOAD = """
-import json, resource, sys, time
+import json, sys, time
 import tensorflow as tf
+def hwm():
+    # VmHWM: this process's peak RSS (ru_maxrss would carry the parent's across fork/exec).
+    line = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+    return int(line.split()[1]) / 2**20
 start = time.monotonic()
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 loaded = time.monotonic() - start
@@ -45,13 +48,16 @@ out = serve(user=tf.constant(rows["user"]), x=tf.constant(rows["x"]))["probabili
 served = time.monotonic() - start
 print("LOADED " + json.dumps({
     "probability": out.numpy().tolist(), "load_s": loaded, "serve_s": served,
-    "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    "peak_rss_gib": hwm(),
 }))
 """
 
 
 def rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """This process's peak RSS (VmHWM), GiB."""
+    with open("/proc/self/status") as status:
+        line = next(x for x in status if x.startswith("VmHWM"))
+    return int(line.split()[1]) / 2**20
 
 
 def main() -> int:
