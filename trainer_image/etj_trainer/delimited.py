@@ -211,7 +211,10 @@ class DelimitedParser:
                 ),
             )
         )
-        numbers = tf.strings.to_number(tf.where(ok, flat, "0"), tf.int64)
+        # An empty id is valid (the reserved row) but no number: parse "0" in its place.
+        numbers = tf.strings.to_number(
+            tf.where(tf.logical_and(ok, tf.logical_not(empty)), flat, "0"), tf.int64
+        )
         return (values.with_flat_values(numbers) if ragged else numbers), empty
 
 

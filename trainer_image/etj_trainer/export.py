@@ -13,6 +13,13 @@ Layout of ``export_dir``::
                              with model.features: see "inputs"; wideDeep/deepFM add
                              each input's first-order lookup, "<input>__linear") and
                              "dense" to "probability"
+    serving/                 SavedModel on RAW features (``etj_trainer.serving_model``):
+                             "serving_default" maps one string input per raw column (a
+                             delimited file's text: ids hashed as in training, "" for
+                             missing, multi-valued values joined by their delimiter; or,
+                             without model.features, int64 ids per table and "dense") to
+                             "probability"; tables are variables (one per trained shard),
+                             vocabulary files are assets. What TensorFlow Serving serves.
 
 Tables are written shard by shard into a memory-mapped file, so a table larger than the
 exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
@@ -36,10 +43,12 @@ import tensorflow as tf
 
 from etj_trainer.core import TrainingState
 from etj_trainer.models import local_tower
+from etj_trainer.serving_model import save as save_serving
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "tables.json"
+SERVING = "serving"
 _NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
 
 
@@ -119,6 +128,14 @@ def _signature(tower: Tower, state: TrainingState) -> Any:
     return serve
 
 
+def write_serving(state: TrainingState, path: Path) -> None:
+    """The serving SavedModel on raw features of the trained tables and tower (their own
+    variables: nothing copied; under ParameterServer each ps writes its shards)."""
+    model = state.model
+    tables = [model.table_components(i) for i in range(len(model.tables))]
+    save_serving(state.config.model, tables, model.tower, str(path))
+
+
 def manifest(state: TrainingState) -> dict[str, Any]:
     config = state.config
     return {
@@ -144,6 +161,7 @@ def manifest(state: TrainingState) -> dict[str, Any]:
             for t in config.model.tables
         ],
         "tower": "tower",
+        "serving": SERVING,
     }
 
 
@@ -159,6 +177,7 @@ def export(state: TrainingState, export_dir: str) -> Path:
     tf.saved_model.save(
         tower, str(staging / "tower"), signatures={"serving_default": _signature(tower, state)}
     )
+    write_serving(state, staging / SERVING)
     (staging / MANIFEST).write_text(json.dumps(manifest(state), indent=1))
     if final.exists():
         shutil.rmtree(final)

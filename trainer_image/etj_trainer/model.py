@@ -19,13 +19,14 @@ read data.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
-from etj.api.spec import ModelSpec
+from etj.api.architectures import linear_table_name
+from etj.api.spec import EmbeddingTable, ModelSpec
 from etj.api.trainer import TrainerConfig
 from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
 from etj_trainer.models.custom import tower_variables, trainable_variables
@@ -68,6 +69,62 @@ def lookups(model: ModelSpec) -> list[Lookup]:
         for f in model.features
         if f.table is not None
     ]
+
+
+def named_lookups(model: ModelSpec) -> list[tuple[str, Lookup]]:
+    """Every pooled input of the tower by its name in ``embeddings``: one per table or
+    categorical feature, then (wideDeep/deepFM) each one's first-order lookup, named
+    ``linear_table_name(name)``, of the same ids in table ``len(embeddings) + table``.
+    Training and the serving SavedModel both feed the tower from this list."""
+    own = lookups(model)
+    names = [x.key.removeprefix(INPUT_PREFIX) for x in own]
+    out = list(zip(names, own, strict=True))
+    if has_first_order(model):
+        n = len(model.embeddings)
+        out += [
+            (linear_table_name(name), Lookup(x.key, n + x.table, x.width, x.masked))
+            for name, x in zip(names, own, strict=True)
+        ]
+    return out
+
+
+def pooled(
+    spec: EmbeddingTable,
+    rows_of: Callable[[tf.Tensor], tf.Tensor],
+    ids: tf.Tensor,
+    width: int | None = None,
+    masked: bool = False,
+) -> tf.Tensor:
+    """Pooled embedding of ids ``[batch, width]`` in the table ``spec``, whose rows
+    ``rows_of(unique ids)`` reads (training: the table or its shards on the ps; serving:
+    the exported shards).
+
+    Each distinct id is looked up once: with Zipf-distributed ids most of a batch
+    repeats, so deduplication cuts the rows read from the ps (and the rows of the
+    sparse gradient sent back) several-fold. Ids are taken modulo the vocabulary.
+    ``masked``: -1 marks an absent value (a multi-valued feature with fewer values); the
+    combiner pools the present ones only, and an example with none gets zeros.
+    """
+    width = spec.ids_per_example if width is None else width
+    ids = tf.cast(ids, tf.int64)
+    present = ids >= 0 if masked else None
+    ids = tf.math.floormod(ids, spec.vocabulary_size)
+    flat = tf.reshape(ids, [-1])
+    unique, position = tf.unique(flat)
+    rows = tf.cast(rows_of(unique), tf.float32)
+    vectors = tf.gather(rows, position)
+    if width == 1 and present is None:
+        return vectors
+    vectors = tf.reshape(vectors, [-1, width, spec.dimension])
+    if present is None:
+        if spec.combiner == "sum":
+            return tf.reduce_sum(vectors, axis=1)
+        return tf.reduce_mean(vectors, axis=1)
+    weights = tf.cast(tf.reshape(present, [-1, width, 1]), tf.float32)
+    total = tf.reduce_sum(vectors * weights, axis=1)
+    if spec.combiner == "sum":
+        return total
+    return total / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
 
 
 def ids_per_table(model: ModelSpec) -> list[int]:
@@ -161,6 +218,7 @@ class CtrModel(tf.Module):
             if self.first_order
             else []
         )
+        self.named_lookups = named_lookups(spec)
         # The job's own tower (model.custom) or the architecture's.
         tower = build_model_tower(spec, self.inputs, seed)
         self.custom = spec.custom is not None
@@ -199,36 +257,9 @@ class CtrModel(tf.Module):
         return tower_variables(self.tower) if self.custom else [self.tower.params]
 
     def embed(self, i: int, ids: tf.Tensor, width: int | None = None, masked: bool = False) -> Any:
-        """Pooled embedding from table ``i`` of ids ``[batch, width]``.
-
-        Each distinct id is looked up once: with Zipf-distributed ids most of a batch
-        repeats, so deduplication cuts the rows read from the ps (and the rows of the
-        sparse gradient sent back) several-fold. ``masked``: -1 marks an absent value
-        (a multi-valued feature with fewer values); the combiner pools the present ones
-        only, and an example with none gets zeros.
-        """
-        spec = self.specs[i]
-        width = spec.ids_per_example if width is None else width
-        ids = tf.cast(ids, tf.int64)
-        present = ids >= 0 if masked else None
-        ids = tf.math.floormod(ids, spec.vocabulary_size)
-        flat = tf.reshape(ids, [-1])
-        unique, position = tf.unique(flat)
-        rows = tf.nn.embedding_lookup(self.tables[i], unique)
-        rows = tf.cast(rows, tf.float32)
-        vectors = tf.gather(rows, position)
-        if width == 1 and present is None:
-            return vectors
-        vectors = tf.reshape(vectors, [-1, width, spec.dimension])
-        if present is None:
-            if spec.combiner == "sum":
-                return tf.reduce_sum(vectors, axis=1)
-            return tf.reduce_mean(vectors, axis=1)
-        weights = tf.cast(tf.reshape(present, [-1, width, 1]), tf.float32)
-        pooled = tf.reduce_sum(vectors * weights, axis=1)
-        if spec.combiner == "sum":
-            return pooled
-        return pooled / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
+        """Pooled embedding from table ``i`` of ids ``[batch, width]`` (see ``pooled``)."""
+        table = self.tables[i]
+        return pooled(self.specs[i], lambda u: tf.nn.embedding_lookup(table, u), ids, width, masked)
 
     def tower_inputs(
         self, features: dict[str, tf.Tensor]
@@ -237,10 +268,8 @@ class CtrModel(tf.Module):
         under ``linear_table_name(name)``) by name, and the dense features or ``None``."""
         embeddings = {
             name: self.embed(x.table, features[x.key], x.width, x.masked)
-            for name, x in zip(self.inputs.names, self.lookups, strict=True)
+            for name, x in self.named_lookups
         }
-        for name, x in zip(self.inputs.linear_names(), self.linear_lookups, strict=True):
-            embeddings[name] = self.embed(x.table, features[x.key], x.width, x.masked)
         dense = tf.cast(features[DENSE_KEY], tf.float32) if self.dense_features else None
         return embeddings, dense
 
