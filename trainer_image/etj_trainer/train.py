@@ -22,6 +22,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -152,6 +153,9 @@ class LoopParts:
     barrier: Callable[[], None]  # wait until every scheduled chunk is done
     max_inflight: int
     examples_per_step: int
+    # Trace and compile the chunk function without training (a zero-step chunk): done
+    # before the watchdog arms, as it costs minutes on a busy machine and is no hang.
+    warm_up: Callable[[], None]
 
 
 def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
@@ -190,6 +194,10 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
         # Enough to keep every worker busy while the chief handles results.
         max_inflight=2 * task.num_workers + 2,
         examples_per_step=batch,
+        # Traced here on the chief; the zero-step closure runs on some worker, unawaited.
+        warm_up=lambda: coordinator.schedule(
+            state.train_chunk, args=(iterator, tf.constant(0, tf.int64))
+        ),
     )
     return train_loop(config, state, checkpoints, parts, restored, stop, metrics_port, True)
 
@@ -243,6 +251,7 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
         barrier=lambda: None,
         max_inflight=0,
         examples_per_step=batch * replicas,
+        warm_up=lambda: state.train_chunk(iterator, tf.constant(0, tf.int64)),
     )
     return train_loop(
         config,
@@ -333,6 +342,10 @@ def train_loop(
                 digest=state.digest(),
             )
         emit("start", step=start, restoredFrom=restored, steps=total)
+    if start < total:
+        began = time.monotonic()
+        parts.warm_up()
+        log.info("training step traced and compiled in %.1fs", time.monotonic() - began)
     watchdog = Heartbeat.from_env()
     watchdog.arm()
     try:
