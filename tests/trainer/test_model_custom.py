@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from harness import ROOT, job_spec, read_events, trainer_config, trainer_env
+from zoo import same_math, same_math_mirrored, zoo_spec
 
 from etj.api.constants import MODEL_CODE_ENV, REASON_MODEL_ERROR, TERMINATION_LOG_ENV
 
@@ -190,6 +191,31 @@ def test_bad_model_code_is_a_model_error_before_any_step(case: str, tmp_path: Pa
     log.write_text(proc.stdout)
     events = [e["event"] for e in read_events(log)]
     assert "error" in events and "start" not in events and "progress" not in events, events
+
+
+KERAS = {"module": "ctr_tower", "factory": "build_tower", "parameters": {"units": [8, 4]}}
+
+
+@pytest.mark.slow
+def test_same_math_alone_and_under_parameter_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example's tf_keras tower: one process and a 1-worker, 2-ps cluster given the
+    same initial values and batches end with the same loss and variables (the tower's
+    included: its variables live on the ps and are updated there)."""
+    monkeypatch.setenv(MODEL_CODE_ENV, str(EXAMPLE))
+    report = same_math(zoo_spec({"custom": KERAS}), tmp_path)
+    assert any(k.startswith("model/tower/gate") for k in report["diff"]), sorted(report["diff"])
+
+
+@pytest.mark.slow
+@pytest.mark.extended  # make test-all (minutes; see the extended marker)
+def test_same_math_alone_and_under_multi_worker_mirrored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MODEL_CODE_ENV, str(EXAMPLE))
+    report = same_math_mirrored(zoo_spec({"custom": KERAS}), tmp_path)
+    assert any(k.startswith("model/tower/gate") for k in report["diff"]), sorted(report["diff"])
 
 
 def test_the_reason_is_the_one_the_operator_acts_on() -> None:
