@@ -5,6 +5,10 @@ few steps in this process on a CSV file full of awkward values, is exported the 
 ends (``export.export``), and its ``serving/`` SavedModel is loaded in ONE fresh Python
 process with ``tf.saved_model.load`` and fed the file's raw text cells: the probabilities
 must be the trainer's own for the same rows, read through the training input path.
+Also: the signature as TensorFlow Serving sees it (``saved_model_cli``), a bad value
+failing the request, a table far bigger than ``saved_model.pb`` kept out of it, and the
+export of a real ParameterServer job (tables sharded over 2 ps; slow) and of a
+MultiWorkerMirrored one (extended). A table past 2 GB: ``benchmarks/serving_large_table.py``.
 """
 
 from __future__ import annotations
@@ -395,5 +399,40 @@ def test_parameter_server_export_serves_its_sharded_tables(tmp_path: Path) -> No
     want = trainer_probabilities(state)
     raw = {c: [r[i] for r in ROWS] for i, c in enumerate(COLUMNS) if c != "label"}
     got = serve_in_fresh_process({"ps": {"dir": str(serving), "inputs": raw}})["ps"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.ptp(want) > 1e-4, want
+
+
+@pytest.mark.extended
+def test_multi_worker_mirrored_export_serves_the_trained_model(tmp_path: Path) -> None:
+    """As the ParameterServer check, for a 2-worker MultiWorkerMirrored job: worker 0
+    exports (its mirrored copy of every variable)."""
+    import tensorflow as tf
+    from harness import LocalJob
+    from zoo import mirrored
+
+    from etj_trainer.checkpoint import restore_in_pieces
+    from etj_trainer.core import TrainingState
+
+    csv = write_csv(tmp_path / "rows.csv")
+    data = {"source": "files", "files": {"pattern": str(csv), "format": "csv"}}
+    spec = job(features_model(tmp_path, architecture="dcnV2"), data)
+    config = trainer_config(
+        mirrored(spec),
+        checkpoint_dir=tmp_path / "ckpt",
+        export_dir=tmp_path / "export",
+        watchdog_seconds=900,
+    )
+    with LocalJob(config, tmp_path / "job", workers=2, ps=0, chief=False) as local:
+        local.start_all()
+        for i in range(2):
+            code = local.wait_exit("worker", i, timeout=900)
+            assert code == 0, local.log_path("worker", i).read_text()[-5000:]
+    state = TrainingState(trainer_config(spec), tf.distribute.get_strategy())
+    restore_in_pieces(state, tf.train.latest_checkpoint(str(tmp_path / "ckpt")))
+    want = trainer_probabilities(state)
+    raw = {c: [r[i] for r in ROWS] for i, c in enumerate(COLUMNS) if c != "label"}
+    serving = str(tmp_path / "export" / "serving")
+    got = serve_in_fresh_process({"mwms": {"dir": serving, "inputs": raw}})["mwms"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert np.ptp(want) > 1e-4, want
