@@ -75,6 +75,56 @@ def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
     assert processes_under(workdir) == []
 
 
+# examples/criteo.yaml (dnn, the default) trains above; each other architecture has its
+# own Criteo example, criteo.yaml with only the architecture changed.
+CRITEO_ARCHITECTURES = {
+    "wideDeep": "criteo-wide-deep",
+    "deepFM": "criteo-deepfm",
+    "dcnV2": "criteo-dcn-v2",
+    "dlrm": "criteo-dlrm",
+}
+STEPS = 200
+
+
+@pytest.mark.parametrize("architecture", list(CRITEO_ARCHITECTURES))
+def test_each_architecture_trains_on_the_criteo_layout(tmp_path: Path, architecture: str):
+    """The architecture's Criteo example, shortened to one trainer process (a 1-worker
+    MultiWorkerMirrored job: no ps, no coordinator), 200 steps on one generated file:
+    it succeeds and its held-out AUC, evaluated once on the final step, is well above 0.5
+    (the strategies are tested per architecture in tests/trainer/test_model_*.py)."""
+    example = CRITEO_ARCHITECTURES[architecture]
+    data = tmp_path / "data"
+    (train,), (valid,) = write_train_and_validation(
+        "criteo", data, files=1, rows_per_file=8000, validation_rows=2000
+    )
+    job = yaml.safe_load((ROOT / "examples" / f"{example}.yaml").read_text())
+    spec = job["spec"]
+    assert spec["model"]["architecture"] == architecture
+    spec["strategy"] = "MultiWorkerMirrored"
+    spec["replicas"] = {"worker": {"replicas": 1}}
+    spec["data"]["files"]["pattern"] = str(train)
+    spec["data"]["validation"]["pattern"] = str(valid)
+    del spec["training"]["epochs"]
+    # One step per chunk: the trainer then traces and compiles one copy of the step, not
+    # ten (most of this test's time; the updates are the same).
+    spec["training"] |= {"steps": STEPS, "stepsPerExecution": 1}
+    spec["checkpoint"]["everySteps"] = STEPS
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    workdir = tmp_path / "run"
+    out = _etj_run(path, workdir)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = out.stdout[out.stdout.index("Summary") :]
+    assert "Succeeded" in summary
+    log = workdir / "logs" / f"{job['metadata']['name']}-worker-0.log"
+    (evaluation,) = _events(log, "evaluation")
+    assert evaluation["step"] == STEPS and evaluation["examples"] == 2000
+    assert evaluation["auc"] > 0.62, evaluation
+    auc = float(re.search(r"held-out AUC\s*│\s*([0-9.]+)", summary).group(1))
+    assert auc == pytest.approx(evaluation["auc"], abs=1e-4)
+    assert processes_under(workdir) == []
+
+
 def test_parquet_example_trains(tmp_path: Path):
     """examples/movielens-parquet.yaml (MultiWorkerMirrored, 2 workers) on the MovieLens
     layout written as Parquet (genres a list column): it succeeds and learns."""

@@ -216,13 +216,13 @@ def test_supervisor_passes_exit_codes_and_sigterm(tmp_path: Path) -> None:
 
 
 def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> None:
-    """The first chunk of a run pays once for tracing ``UNROLL`` + 1 copies of the step and
-    compiling that graph: minutes on a busy machine (measured: 187 s under 2-worker
+    """The first chunk of a run pays once for tracing up to ``UNROLL`` + 1 copies of the step
+    and compiling that graph: minutes on a busy machine (measured: 187 s under 2-worker
     MultiWorkerMirrored at load 14, then a chunk every 0.4 s), which a watchdog armed
     before it took for a hung peer. The loop traces and compiles the chunk (a zero-step
     call) before it arms the watchdog; nothing is traced while the watchdog is armed."""
     from etj_trainer import train
-    from etj_trainer.core import TrainingState
+    from etj_trainer.core import UNROLL, TrainingState
 
     traces: list[int] = []  # _step runs in Python only while train_chunk is traced
     original = TrainingState._step
@@ -246,9 +246,7 @@ def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> N
     monkeypatch.setattr(TrainingState, "_step", counting)
     monkeypatch.setattr(train.Heartbeat, "from_env", classmethod(lambda cls: Recorder()))
     monkeypatch.setattr(train, "configure_threads", lambda: None)  # TF already runs here
-    spec = job_spec(
-        training={"batchSizePerReplica": 32, "steps": 30, "stepsPerExecution": 10},
-    )
+    spec = job_spec(training={"batchSizePerReplica": 32, "steps": 12, "stepsPerExecution": 4})
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         code = train.run_synchronous(trainer_config(spec), parse_tf_config(None), None)
@@ -259,6 +257,8 @@ def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> N
     assert [what for what, _ in seen].count("beat") == 3, seen  # one per chunk
     traced = seen[0][1]
     assert traced > 0, f"the watchdog was armed before the step was traced: {seen}"
+    # No more copies of the step than a chunk runs: blocks of 4 and the rest loop.
+    assert traced == 4 + 1 < UNROLL, seen
     assert all(n == traced for _, n in seen), f"traced while the watchdog was armed: {seen}"
 
 

@@ -141,3 +141,28 @@ def test_the_example_validates_and_plans() -> None:
     assert spec.model.architecture == "dcnV2" and spec.model.dcn_v2 is not None
     assert spec.model.dcn_v2.low_rank == 32
     assert build_plan(spec).ps_replicas == 2
+
+
+@pytest.mark.parametrize(
+    "example", ["criteo-wide-deep", "criteo-deepfm", "criteo-dcn-v2", "criteo-dlrm"]
+)
+def test_each_criteo_example_is_criteo_yaml_with_another_architecture(example: str) -> None:
+    """One Criteo example per architecture (tests/local/test_examples.py trains each): the
+    same columns, tables, data and training as criteo.yaml; only the name and the
+    architecture with its settings differ, so they cannot drift apart."""
+    base = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "examples" / f"{example}.yaml").read_text())
+    assert doc["metadata"]["name"] == example
+    model = doc["spec"]["model"]
+    architecture = model.pop("architecture")
+    settings = model.pop(architecture)
+    assert architecture != "dnn" and isinstance(settings, dict)
+    doc["metadata"]["name"] = base["metadata"]["name"]
+    assert doc == base
+    job = EmbeddingTrainingJob.from_manifest(
+        yaml.safe_load((ROOT / "examples" / f"{example}.yaml").read_text())
+    )
+    tables = [t.name for t in job.spec.model.tables]
+    first_order = architecture in ("wideDeep", "deepFM")
+    assert len(tables) == 26 * (2 if first_order else 1)
+    assert build_plan(job.spec).ps_replicas == 1
