@@ -271,6 +271,19 @@ def test_install_train_recover_reject_uninstall(target: Target, tmp_path: Path) 
     quickstart = quickstart_job("quickstart", claim)
     quickstart["spec"]["training"]["steps"] = STEPS
     t.kubectl("apply", "-f", "-", input=yaml.safe_dump(quickstart))
+    # Beside it, a replica over its memory limit: the kernel OOM-kills it (137, OOMKilled
+    # from the kubelet) and the operator brings it back with a larger limit.
+    oom = quickstart_job("oom", claim)
+    oom["spec"]["training"]["steps"] = 400
+    oom["spec"]["replicas"]["chief"]["resources"]["requests"]["cpu"] = "100m"  # fits beside
+    oom["spec"]["replicas"]["worker"] = {
+        "replicas": 1,
+        "resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "128Mi"}},
+    }
+    oom["spec"]["runPolicy"]["backoffLimit"] = 10
+    oom_watch = PodWatch.start(t, "oom", tmp_path / "oom-pods.json")
+    t.kubectl("apply", "-f", "-", input=yaml.safe_dump(oom))
+
     wait_for(lambda: status(t, "quickstart").get("phase") == "Running", 300, "Running")
     t.mark("quickstart Running")
     wait_for(lambda: step(t) >= 500, 900, "progress past the first checkpoint", every=2)
@@ -289,19 +302,6 @@ def test_install_train_recover_reject_uninstall(target: Target, tmp_path: Path) 
     ).stdout.strip()  # fmt: skip
     ps_ip = t.kubectl("get", "pod", "quickstart-ps-1", "-o", "jsonpath={.status.podIP}").stdout
     assert resolved == ps_ip, (peer, resolved, ps_ip)
-
-    # Beside it, a replica over its memory limit: the kernel OOM-kills it (137, OOMKilled
-    # from the kubelet) and the operator brings it back with a larger limit.
-    oom = quickstart_job("oom", claim)
-    oom["spec"]["training"]["steps"] = 400
-    oom["spec"]["replicas"]["chief"]["resources"]["requests"]["cpu"] = "100m"  # fits beside
-    oom["spec"]["replicas"]["worker"] = {
-        "replicas": 1,
-        "resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "128Mi"}},
-    }
-    oom["spec"]["runPolicy"]["backoffLimit"] = 10
-    oom_watch = PodWatch.start(t, "oom", tmp_path / "oom-pods.json")
-    t.kubectl("apply", "-f", "-", input=yaml.safe_dump(oom))
 
     # A worker pod deleted mid-way is replaced; training goes on.
     before = uid(t, "quickstart-worker-1")
