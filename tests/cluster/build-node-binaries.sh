@@ -6,7 +6,9 @@
 # ~/.cache/etj/bin/<k8s-version>/{kubelet,coredns}.
 # Called by `make node-binaries`. Idempotent: cached binaries are not rebuilt.
 # Measured on the 2-core machine under other developers' load: kubelet 221 s (the control
-# plane's build cache warm), kube-proxy 41 s, CoreDNS 479 s (121 s idle); warm under 1 s.
+# plane's build cache warm); CoreDNS cold (empty GOCACHE, modules downloaded), side by side:
+# the full plugin set 274 CPU-s, this 4-plugin build 183 CPU-s (0.67x; binary 79 -> 55 MB);
+# warm under 1 s.
 set -euo pipefail
 
 K8S_VERSION="${ETJ_K8S_VERSION:-v1.35.4}"
