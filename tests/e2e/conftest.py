@@ -30,7 +30,17 @@ def _missing() -> str | None:
     return None
 
 
+# The tests that need the built images, run after everything else: `make test` builds the
+# images beside the suite (tests/cluster/images-in-background.sh) and these wait for it.
+NEEDS_IMAGES = (ROOT / "tests" / "images", ROOT / "tests" / "e2e")
+
+
+def _needs_images(item: pytest.Item) -> bool:
+    return any(item.path.is_relative_to(d) for d in NEEDS_IMAGES)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = [i for i in items if not _needs_images(i)] + [i for i in items if _needs_images(i)]
     kind_items = [i for i in items if i.path.name == "test_kind.py"]
     if not kind_items:  # test_real_node.py decides for itself
         return

@@ -473,6 +473,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         _remove_chains()
         _run("ip", "link", "delete", BRIDGE, check=False)
 
+    def leftovers(self) -> list[str]:
+        """What a stopped node must not leave behind, named; empty when nothing is left:
+        containerd, shim, kubelet or CoreDNS processes, the socket directory, the bridge,
+        mounts under its directories, its and the kubelet's iptables chains, kubepods
+        cgroups."""
+        found = [f"process {pid}" for pid in processes_naming(self.state, self.run_dir)]
+        if self.run_dir.exists():
+            found.append(f"socket directory {self.run_dir}")
+        if _run("ip", "link", "show", BRIDGE, check=False).returncode == 0:
+            found.append(f"bridge {BRIDGE}")
+        found += [f"mount {m}" for m in _mounts_under([self.state, self.store, self.run_dir])]
+        found += leftover_rules()
+        found += [f"cgroup {c}" for c in _cgroup_dirs()]
+        return found
+
     def _kill_leftovers(self) -> None:
         """SIGKILL every process naming this node's directories: containerd's shims, which
         outlive it by design, and whatever a killed supervisor left (kubelet, containerd,
