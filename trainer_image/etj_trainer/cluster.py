@@ -3,14 +3,40 @@
 Pure parsing and validation of the standard TF_CONFIG JSON; no TensorFlow import, so it
 is cheap and testable. It must not guess: a TF_CONFIG that names a task the cluster does
 not have is a usage error (exit 2), not something to paper over.
+
+The trainer's one home of the roles (``Role``) and of the leader rule (``is_leader``).
+The operator keeps its own copy of the role names (``etj.tfconfig``; the trainer does not
+import the operator's planning code), and a test fails when the two drift apart.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-ROLES = ("chief", "worker", "ps", "evaluator")
+
+class Role(StrEnum):
+    """A task type of TensorFlow's cluster convention (TF_CONFIG ``task.type``)."""
+
+    CHIEF = "chief"
+    WORKER = "worker"
+    PS = "ps"
+    EVALUATOR = "evaluator"
+
+
+ROLES = tuple(Role)
+# The roles of the training cluster: TensorFlow's convention leaves the evaluator out of
+# TF_CONFIG's ``cluster`` dict.
+CLUSTER_ROLES = (Role.CHIEF, Role.WORKER, Role.PS)
+
+
+def is_leader(role: str, index: int, has_chief: bool) -> bool:
+    """Whether a task reports progress, serves metrics and exports: the chief, else worker 0
+    of a cluster without a chief. The trainer's one home of this rule."""
+    if role == Role.CHIEF:
+        return True
+    return role == Role.WORKER and index == 0 and not has_chief
 
 
 class ClusterError(ValueError):
@@ -21,7 +47,7 @@ class ClusterError(ValueError):
 class Task:
     """This process's role, and the cluster it belongs to."""
 
-    type: str
+    type: Role
     index: int
     cluster: dict[str, list[str]] = field(default_factory=dict)
 
@@ -34,11 +60,11 @@ class Task:
 
     @property
     def num_workers(self) -> int:
-        return self.count("worker")
+        return self.count(Role.WORKER)
 
     @property
     def num_ps(self) -> int:
-        return self.count("ps")
+        return self.count(Role.PS)
 
     @property
     def address(self) -> str | None:
@@ -46,16 +72,14 @@ class Task:
         return tasks[self.index] if self.index < len(tasks) else None
 
     def is_chief(self) -> bool:
-        """The task that reports progress, serves metrics and exports: the chief, else worker 0."""
-        if self.type == "chief":
-            return True
-        return self.type == "worker" and self.index == 0 and self.count("chief") == 0
+        """The task that reports progress, serves metrics and exports (``is_leader``)."""
+        return is_leader(self.type, self.index, self.count(Role.CHIEF) > 0)
 
     def __str__(self) -> str:
         return f"{self.type}/{self.index}"
 
 
-LOCAL = Task(type="chief", index=0, cluster={})
+LOCAL = Task(type=Role.CHIEF, index=0, cluster={})
 
 
 def parse_tf_config(text: str | None) -> Task:
@@ -78,12 +102,12 @@ def parse_tf_config(text: str | None) -> Task:
     if not isinstance(index, int) or index < 0:
         raise ClusterError(f"TF_CONFIG task.index {index!r} is not a non-negative integer")
     # TensorFlow's convention: the evaluator is not part of the cluster dict.
-    if role != "evaluator" and index >= len(cluster.get(role, [])):
+    if role != Role.EVALUATOR and index >= len(cluster.get(role, [])):
         raise ClusterError(
             f"TF_CONFIG task {role}/{index} is not in the cluster "
             f"({len(cluster.get(role, []))} {role} task(s) listed)"
         )
-    return Task(type=role, index=index, cluster=cluster)
+    return Task(type=Role(role), index=index, cluster=cluster)
 
 
 def _cluster(value: object) -> dict[str, list[str]]:
@@ -91,7 +115,7 @@ def _cluster(value: object) -> dict[str, list[str]]:
         raise ClusterError("TF_CONFIG has no 'cluster' object")
     cluster: dict[str, list[str]] = {}
     for role, addresses in value.items():
-        if role not in ROLES or role == "evaluator":
+        if role not in CLUSTER_ROLES:
             raise ClusterError(f"TF_CONFIG cluster has an unknown role {role!r}")
         if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
             raise ClusterError(f"TF_CONFIG cluster.{role} must be a list of host:port strings")
@@ -104,13 +128,13 @@ def check_strategy(task: Task, strategy: str) -> None:
     if not task.distributed:
         return
     if strategy == "ParameterServer":
-        missing = [r for r in ("chief", "worker", "ps") if task.count(r) == 0]
+        missing = [r.value for r in CLUSTER_ROLES if task.count(r) == 0]
         if missing:
             raise ClusterError(
                 f"strategy ParameterServer needs chief, worker and ps tasks; TF_CONFIG has no "
                 f"{', '.join(missing)}"
             )
-        if task.count("chief") != 1:
+        if task.count(Role.CHIEF) != 1:
             raise ClusterError("strategy ParameterServer needs exactly one chief")
-    elif task.count("ps"):
+    elif task.count(Role.PS):
         raise ClusterError("strategy MultiWorkerMirrored takes no ps tasks; TF_CONFIG lists some")

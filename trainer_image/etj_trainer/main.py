@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from etj_trainer import exitcodes
-from etj_trainer.cluster import ClusterError, Task, check_strategy, parse_tf_config
+from etj_trainer.cluster import ClusterError, Role, Task, check_strategy, parse_tf_config
 from etj_trainer.config import ConfigError, load_config, metrics_port
 from etj_trainer.termination import report_failure, write_termination_message
 
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _trains(strategy: str, task: Task) -> bool:
     """Whether this task runs the training loop (and so needs the watchdog)."""
-    if task.type in ("ps", "evaluator"):
+    if task.type in (Role.PS, Role.EVALUATOR):
         return False
-    return not (strategy == "ParameterServer" and task.distributed and task.type == "worker")
+    return not (strategy == "ParameterServer" and task.distributed and task.type == Role.WORKER)
 
 
 def run(config: object, task: Task, port: int) -> int:
@@ -92,13 +92,13 @@ def run(config: object, task: Task, port: int) -> int:
         from etj_trainer import train  # TensorFlow loads here, after the config is known good
 
         log.info("task %s, strategy %s", task, config.strategy if task.distributed else "local")
-        if ps and task.type in ("ps", "worker"):
+        if ps and task.type in (Role.PS, Role.WORKER):
             return train.run_server(task)
-        if task.type == "evaluator":
+        if task.type == Role.EVALUATOR:
             from etj_trainer.evaluate import run_evaluator
 
             return run_evaluator(config, task)
-        if task.type == "ps":
+        if task.type == Role.PS:
             print("etj_trainer: a ps task needs strategy ParameterServer", file=sys.stderr)
             return exitcodes.USAGE
         if ps:

@@ -57,6 +57,8 @@ from typing import Any
 
 from etj.api.constants import REASON_COMPLETED, SHARD_PLAN_ENV
 from etj.api.plan import ShardPlan, TablePlan
+from etj_trainer.cluster import Role
+from etj_trainer.cluster import is_leader as leader_rule
 from etj_trainer.config import CONFIG_ENV, METRICS_PORT_ENV
 from etj_trainer.progress import Metrics, emit
 from etj_trainer.termination import write_termination_message
@@ -124,14 +126,12 @@ class PlanPartitioner:
 def is_leader(environ: dict[str, str] | None = None) -> bool:
     """Whether this replica reports progress: the chief, else worker 0 of a job without one."""
     env = os.environ if environ is None else environ
-    role = env.get(REPLICA_TYPE_ENV)
+    role = env.get(REPLICA_TYPE_ENV) or ""
     index = env.get(REPLICA_INDEX_ENV, "0")
-    if role == "chief":
-        return True
-    if role != "worker" or index != "0":
+    if not index.isdigit():
         return False
-    tf_config = json.loads(env.get("TF_CONFIG") or "{}")
-    return not (tf_config.get("cluster") or {}).get("chief")
+    cluster = json.loads(env.get("TF_CONFIG") or "{}").get("cluster") or {}
+    return leader_rule(role, int(index), bool(cluster.get(Role.CHIEF)))
 
 
 def metrics_port(environ: dict[str, str] | None = None) -> int | None:

@@ -36,7 +36,7 @@ from etj.api.constants import REASON_COMPLETED
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.checkpoint import Checkpoints
-from etj_trainer.cluster import Task
+from etj_trainer.cluster import Role, Task
 from etj_trainer.core import TrainingState
 from etj_trainer.data import count_records, make_dataset, ps_worker_dataset
 from etj_trainer.evaluate import Scorer, held_out
@@ -165,7 +165,7 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
     # TensorFlow waits here until every ps and worker answers (pods may start in any order).
     emit("connecting", cluster=task.cluster)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(task.cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+        tf.train.ClusterSpec(task.cluster), task_type=Role.CHIEF.value, task_id=0, rpc_layer="grpc"
     )
     partitioner = TablePartitioner()
     strategy = tf.distribute.experimental.ParameterServerStrategy(
