@@ -1,6 +1,6 @@
 """Input pipeline throughput on Criteo-layout text, side by side with its baselines.
 
-1. Parsing: examples/s of etj's delimited reader (``etj_trainer.delimited``: every field
+1. Parsing: examples/s of etj's delimited reader (``etj_trainer.data.delimited``: every field
    checked, ids hashed, log1p, bad lines named) on one worker's file vs a bare
    ``tf.data.experimental.CsvDataset`` read of the same file (no hashing, no checks) in the
    same run. Goal: ratio >= 0.7.
@@ -10,7 +10,7 @@
    >= 0.8. Also beside one in-memory batch repeated (input cost ~0, the same rows every
    step: a ceiling no real input reaches).
 3. Parquet (only when pyarrow is installed): examples/s of etj's Parquet reader
-   (``etj_trainer.parquet``) on the same rows written as Parquet.
+   (``etj_trainer.data.parquet``) on the same rows written as Parquet.
 
 Best of ``--repeats`` alternating runs of each. Not a test: prints numbers, asserts
 nothing. ``python benchmarks/input_pipeline.py [--rows 200000]``.
@@ -37,9 +37,9 @@ import yaml  # noqa: E402
 from etj.api.job import EmbeddingTrainingJob  # noqa: E402
 from etj.api.trainer import TrainerConfig  # noqa: E402
 from etj.planner import build_plan  # noqa: E402
-from etj_trainer.clicklogs import write  # noqa: E402
-from etj_trainer.core import TrainingState  # noqa: E402
-from etj_trainer.data import feature_dataset, make_dataset  # noqa: E402
+from etj_trainer.data.clicklogs import write  # noqa: E402
+from etj_trainer.data.pipeline import feature_dataset, make_dataset  # noqa: E402
+from etj_trainer.task.state import TrainingState  # noqa: E402
 
 BATCH = 1024
 
@@ -138,7 +138,7 @@ def main() -> None:
 
 
 def _parquet_rate(spec, path: Path, repeats: int) -> float | None:  # type: ignore[no-untyped-def]
-    """Examples/s of etj's Parquet reader (``etj_trainer.parquet``) on the same rows."""
+    """Examples/s of etj's Parquet reader (``etj_trainer.data.parquet``) on the same rows."""
     try:
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq

@@ -4,7 +4,7 @@ A string column hashed into one table of ``--rows`` rows (default 600M, dimensio
 2.4 GB of float32, past protobuf's 2 GB and past 2^29 rows), a dense column, a small dnn
 tower. The table is built as ``--shards`` variables (1: the single-process trainer's one
 variable; more: a ParameterServer job's shards), exported with
-``etj_trainer.serving_model.save`` and loaded with ``tf.saved_model.load`` in a fresh
+``etj_trainer.task.serving_model.save`` and loaded with ``tf.saved_model.load`` in a fresh
 process, which serves raw rows and must give the exporter's probabilities. Prints the
 sizes (saved_model.pb, variables), times and peak RSS of each process (the exporter's
 beside the table's size: saving copies nothing). Not a test: asserts only that the two
@@ -70,9 +70,9 @@ def main() -> int:
     import tensorflow as tf
 
     from etj.api.spec import ModelSpec
-    from etj_trainer.model import CtrModel  # noqa: F401  (the trainer's modules load)
     from etj_trainer.models import TowerInputs, build_tower
-    from etj_trainer.serving_model import RawServingModel, save
+    from etj_trainer.models.ctr import CtrModel  # noqa: F401  (the trainer's modules load)
+    from etj_trainer.task.serving_model import RawServingModel, save
 
     spec = ModelSpec.model_validate(
         {

@@ -86,8 +86,8 @@ def run_single(seconds: float) -> tuple[float, float]:
     """The trainer's training function in one process (default strategy)."""
     import tensorflow as tf
 
-    from etj_trainer.core import TrainingState
-    from etj_trainer.data import make_dataset
+    from etj_trainer.data.pipeline import make_dataset
+    from etj_trainer.task.state import TrainingState
 
     config = trainer_config(job_spec(10**9, 50))
     state = TrainingState(config, tf.distribute.get_strategy())
@@ -136,7 +136,7 @@ def run_naive(seconds: float) -> float:
     import keras
     import tensorflow as tf
 
-    from etj_trainer.data import make_dataset
+    from etj_trainer.data.pipeline import make_dataset
 
     config = trainer_config(job_spec(10**9, 50))
     spec = config.model

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from etj.localcluster import LocalCluster
-from etj_trainer.clicklogs import write_train_and_validation
+from etj_trainer.data.clicklogs import write_train_and_validation
 
 from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from etj.local.procs import processes_under
-from etj_trainer.clicklogs import write_train_and_validation
+from etj_trainer.data.clicklogs import write_train_and_validation
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
@@ -128,7 +128,7 @@ def test_each_architecture_trains_on_the_criteo_layout(tmp_path: Path, architect
 def test_parquet_example_trains(tmp_path: Path):
     """examples/movielens-parquet.yaml (MultiWorkerMirrored, 2 workers) on the MovieLens
     layout written as Parquet (genres a list column): it succeeds and learns."""
-    from etj_trainer.clicklogs import PARQUET_LISTS, to_parquet
+    from etj_trainer.data.clicklogs import PARQUET_LISTS, to_parquet
 
     data = tmp_path / "data"
     train, valid = write_train_and_validation("movielens", data, files=2, rows_per_file=4000)

@@ -22,7 +22,7 @@ import tensorflow as tf
 from same_math_chief import STEPS, assign, batches, values
 
 from etj.api.trainer import TrainerConfig
-from etj_trainer.core import TrainingState
+from etj_trainer.task.state import TrainingState
 
 
 def main() -> None:

@@ -22,11 +22,11 @@ from harness import job_spec, read_events, trainer_config, trainer_env
 from etj.api.constants import REASON_COMPLETED
 from etj.reconcile.progress import parse_completion
 from etj_trainer import exitcodes
-from etj_trainer.auc import auc_from_histogram
-from etj_trainer.cluster import ClusterError, check_strategy, parse_tf_config
 from etj_trainer.config import ConfigError, load_config, parse_config
-from etj_trainer.supervisor import Supervisor
-from etj_trainer.termination import termination_text
+from etj_trainer.task.auc import auc_from_histogram
+from etj_trainer.task.cluster import ClusterError, check_strategy, parse_tf_config
+from etj_trainer.task.supervisor import Supervisor
+from etj_trainer.task.termination import termination_text
 
 # --- config, TF_CONFIG, exit codes ------------------------------------------------------
 
@@ -128,7 +128,7 @@ mode = sys.argv[1]
 if mode == "hang":
     os.write(fd, b"A.."); time.sleep(60)
 elif mode == "hang-dumping":
-    from etj_trainer.supervisor import install_stack_dump
+    from etj_trainer.task.supervisor import install_stack_dump
     install_stack_dump()
     def stuck_in_a_step():
         os.write(fd, b"A."); time.sleep(60)
@@ -155,7 +155,7 @@ def test_watchdog_leaves_the_stacks_and_a_termination_message(tmp_path: Path) ->
     message, whose first word the operator acts on."""
     script = tmp_path / "sup.py"
     script.write_text(
-        "import sys\nfrom etj_trainer.supervisor import Supervisor\n"
+        "import sys\nfrom etj_trainer.task.supervisor import Supervisor\n"
         f"sys.exit(Supervisor([sys.executable, '-c', {_CHILD!r}, 'hang-dumping'], 2).run())\n"
     )
     termination = tmp_path / "termination-log"
@@ -183,7 +183,7 @@ def test_termination_text_is_one_line_within_the_kubernetes_limit() -> None:
 def test_the_chiefs_completion_message_is_read_back_by_the_operator() -> None:
     """The final step and evaluation travel in the termination message (the metrics page
     is gone once the chief exits); what the trainer writes, the operator reads."""
-    from etj_trainer.progress import Metrics, Reporter
+    from etj_trainer.task.progress import Metrics, Reporter
 
     clock = iter(float(t) for t in range(100))
     reporter = Reporter(Metrics(None), 256, interval=1e9, clock=lambda: next(clock))
@@ -204,7 +204,7 @@ def test_supervisor_passes_exit_codes_and_sigterm(tmp_path: Path) -> None:
     assert Supervisor([sys.executable, "-c", _CHILD, "exit3"], 2).run() == 3
     script = tmp_path / "sup.py"
     script.write_text(
-        "import sys\nfrom etj_trainer.supervisor import Supervisor\n"
+        "import sys\nfrom etj_trainer.task.supervisor import Supervisor\n"
         f"sys.exit(Supervisor([sys.executable, '-c', {_CHILD!r}, 'term'], 30).run())\n"
     )
     proc = subprocess.Popen(
@@ -221,8 +221,8 @@ def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> N
     MultiWorkerMirrored at load 14, then a chunk every 0.4 s), which a watchdog armed
     before it took for a hung peer. The loop traces and compiles the chunk (a zero-step
     call) before it arms the watchdog; nothing is traced while the watchdog is armed."""
-    from etj_trainer import train
-    from etj_trainer.core import UNROLL, TrainingState
+    from etj_trainer.task import roles as train
+    from etj_trainer.task.state import UNROLL, TrainingState
 
     traces: list[int] = []  # _step runs in Python only while train_chunk is traced
     original = TrainingState._step
@@ -295,7 +295,7 @@ def tf() -> Any:
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "ftrl", "adam"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_sparse_updates_touch_only_batch_rows(tf: Any, optimizer: str, dtype: str) -> None:
-    from etj_trainer.optim import Slotted, apply_update, create_slots
+    from etj_trainer.task.optim import Slotted, apply_update, create_slots
 
     strategy = tf.distribute.get_strategy()
     tdtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[dtype]
@@ -332,7 +332,7 @@ def test_sparse_updates_touch_only_batch_rows(tf: Any, optimizer: str, dtype: st
 
 
 def test_dedup_sums_repeated_rows(tf: Any) -> None:
-    from etj_trainer.optim import dedup
+    from etj_trainer.task.optim import dedup
 
     g = dedup(
         tf.IndexedSlices(tf.constant([[1.0], [2.0], [4.0]]), tf.constant([3, 5, 3], tf.int64))
@@ -346,7 +346,7 @@ def _model_spec(**kw: Any) -> Any:
 
 
 def test_synthetic_data_is_skewed_and_learnable(tf: Any) -> None:
-    from etj_trainer.data import make_dataset
+    from etj_trainer.data.pipeline import make_dataset
 
     spec = _model_spec()
     batch = next(iter(make_dataset(spec.model, spec.data, 4096)))
@@ -368,8 +368,8 @@ def test_a_feature_schema_trains_on_synthetic_data(tf: Any) -> None:
     import yaml
 
     from etj.api.job import EmbeddingTrainingJob
-    from etj_trainer.data import make_dataset
-    from etj_trainer.model import input_key, lookups
+    from etj_trainer.data.pipeline import make_dataset
+    from etj_trainer.models.ctr import input_key, lookups
 
     root = Path(__file__).resolve().parents[2]
     doc = yaml.safe_load((root / "examples" / "criteo.yaml").read_text())
@@ -387,7 +387,7 @@ def test_a_feature_schema_trains_on_synthetic_data(tf: Any) -> None:
     assert 0.05 < batch["label"].numpy().mean() < 0.95
     from etj.api.trainer import TrainerConfig
     from etj.planner import build_plan
-    from etj_trainer.model import CtrModel
+    from etj_trainer.models.ctr import CtrModel
 
     config = TrainerConfig(
         job_name="j",
@@ -403,8 +403,8 @@ def test_a_feature_schema_trains_on_synthetic_data(tf: Any) -> None:
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "csv"])
 def test_files_roundtrip_and_sharding(tf: Any, tmp_path: Path, fmt: str) -> None:
-    from etj_trainer.data import make_dataset, synthetic_batch_fn
-    from etj_trainer.datagen import write_files
+    from etj_trainer.data.datagen import write_files
+    from etj_trainer.data.pipeline import make_dataset, synthetic_batch_fn
 
     spec = _model_spec(
         data={"source": "files", "files": {"pattern": str(tmp_path / "part-*"), "format": fmt}}
@@ -430,7 +430,7 @@ def test_files_roundtrip_and_sharding(tf: Any, tmp_path: Path, fmt: str) -> None
 
 
 def test_missing_files_are_a_clear_error(tf: Any, tmp_path: Path) -> None:
-    from etj_trainer.data import DataError, make_dataset
+    from etj_trainer.data.pipeline import DataError, make_dataset
 
     spec = _model_spec(data={"source": "files", "files": {"pattern": str(tmp_path / "nothing-*")}})
     with pytest.raises(DataError, match="matches no file"):
@@ -438,10 +438,10 @@ def test_missing_files_are_a_clear_error(tf: Any, tmp_path: Path) -> None:
 
 
 def test_export_serves_the_trained_model_from_mapped_tables(tf: Any, tmp_path: Path) -> None:
-    from etj_trainer.core import TrainingState
-    from etj_trainer.data import make_dataset
-    from etj_trainer.export import export
-    from etj_trainer.serving import MappedModel
+    from etj_trainer.data.pipeline import make_dataset
+    from etj_trainer.task.export import export
+    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.state import TrainingState
 
     spec = _model_spec(
         strategy="MultiWorkerMirrored",
@@ -477,7 +477,7 @@ def test_export_serves_the_trained_model_from_mapped_tables(tf: Any, tmp_path: P
 
 def test_local_run_on_files_trains_and_exits_0(tmp_path: Path) -> None:
     """No TF_CONFIG: one local process, here reading TFRecord files."""
-    from etj_trainer.datagen import write_files
+    from etj_trainer.data.datagen import write_files
 
     spec = _model_spec(
         strategy="MultiWorkerMirrored",

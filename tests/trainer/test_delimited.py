@@ -50,14 +50,14 @@ def _data(pattern: str, max_bad: int = 0, **files: Any) -> DataSpec:
 
 
 def _read(data: DataSpec, batch: int = 64, model: ModelSpec | None = None) -> list[dict]:
-    from etj_trainer.data import feature_dataset
+    from etj_trainer.data.pipeline import feature_dataset
 
     ds = feature_dataset(model or _model(), data, batch, repeat=False)
     return [{k: v.numpy() for k, v in b.items()} for b in ds]
 
 
 def test_parses_labels_transforms_ids_and_genres_in_file_order(tmp_path: Path):
-    from etj_trainer.features import string_rows
+    from etj_trainer.data.features import string_rows
 
     path = tmp_path / "a.tsv"
     path.write_text("\n".join(GOOD) + "\n\n")  # a blank last line is not a record
@@ -187,7 +187,7 @@ INT_IDS = {"int-id-text", "int-id-too-long"}
 
 @pytest.mark.parametrize("case", BAD_CASES, ids=lambda c: c.id)
 def test_bad_data_stops_with_file_and_line(tmp_path: Path, case: Bad):
-    from etj_trainer.records import DataError, data_error_from
+    from etj_trainer.data.records import DataError, data_error_from
 
     path = case.write(tmp_path)
     model = _model()
@@ -206,14 +206,14 @@ def test_bad_data_stops_with_file_and_line(tmp_path: Path, case: Bad):
 
 
 def test_a_missing_file_is_a_data_error(tmp_path: Path):
-    from etj_trainer.records import DataError
+    from etj_trainer.data.records import DataError
 
     with pytest.raises(DataError, match="matches no file"):
         _read(_data(str(tmp_path / "nothing-*.tsv")))
 
 
 def test_a_header_differing_between_files_is_a_data_error(tmp_path: Path):
-    from etj_trainer.records import DataError
+    from etj_trainer.data.records import DataError
 
     (tmp_path / "a.csv").write_text("label,I1,I2,C1,genres\n1,1,1,x,y\n")
     (tmp_path / "b.csv").write_text("label,I2,I1,C1,genres\n1,1,1,x,y\n")
@@ -237,7 +237,7 @@ def test_max_bad_records_skips_and_counts(tmp_path: Path):
 @pytest.mark.parametrize("files", [1, 2])
 def test_shards_read_disjoint_files_or_records(tmp_path: Path, files: int):
     """Two workers: whole files each when there are enough files, else every other line."""
-    from etj_trainer.data import feature_dataset
+    from etj_trainer.data.pipeline import feature_dataset
 
     for k in range(files):
         rows = [f"{i % 2}\t{k * 100 + i}\t1\tx\tDrama" for i in range(1, 41)]

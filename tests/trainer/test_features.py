@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IDS = ["68fd1e64", "", "10000174058809263569", "18446744073709551617", "Comedy", "a,b"]
 ROWS_SCRIPT = """
 import json, sys
-from etj_trainer.features import string_rows
+from etj_trainer.data.features import string_rows
 print(json.dumps(string_rows(json.loads(sys.argv[1]), 1000003).numpy().tolist()))
 """
 
@@ -31,7 +31,7 @@ def _env() -> dict[str, str]:
 
 
 def test_the_same_string_gets_the_same_row_in_another_process():
-    from etj_trainer.features import string_rows
+    from etj_trainer.data.features import string_rows
 
     here = string_rows(np.array(IDS), 1000003).numpy().tolist()
     out = subprocess.run(
@@ -49,7 +49,7 @@ def test_the_same_string_gets_the_same_row_in_another_process():
 
 
 def test_vocabulary_file_values_come_first(tmp_path: Path):
-    from etj_trainer.features import load_vocabulary, string_rows
+    from etj_trainer.data.features import load_vocabulary, string_rows
 
     vocab = tmp_path / "genres.txt"
     vocab.write_text("Comedy\nDrama\nHorror\n")
@@ -61,7 +61,7 @@ def test_vocabulary_file_values_come_first(tmp_path: Path):
 
 
 def test_int_ids_are_taken_modulo_the_rows_after_the_reserved_one():
-    from etj_trainer.features import int_rows
+    from etj_trainer.data.features import int_rows
 
     assert int_rows(np.array([0, 5, 10, -1]), 11).numpy().tolist() == [1, 6, 1, 10]
 
@@ -78,7 +78,7 @@ def test_int_ids_are_taken_modulo_the_rows_after_the_reserved_one():
 def test_dense_transforms(settings, values, expected):
     import tensorflow as tf
 
-    from etj_trainer.features import transform
+    from etj_trainer.data.features import transform
 
     f = Feature.model_validate({"name": "x", "kind": "dense", **settings})
     out = np.asarray(transform(tf.constant(values, tf.float32), f))
@@ -86,7 +86,7 @@ def test_dense_transforms(settings, values, expected):
 
 
 def test_label_threshold():
-    from etj_trainer.features import label
+    from etj_trainer.data.features import label
 
     f = Feature.model_validate({"name": "rating", "kind": "label", "threshold": 4})
     assert label(np.array([3.5, 4.0, 5.0], np.float32), f).numpy().tolist() == [0, 1, 1]
@@ -95,7 +95,7 @@ def test_label_threshold():
 def test_multi_valued_pooling_counts_present_values_only():
     import tensorflow as tf
 
-    from etj_trainer.model import CtrModel
+    from etj_trainer.models.ctr import CtrModel
 
     model = ModelSpec.model_validate(
         {
@@ -147,8 +147,8 @@ SCORE_SCRIPT = """
 import json, sys
 import tensorflow as tf
 from etj.api.trainer import TrainerConfig
-from etj_trainer.core import TrainingState
-from etj_trainer.data import feature_dataset
+from etj_trainer.task.state import TrainingState
+from etj_trainer.data.pipeline import feature_dataset
 config = TrainerConfig.model_validate_json(open(sys.argv[1]).read())
 state = TrainingState(config, tf.distribute.get_strategy())
 state.checkpoint.restore(sys.argv[2]).assert_existing_objects_matched()
@@ -162,8 +162,8 @@ def test_a_restored_checkpoint_scores_the_same_raw_lines_the_same(tmp_path: Path
     trained embeddings are in."""
     import tensorflow as tf
 
-    from etj_trainer.core import TrainingState
-    from etj_trainer.data import feature_dataset
+    from etj_trainer.data.pipeline import feature_dataset
+    from etj_trainer.task.state import TrainingState
 
     data_file = tmp_path / "a.csv"
     rng = np.random.default_rng(0)

@@ -91,10 +91,10 @@ def test_custom_tower_trains_checkpoints_restores_and_exports(
     import tensorflow as tf
     from same_math_chief import batches, values
 
-    from etj_trainer.checkpoint import restore_in_pieces
-    from etj_trainer.core import TrainingState
-    from etj_trainer.export import export
-    from etj_trainer.serving import MappedModel
+    from etj_trainer.task.checkpoint import restore_in_pieces
+    from etj_trainer.task.export import export
+    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.state import TrainingState
 
     config = trainer_config(_spec(_tower(kind, tmp_path, monkeypatch)))
     state = TrainingState(config, tf.distribute.get_strategy())

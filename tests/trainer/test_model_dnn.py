@@ -23,7 +23,7 @@ def test_dnn_is_the_default_and_keeps_the_original_weights() -> None:
     uniform seeded (seed, 10000 + layer), biases zero, in (kernel, bias) order."""
     import tensorflow as tf
 
-    from etj_trainer.core import TrainingState
+    from etj_trainer.task.state import TrainingState
 
     config = trainer_config(zoo_spec({}, training={"seed": 5, "batchSizePerReplica": 8}))
     assert config.model.architecture == "dnn"

@@ -67,14 +67,14 @@ def _write(path: Path, columns: dict[str, Any], **kwargs: Any) -> Path:
 
 
 def _read(data: DataSpec, batch: int = 64, model: ModelSpec | None = None) -> list[dict]:
-    from etj_trainer.data import feature_dataset
+    from etj_trainer.data.pipeline import feature_dataset
 
     ds = feature_dataset(model or _model(), data, batch, repeat=False)
     return [{k: v.numpy() for k, v in b.items()} for b in ds]
 
 
 def _error(data: DataSpec, model: ModelSpec | None = None) -> str:
-    from etj_trainer.records import DataError, data_error_from
+    from etj_trainer.data.records import DataError, data_error_from
 
     with pytest.raises(Exception) as caught:
         _read(data, model=model)
@@ -106,7 +106,7 @@ def test_parquet_gives_what_the_same_rows_as_text_give(tmp_path: Path):
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     # And the values are the ones the schema says (not just equal to each other).
-    from etj_trainer.features import string_rows
+    from etj_trainer.data.features import string_rows
 
     np.testing.assert_array_equal(got["label"], [1, 0, 1])
     np.testing.assert_allclose(got["dense"][:, 0], np.log1p([3, 0, 7]), rtol=1e-6)
@@ -137,7 +137,7 @@ def test_int_ids_dictionary_strings_bools_and_row_groups(tmp_path: Path):
     got_labels = np.concatenate([b["label"] for b in batches])
     np.testing.assert_array_equal(got_labels, labels.astype(np.float32))
     got = np.concatenate([b["ids/C1"][:, 0] for b in batches])
-    from etj_trainer.features import string_rows
+    from etj_trainer.data.features import string_rows
 
     np.testing.assert_array_equal(got, string_rows(ids.astype(str), 1000).numpy())
     # Integer ids declared int: taken modulo the table (after row 0), as in text.
@@ -194,7 +194,7 @@ def test_missing_column_empty_file_and_not_parquet(tmp_path: Path):
 
 
 def test_shards_split_files_or_batches(tmp_path: Path):
-    from etj_trainer.data import feature_dataset
+    from etj_trainer.data.pipeline import feature_dataset
 
     n = 40
     columns = TABLE | {

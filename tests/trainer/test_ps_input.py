@@ -48,7 +48,7 @@ def _data(tmp_path: Path) -> DataSpec:
 
 
 def _rows_of_shard(tmp_path: Path, shards: int, index: int, batches: int) -> set[int]:
-    from etj_trainer.data import make_dataset
+    from etj_trainer.data.pipeline import make_dataset
 
     ds = make_dataset(
         ModelSpec.model_validate(MODEL),
@@ -94,7 +94,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import tensorflow as tf
     from etj.api.spec import DataSpec, ModelSpec
-    from etj_trainer.data import ps_worker_dataset
+    from etj_trainer.data.pipeline import ps_worker_dataset
 
     model = ModelSpec.model_validate(json.loads(sys.argv[1]))
     data = DataSpec.model_validate(json.loads(sys.argv[2]))
@@ -161,7 +161,7 @@ def test_parameter_server_workers_read_their_own_files(tmp_path: Path):
 
 def test_etj_layout_with_fewer_files_than_shards_splits_the_records(tmp_path: Path):
     """Files in etj's own layout (no model.features): the same split by record."""
-    from etj_trainer.data import make_dataset
+    from etj_trainer.data.pipeline import make_dataset
 
     rows = 31  # odd: a split of the repeated stream would swap halves every pass
     lines = ["label,dense_0,ids"] + [f"{r % 2},{r},{r % 7}" for r in range(rows)]

@@ -1,4 +1,4 @@
-"""The serving SavedModel on raw features (``etj_trainer.serving_model``).
+"""The serving SavedModel on raw features (``etj_trainer.task.serving_model``).
 
 Each architecture (and a custom ``tf.Module`` tower, and a job with tables only) trains a
 few steps in this process on a CSV file full of awkward values, is exported the way a job
@@ -133,8 +133,8 @@ def train(spec: Any, steps: int = 4, tower: Any = None) -> Any:
     the architecture's tower before training)."""
     import tensorflow as tf
 
-    from etj_trainer.core import TrainingState
-    from etj_trainer.data import make_dataset
+    from etj_trainer.data.pipeline import make_dataset
+    from etj_trainer.task.state import TrainingState
 
     config = trainer_config(spec)
     state = TrainingState(config, tf.distribute.get_strategy())
@@ -151,7 +151,7 @@ def train(spec: Any, steps: int = 4, tower: Any = None) -> Any:
 
 
 def _dense_items(state: Any, tower: Any) -> list[Any]:
-    from etj_trainer.optim import Slotted, create_slots
+    from etj_trainer.task.optim import Slotted, create_slots
 
     return [
         Slotted(v, "adagrad", 0.5, create_slots(state.strategy, v, "adagrad"))
@@ -163,7 +163,7 @@ def trainer_probabilities(state: Any) -> list[float]:
     """The trainer's probabilities for the file's rows, read as training reads them."""
     import tensorflow as tf
 
-    from etj_trainer.data import feature_dataset
+    from etj_trainer.data.pipeline import feature_dataset
 
     config = state.config
     out: list[float] = []
@@ -207,7 +207,7 @@ def serve_in_fresh_process(jobs: dict[str, dict[str, Any]]) -> dict[str, list[fl
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Per job: the trainer's probabilities and what the fresh process served."""
-    from etj_trainer import core
+    from etj_trainer.task import state as core
 
     # One step per loop iteration: the same math, a fraction of the tracing (7 jobs).
     unroll, core.UNROLL = core.UNROLL, 1
@@ -218,7 +218,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
 
 
 def _exported(tmp: Path) -> dict[str, Any]:
-    from etj_trainer.export import export, write_serving
+    from etj_trainer.task.export import export, write_serving
 
     csv = write_csv(tmp / "rows.csv")
     data = {"source": "files", "files": {"pattern": str(csv), "format": "csv"}}
@@ -325,7 +325,7 @@ def test_graph_stays_small_for_a_table_far_bigger_than_it(tmp_path: Path) -> Non
 
     from etj.api.spec import ModelSpec
     from etj_trainer.models import build_tower
-    from etj_trainer.serving_model import save
+    from etj_trainer.task.serving_model import save
 
     model = ModelSpec.model_validate(
         {
@@ -376,8 +376,8 @@ def test_parameter_server_export_serves_its_sharded_tables(tmp_path: Path) -> No
     import tensorflow as tf
     from harness import LocalJob
 
-    from etj_trainer.checkpoint import restore_in_pieces
-    from etj_trainer.core import TrainingState
+    from etj_trainer.task.checkpoint import restore_in_pieces
+    from etj_trainer.task.state import TrainingState
 
     csv = write_csv(tmp_path / "rows.csv")
     data = {"source": "files", "files": {"pattern": str(csv), "format": "csv"}}
@@ -411,8 +411,8 @@ def test_multi_worker_mirrored_export_serves_the_trained_model(tmp_path: Path) -
     from harness import LocalJob
     from zoo import mirrored
 
-    from etj_trainer.checkpoint import restore_in_pieces
-    from etj_trainer.core import TrainingState
+    from etj_trainer.task.checkpoint import restore_in_pieces
+    from etj_trainer.task.state import TrainingState
 
     csv = write_csv(tmp_path / "rows.csv")
     data = {"source": "files", "files": {"pattern": str(csv), "format": "csv"}}

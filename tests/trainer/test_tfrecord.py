@@ -49,7 +49,7 @@ def _write(path: Path, records: list[bytes]) -> Path:
 
 
 def _read(path: Path, max_bad: int = 0) -> list[dict]:
-    from etj_trainer.data import feature_dataset
+    from etj_trainer.data.pipeline import feature_dataset
 
     data = DataSpec.model_validate(
         {
@@ -82,7 +82,7 @@ def test_fixed_and_variable_length_features_and_missing_values(tmp_path: Path):
 
 
 def test_a_record_of_the_wrong_type_names_file_and_record(tmp_path: Path):
-    from etj_trainer.records import data_error_from
+    from etj_trainer.data.records import data_error_from
 
     records = [_example(**GOOD)] * 5 + [_example(**{**GOOD, "user": [3]})]
     path = _write(tmp_path / "a.tfrecord", records)
@@ -93,7 +93,7 @@ def test_a_record_of_the_wrong_type_names_file_and_record(tmp_path: Path):
 
 
 def test_a_text_file_is_not_a_tfrecord_file(tmp_path: Path):
-    from etj_trainer.records import DataError
+    from etj_trainer.data.records import DataError
 
     path = tmp_path / "a.tfrecord"
     path.write_text("label,user\n1,u1\n")
@@ -102,7 +102,7 @@ def test_a_text_file_is_not_a_tfrecord_file(tmp_path: Path):
 
 
 def test_first_record_type_mismatch_is_found_before_training(tmp_path: Path):
-    from etj_trainer.records import DataError
+    from etj_trainer.data.records import DataError
 
     path = _write(tmp_path / "a.tfrecord", [_example(**{**GOOD, "price": [b"cheap"]})])
     with pytest.raises(
@@ -112,7 +112,7 @@ def test_first_record_type_mismatch_is_found_before_training(tmp_path: Path):
 
 
 def test_missing_labels_are_bad_records_skipped_and_counted(tmp_path: Path):
-    from etj_trainer.records import DataError, data_error_from
+    from etj_trainer.data.records import DataError, data_error_from
 
     no_label = {k: v for k, v in GOOD.items() if k != "click"}
     records = [_example(**GOOD), _example(**no_label), _example(**{**GOOD, "click": [3]})]

@@ -213,9 +213,9 @@ def export_serves_what_the_model_predicts(spec: Any, workdir: Path) -> None:
     import tensorflow as tf
     from same_math_chief import batches
 
-    from etj_trainer.core import TrainingState
-    from etj_trainer.export import export
-    from etj_trainer.serving import MappedModel
+    from etj_trainer.task.export import export
+    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.state import TrainingState
 
     config = trainer_config(spec)
     state = TrainingState(config, tf.distribute.get_strategy())
@@ -234,8 +234,8 @@ def checkpoint_restores_every_variable(spec: Any, workdir: Path) -> None:
     import tensorflow as tf
     from same_math_chief import batches, values
 
-    from etj_trainer.checkpoint import restore_in_pieces
-    from etj_trainer.core import TrainingState
+    from etj_trainer.task.checkpoint import restore_in_pieces
+    from etj_trainer.task.state import TrainingState
 
     config = trainer_config(spec)
     state = TrainingState(config, tf.distribute.get_strategy())

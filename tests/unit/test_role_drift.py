@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from etj.tfconfig import ALL_ROLES, TRAINING_ROLES, ReplicaSet
-from etj_trainer.cluster import CLUSTER_ROLES, Role, is_leader
+from etj_trainer.task.cluster import CLUSTER_ROLES, Role, is_leader
 
 
 def test_trainer_roles_are_the_operators():

@@ -15,9 +15,9 @@ import sys
 import traceback
 
 from etj_trainer import exitcodes
-from etj_trainer.cluster import ClusterError, Role, Task, check_strategy, parse_tf_config
 from etj_trainer.config import ConfigError, load_config, metrics_port
-from etj_trainer.termination import report_failure, write_termination_message
+from etj_trainer.task.cluster import ClusterError, Role, Task, check_strategy, parse_tf_config
+from etj_trainer.task.termination import report_failure, write_termination_message
 
 log = logging.getLogger("etj_trainer")
 
@@ -62,14 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     if _trains(config.strategy, task) and not os.environ.get("ETJ_NO_SUPERVISOR"):
         parent = os.environ.get("ETJ_SUPERVISOR_PID")
         if parent is None:
-            from etj_trainer.supervisor import supervise
+            from etj_trainer.task.supervisor import supervise
 
-            # The training process runs under a watchdog parent (see etj_trainer.supervisor).
+            # The training process runs under a watchdog parent (see etj_trainer.task.supervisor).
             return supervise(
                 [sys.executable, "-m", "etj_trainer", *(argv or sys.argv[1:])],
                 config.watchdog_seconds,
             )
-        from etj_trainer.supervisor import die_with_parent, install_stack_dump
+        from etj_trainer.task.supervisor import die_with_parent, install_stack_dump
 
         die_with_parent(int(parent))
         install_stack_dump()
@@ -89,13 +89,15 @@ def run(config: object, task: Task, port: int) -> int:
     assert isinstance(config, TrainerConfig)
     ps = config.strategy == "ParameterServer" and task.distributed
     try:
-        from etj_trainer import train  # TensorFlow loads here, after the config is known good
+        from etj_trainer.task import (
+            roles as train,  # TensorFlow loads here, after the config is known good
+        )
 
         log.info("task %s, strategy %s", task, config.strategy if task.distributed else "local")
         if ps and task.type in (Role.PS, Role.WORKER):
             return train.run_server(task)
         if task.type == Role.EVALUATOR:
-            from etj_trainer.evaluate import run_evaluator
+            from etj_trainer.task.evaluate import run_evaluator
 
             return run_evaluator(config, task)
         if task.type == Role.PS:
@@ -111,10 +113,10 @@ def run(config: object, task: Task, port: int) -> int:
 
 
 def _failed(error: BaseException, ps: bool) -> int:
-    from etj_trainer import train
-    from etj_trainer.checkpoint import CheckpointMismatch
+    from etj_trainer.data.records import DataError, data_error_from
     from etj_trainer.models.custom import ModelError
-    from etj_trainer.records import DataError, data_error_from
+    from etj_trainer.task import loop
+    from etj_trainer.task.checkpoint import CheckpointMismatch
 
     # A bad record found inside a tf.data pipeline surfaces as a TensorFlow error (from a
     # worker, through the coordinator) carrying the DataError's text: report that alone.
@@ -129,7 +131,7 @@ def _failed(error: BaseException, ps: bool) -> int:
         print(f"etj_trainer: {error}", file=sys.stderr)
         report_failure(reason, str(error), exitcodes.USAGE)
         return exitcodes.USAGE
-    code = train.classify(error, ps)
+    code = loop.classify(error, ps)
     kind = "retryable" if code == exitcodes.RETRYABLE else "permanent"
     log.error("training failed (%s, exit %d): %s: %s", kind, code, reason, str(error)[:2000])
     if code != exitcodes.RETRYABLE:

@@ -57,11 +57,11 @@ from typing import Any
 
 from etj.api.constants import REASON_COMPLETED, SHARD_PLAN_ENV
 from etj.api.plan import ShardPlan, TablePlan
-from etj_trainer.cluster import Role
-from etj_trainer.cluster import is_leader as leader_rule
 from etj_trainer.config import CONFIG_ENV, METRICS_PORT_ENV
-from etj_trainer.progress import Metrics, emit
-from etj_trainer.termination import write_termination_message
+from etj_trainer.task.cluster import Role
+from etj_trainer.task.cluster import is_leader as leader_rule
+from etj_trainer.task.progress import Metrics, emit
+from etj_trainer.task.termination import write_termination_message
 
 REPLICA_TYPE_ENV = "ETJ_REPLICA_TYPE"
 REPLICA_INDEX_ENV = "ETJ_REPLICA_INDEX"
@@ -263,7 +263,7 @@ def restore_in_pieces(path: str, variables: dict[str, Any]) -> None:
     holds, whatever the saved shard count was. A key not in the checkpoint, or a shape that
     differs, raises ``CheckpointMismatch`` before anything is assigned.
     """
-    from etj_trainer.checkpoint import restore_components  # TensorFlow: only when used
+    from etj_trainer.task.checkpoint import restore_components  # TensorFlow: only when used
 
     restore_components(
         path, {key: list(getattr(v, "variables", [v])) for key, v in variables.items()}

@@ -4,7 +4,7 @@ a job's own (``spec.model.custom``, ``models.custom``).
 ``build_tower`` picks the architecture's tower, ``build_model_tower`` the job's tower
 (its own if it has one, else the architecture's); every tower is a ``tf.Module`` called as
 ``tower(embeddings, dense, training) -> logits [batch]`` (see ``models.base``). Towers own
-only their dense weights: the tables, lookups and pooling belong to ``etj_trainer.model``.
+only their dense weights: the tables, lookups and pooling belong to ``etj_trainer.models.ctr``.
 """
 
 from __future__ import annotations

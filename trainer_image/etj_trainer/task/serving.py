@@ -2,7 +2,7 @@
 
 The tables are mapped, not loaded: a lookup touches only the pages of the rows it reads,
 so a host serves tables larger than its memory ("virtual memory" serving). This is the
-reference reader of the layout ``etj_trainer.export`` writes; it does not train.
+reference reader of the layout ``etj_trainer.task.export`` writes; it does not train.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from etj_trainer.export import MANIFEST
+from etj_trainer.task.export import MANIFEST
 
 
 class MappedTable:

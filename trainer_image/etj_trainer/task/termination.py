@@ -41,7 +41,7 @@ def write_termination_message(reason: str, message: str) -> None:
 def report_failure(reason: str, message: str, exit_code: int) -> None:
     """A failure's two records: the ``error`` event on stdout (the chief's log, ``etj run``)
     and the termination message (the pod's status, the operator)."""
-    from etj_trainer.progress import emit  # numpy and prometheus: only when it is needed
+    from etj_trainer.task.progress import emit  # numpy and prometheus: only when it is needed
 
     emit("error", reason=reason, message=message[:500], exitCode=exit_code)
     write_termination_message(reason, message)

@@ -1,6 +1,6 @@
 """The serving SavedModel on raw features: raw column values in, click probability out.
 
-Written by the end-of-training export (``etj_trainer.export``, directory ``serving/``) beside
+Written by the end-of-training export (``etj_trainer.task.export``, directory ``serving/``) beside
 the tower SavedModel and the memory-mappable tables; what TensorFlow Serving (or
 ``tf.saved_model.load``) serves without any etj code. Signature ``serving_default``:
 
@@ -47,9 +47,9 @@ import tensorflow as tf
 
 from etj.api.features import FeatureKind
 from etj.api.spec import ModelSpec
-from etj_trainer.delimited import DelimitedParser
-from etj_trainer.features import FeatureSet
-from etj_trainer.model import DENSE_KEY, named_lookups, pooled
+from etj_trainer.data.delimited import DelimitedParser
+from etj_trainer.data.features import FeatureSet
+from etj_trainer.models.ctr import DENSE_KEY, named_lookups, pooled
 
 SIGNATURE = "serving_default"
 PROBABILITY = "probability"

@@ -24,12 +24,12 @@ import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
-from etj_trainer.auc import BINS, auc_from_histogram
-from etj_trainer.cluster import Task
-from etj_trainer.core import histogram
-from etj_trainer.data import LABEL_KEY, make_dataset, validation_dataset
-from etj_trainer.model import CtrModel
-from etj_trainer.progress import emit, write_scalars
+from etj_trainer.data.pipeline import LABEL_KEY, make_dataset, validation_dataset
+from etj_trainer.models.ctr import CtrModel
+from etj_trainer.task.auc import BINS, auc_from_histogram
+from etj_trainer.task.cluster import Task
+from etj_trainer.task.progress import emit, write_scalars
+from etj_trainer.task.state import histogram
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from tensorflow.python.eager import context
 from tensorflow.python.ops import io_ops
 
 from etj.api.trainer import TrainerCheckpoint
-from etj_trainer.core import TrainingState
+from etj_trainer.task.state import TrainingState
 
 log = logging.getLogger(__name__)
 

@@ -156,7 +156,7 @@ class Supervisor:
 
 def _report_timeout(idle: float) -> None:
     from etj.api.constants import REASON_WATCHDOG
-    from etj_trainer.termination import report_failure
+    from etj_trainer.task.termination import report_failure
 
     message = (
         f"watchdog: no training step completed for {idle:.0f}s (a worker or ps is hung or "

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from etj_trainer.auc import BINS, auc_from_histogram
+from etj_trainer.task.auc import BINS, auc_from_histogram
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class Reporter:
         self.metrics.bad_records.set(self.bad_records)
         limit = self.max_bad_records
         if limit is not None and self.bad_records > limit:
-            from etj_trainer.records import DataError  # TensorFlow is loaded by now
+            from etj_trainer.data.records import DataError  # TensorFlow is loaded by now
 
             raise DataError(
                 f"{self.bad_records} bad records skipped, more than data.maxBadRecords={limit} "

@@ -24,9 +24,8 @@ import tensorflow as tf
 
 from etj.api.features import MISSING_ROW, Feature, ValueType
 from etj.api.spec import FileData
-from etj_trainer import features as fx
-from etj_trainer.model import DENSE_KEY, LABEL_KEY, input_key
-from etj_trainer.records import (
+from etj_trainer.data import features as fx
+from etj_trainer.data.records import (
     BAD_KEY,
     Check,
     DataError,
@@ -37,6 +36,7 @@ from etj_trainer.records import (
     location,
     sharded_batches,
 )
+from etj_trainer.models.ctr import DENSE_KEY, LABEL_KEY, input_key
 
 SHUFFLE_BATCHES = 16
 _DTYPES = {ValueType.STRING: tf.string, ValueType.INT: tf.int64, ValueType.FLOAT: tf.float32}

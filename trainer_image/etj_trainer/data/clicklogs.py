@@ -1,4 +1,4 @@
-"""``python -m etj_trainer.clicklogs``: write small click logs in public datasets' layouts,
+"""``python -m etj_trainer.data.clicklogs``: write small click logs in public datasets' layouts,
 with a signal a model can learn, for trying the examples and for tests (never a download).
 
 Layouts (``LAYOUTS``):
@@ -287,7 +287,9 @@ PARQUET_LISTS = {"movielens": {"genres": "|"}}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m etj_trainer.clicklogs", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m etj_trainer.data.clicklogs", description=__doc__
+    )
     parser.add_argument("layout", choices=sorted(LAYOUTS))
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--files", type=int, default=2, help="training files")

@@ -21,9 +21,8 @@ import tensorflow as tf
 
 from etj.api.features import MISSING_ROW, Feature, ValueType
 from etj.api.spec import FileData
-from etj_trainer import features as fx
-from etj_trainer.model import DENSE_KEY, LABEL_KEY, input_key
-from etj_trainer.records import (
+from etj_trainer.data import features as fx
+from etj_trainer.data.records import (
     BAD_KEY,
     Check,
     DataError,
@@ -34,6 +33,7 @@ from etj_trainer.records import (
     quoted,
     sharded_batches,
 )
+from etj_trainer.models.ctr import DENSE_KEY, LABEL_KEY, input_key
 
 SHUFFLE_BATCHES = 16
 

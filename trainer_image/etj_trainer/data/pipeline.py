@@ -10,14 +10,14 @@ learnable signal: each id has a fixed hidden score (a hash of the id), and the c
 probability is a logistic function of the example's id scores and dense features, so a
 model that learns its embeddings sees the loss really fall.
 
-File layout (what ``etj_trainer.datagen`` writes):
+File layout (what ``etj_trainer.data.datagen`` writes):
 - TFRecord: ``tf.train.Example`` with an int64 list of ``idsPerExample`` ids per table
   (feature = table name), a float list ``dense`` and a float ``<labelKey>``.
 - CSV with a header: ``<labelKey>``, ``dense_0 .. dense_{n-1}``, and per table either
   ``<name>`` (one id) or ``<name>_0 .. <name>_{k-1}``; columns may come in any order.
 
 Jobs with ``spec.model.features`` read their files through the format modules
-(``etj_trainer.delimited``, ``etj_trainer.tfrecord``, ``etj_trainer.parquet``) and ``etj_trainer.features``: each
+(``etj_trainer.data.delimited``, ``etj_trainer.data.tfrecord``, ``etj_trainer.data.parquet``) and ``etj_trainer.data.features``: each
 categorical feature's rows under ``ids/<feature>``, the dense features (in spec order)
 under ``dense``, the label under ``label``, and the count of skipped bad records under
 ``bad_records``.
@@ -35,10 +35,10 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.spec import DataSpec, ModelSpec
-from etj_trainer import delimited, parquet, tfrecord
-from etj_trainer.features import FeatureSet
-from etj_trainer.model import DENSE_KEY, LABEL_KEY, lookups
-from etj_trainer.records import BAD_KEY, DataError, Sharding, files_of
+from etj_trainer.data import delimited, parquet, tfrecord
+from etj_trainer.data.features import FeatureSet
+from etj_trainer.data.records import BAD_KEY, DataError, Sharding, files_of
+from etj_trainer.models.ctr import DENSE_KEY, LABEL_KEY, lookups
 
 __all__ = [
     "DENSE_KEY",

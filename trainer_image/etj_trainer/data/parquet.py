@@ -27,10 +27,10 @@ import tensorflow as tf
 
 from etj.api.features import Feature, FeatureKind
 from etj.api.spec import FileData
-from etj_trainer import features as fx
-from etj_trainer.delimited import DelimitedParser
-from etj_trainer.model import LABEL_KEY
-from etj_trainer.records import BAD_KEY, DataError, Sharding
+from etj_trainer.data import features as fx
+from etj_trainer.data.delimited import DelimitedParser
+from etj_trainer.data.records import BAD_KEY, DataError, Sharding
+from etj_trainer.models.ctr import LABEL_KEY
 
 SHUFFLE_BATCHES = 16
 

@@ -1,4 +1,4 @@
-"""The roles of a training job and the training loop they share.
+"""What each role of a training job runs.
 
 - ``run_server``: a ps, or a worker under ParameterServer — a ``tf.distribute.Server``
   that serves until it is killed (the operator stops it when the job is done).
@@ -9,82 +9,30 @@
 - ``run_synchronous``: MultiWorkerMirrored (every worker trains, gradients all-reduced)
   and the single-process mode (no TF_CONFIG).
 
-Every role restores the newest checkpoint first, checkpoints every ``everySteps`` and on
-SIGTERM, and exits with the codes of ``etj_trainer.exitcodes``: distributed failures a
-restart cures are retryable (138).
+Each role sets up its strategy, its training state, its input and the newest checkpoint,
+then hands them to the loop they share (``etj_trainer.task.loop``); this module has no
+loop of its own and decides no exit code beyond a server's.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-import signal
 import tempfile
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from etj.api.constants import REASON_COMPLETED
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
-from etj_trainer.checkpoint import Checkpoints
-from etj_trainer.cluster import Role, Task
-from etj_trainer.core import TrainingState
-from etj_trainer.data import count_records, make_dataset, ps_worker_dataset
-from etj_trainer.evaluate import Scorer, held_out
-from etj_trainer.export import export
-from etj_trainer.model import TablePartitioner
-from etj_trainer.progress import Metrics, Reporter, emit
-from etj_trainer.supervisor import Heartbeat
-from etj_trainer.termination import write_termination_message
-
-log = logging.getLogger(__name__)
-
-# Errors of a peer, a ps or a collective that a restart from the last checkpoint cures.
-RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
-    tf.errors.UnavailableError,
-    tf.errors.AbortedError,
-    tf.errors.CancelledError,
-    tf.errors.DeadlineExceededError,
-)
-# After a ps restarted empty, reads of its variables fail with these; a chief restart
-# (restoring the checkpoint into the new ps) cures them.
-PS_LOST_ERRORS: tuple[type[Exception], ...] = (
-    tf.errors.NotFoundError,
-    tf.errors.FailedPreconditionError,
-)
-PROGRESS_SECONDS_ENV = "ETJ_PROGRESS_SECONDS"
-TENSORBOARD_ENV = "ETJ_TENSORBOARD_DIR"
-
-
-class Terminated(Exception):
-    """SIGTERM arrived: checkpoint (chief) and exit 143."""
-
-
-class StopFlag:
-    """Set by SIGTERM; the loop checks it between chunks."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-
-    def install(self) -> StopFlag:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda *_: self.event.set())
-        return self
-
-    def __bool__(self) -> bool:
-        return self.event.is_set()
-
-
-# --- roles --------------------------------------------------------------------------
+from etj_trainer.data.pipeline import count_records, make_dataset, ps_worker_dataset
+from etj_trainer.models.ctr import TablePartitioner
+from etj_trainer.task.checkpoint import Checkpoints
+from etj_trainer.task.cluster import Role, Task
+from etj_trainer.task.loop import LoopParts, StopFlag, train_loop
+from etj_trainer.task.progress import emit
+from etj_trainer.task.state import TrainingState
 
 
 def thread_counts() -> tuple[int | None, int | None]:
@@ -142,20 +90,6 @@ def run_server(task: Task) -> int:
     emit("serving", task=str(task), target=server.target)
     server.join()
     return exitcodes.SUCCESS
-
-
-@dataclass
-class LoopParts:
-    """What the loop needs beyond the training state."""
-
-    schedule: Callable[[int], Any]  # run a chunk of n steps (maybe asynchronously)
-    result: Callable[[Any], tuple[float, np.ndarray, int]]  # wait for a chunk's result
-    barrier: Callable[[], None]  # wait until every scheduled chunk is done
-    max_inflight: int
-    examples_per_step: int
-    # Trace and compile the chunk function without training (a zero-step chunk): done
-    # before the watchdog arms, as it costs minutes on a busy machine and is no hang.
-    warm_up: Callable[[], None]
 
 
 def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
@@ -299,156 +233,3 @@ def log_placement(state: TrainingState) -> None:
         }
         rows = [int(v.shape[0]) for v in state.model.table_components(i)]
         emit("placement", table=spec.name, devices=devices, rows=rows, slotDevices=slots)
-
-
-# --- the loop -----------------------------------------------------------------------
-
-
-def _boundaries(start: int, total: int, every: int | None) -> Iterator[int]:
-    """The steps at which the loop joins and checkpoints, after ``start``, ending at total."""
-    step = start
-    while step < total:
-        step = min(total, (step // every + 1) * every) if every else total
-        yield step
-
-
-def train_loop(
-    config: TrainerConfig,
-    state: TrainingState,
-    checkpoints: Checkpoints,
-    parts: LoopParts,
-    restored: int | None,
-    stop: StopFlag,
-    metrics_port: int | None,
-    is_chief: bool,
-) -> int:
-    """Train from the restored step to ``training.steps``; the exit code."""
-    total = config.training.steps
-    spe = config.training.steps_per_execution
-    every = config.checkpoint.every_steps if config.checkpoint else None
-    start = restored or 0
-    reporter = _reporter(config, parts, metrics_port, is_chief)
-    reporter.max_bad_records = config.data.max_bad_records
-    reporter.start(start, checkpoints.restarts, restored)
-    validation = held_out(config) if is_chief else None
-    scorer = Scorer(state.model, validation) if validation is not None else None
-    if is_chief:
-        if restored is not None:
-            emit(
-                "restored",
-                step=restored,
-                path=checkpoints.latest(),
-                seconds=checkpoints.restore_seconds,
-                digest=state.digest(),
-            )
-        emit("start", step=start, restoredFrom=restored, steps=total)
-    if start < total:
-        began = time.monotonic()
-        parts.warm_up()
-        log.info("training step traced and compiled in %.1fs", time.monotonic() - began)
-    watchdog = Heartbeat.from_env()
-    watchdog.arm()
-    try:
-        step = start
-        for boundary in _boundaries(start, total, every):
-            step = _run_round(state, parts, reporter, watchdog, step, boundary, spe, stop)
-            # Boundaries are the checkpoint steps (and the last step), or where SIGTERM cut.
-            if checkpoints.enabled:
-                reporter.checkpointed(checkpoints.save())
-                watchdog.beat()
-            if scorer is not None and (checkpoints.enabled or step >= total):
-                # Inline held-out evaluation of the state just saved (the job's status
-                # shows it); the watchdog must not count its time as a hang.
-                result = scorer(step)
-                emit("evaluation", **result)
-                reporter.evaluated(result)
-                watchdog.beat()
-            if stop:
-                raise Terminated
-        watchdog.disarm()
-        reporter.report()
-        if is_chief and config.export_dir:
-            export(state, config.export_dir)
-        if is_chief:
-            emit("done", step=step)
-            write_termination_message(
-                REASON_COMPLETED, json.dumps(reporter.completion(), separators=(",", ":"))
-            )
-        return exitcodes.SUCCESS
-    except Terminated:
-        emit("terminated", step=int(state.step.numpy()))
-        return exitcodes.TERMINATED
-    finally:
-        watchdog.disarm()
-
-
-def _run_round(
-    state: TrainingState,
-    parts: LoopParts,
-    reporter: Reporter,
-    watchdog: Heartbeat,
-    step: int,
-    boundary: int,
-    spe: int,
-    stop: StopFlag,
-) -> int:
-    """Chunks from ``step`` to ``boundary`` (fewer on SIGTERM); the exact step after."""
-    pending: deque[tuple[int, Any]] = deque()
-
-    def drain_one() -> None:
-        n, handle = pending.popleft()
-        try:
-            loss, hist, bad = parts.result(handle)
-        except RETRYABLE_ERRORS as e:
-            # The chunk ran (its updates and step count are on the ps) but its worker went
-            # away before its loss was fetched. A real ps failure still surfaces from the
-            # coordinator's next schedule/join and from reading the step.
-            log.warning("lost the result of a finished chunk: %s", str(e).splitlines()[0][:300])
-            watchdog.beat()
-            reporter.chunk_done(n, None, None)
-            return
-        watchdog.beat()
-        reporter.chunk_done(n, loss, hist, bad)
-
-    scheduled = step
-    while scheduled < boundary and not stop:
-        n = min(spe, boundary - scheduled)
-        pending.append((n, parts.schedule(n)))
-        scheduled += n
-        while len(pending) > parts.max_inflight:
-            drain_one()
-    while pending:
-        drain_one()
-    parts.barrier()
-    exact = int(state.step.numpy())
-    if exact > scheduled:
-        # ClusterCoordinator runs a closure at least once: a chunk whose worker died after
-        # its updates reached the ps is run again elsewhere, and both runs count. Training
-        # goes on from the exact count; never fewer steps than scheduled.
-        emit("rerun", steps=exact - scheduled, step=exact)
-    reporter.set_step(exact)
-    return exact
-
-
-def _reporter(
-    config: TrainerConfig, parts: LoopParts, metrics_port: int | None, is_chief: bool
-) -> Reporter:
-    writer = None
-    logdir = os.environ.get(TENSORBOARD_ENV) or (
-        f"{config.checkpoint.directory}/tensorboard" if config.checkpoint else None
-    )
-    if is_chief and logdir:
-        writer = tf.summary.create_file_writer(logdir)
-    interval = float(os.environ.get(PROGRESS_SECONDS_ENV, "10"))
-    metrics = Metrics(metrics_port if is_chief else None)
-    # Only the chief reports; the other workers' reporters stay silent.
-    return Reporter(metrics, parts.examples_per_step, interval, writer, enabled=is_chief)
-
-
-def classify(error: BaseException, ps_strategy: bool) -> int:
-    """The exit code for an error that escaped training."""
-    if isinstance(error, RETRYABLE_ERRORS):
-        return exitcodes.RETRYABLE
-    if ps_strategy and isinstance(error, PS_LOST_ERRORS):
-        return exitcodes.RETRYABLE
-    return exitcodes.BUG

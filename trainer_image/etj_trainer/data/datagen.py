@@ -1,6 +1,6 @@
-"""``python -m etj_trainer.datagen``: write synthetic training data as TFRecord or CSV files.
+"""``python -m etj_trainer.data.datagen``: write synthetic training data as TFRecord or CSV files.
 
-The files have the layout ``etj_trainer.data`` reads (see its docstring), drawn from the
+The files have the layout ``etj_trainer.data.pipeline`` reads (see its docstring), drawn from the
 same generator as ``data.source: synthetic``, so a job can be tried on files without a
 dataset of its own. It only writes files; it does not train.
 """
@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from etj.api.spec import DataSpec, ModelSpec
 from etj_trainer.config import ConfigError, load_config
-from etj_trainer.data import DENSE_KEY, LABEL_KEY, csv_columns, synthetic_batch_fn
+from etj_trainer.data.pipeline import DENSE_KEY, LABEL_KEY, csv_columns, synthetic_batch_fn
 
 
 def _example(batch: dict[str, tf.Tensor], row: int, model: ModelSpec, label_key: str) -> bytes:
@@ -70,7 +70,7 @@ def write_files(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m etj_trainer.datagen", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m etj_trainer.data.datagen", description=__doc__)
     parser.add_argument("--config", help="trainer config JSON (default: $ETJ_TRAINER_CONFIG)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--format", choices=["tfrecord", "csv"], default="tfrecord")

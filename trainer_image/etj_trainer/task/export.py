@@ -13,7 +13,7 @@ Layout of ``export_dir``::
                              with model.features: see "inputs"; wideDeep/deepFM add
                              each input's first-order lookup, "<input>__linear") and
                              "dense" to "probability"
-    serving/                 SavedModel on RAW features (``etj_trainer.serving_model``):
+    serving/                 SavedModel on RAW features (``etj_trainer.task.serving_model``):
                              "serving_default" maps one string input per raw column (a
                              delimited file's text: ids hashed as in training, "" for
                              missing, multi-valued values joined by their delimiter; or,
@@ -23,7 +23,7 @@ Layout of ``export_dir``::
 
 Tables are written shard by shard into a memory-mapped file, so a table larger than the
 exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
-never has to be held whole. ``etj_trainer.serving`` reads this layout back. The export is
+never has to be held whole. ``etj_trainer.task.serving`` reads this layout back. The export is
 written next to its destination and renamed into place, so a reader never sees half of one.
 
 Runs once, on the chief, after training; it neither trains nor checkpoints.
@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from etj_trainer.core import TrainingState
 from etj_trainer.models import local_tower
-from etj_trainer.serving_model import save as save_serving
+from etj_trainer.task.serving_model import save as save_serving
+from etj_trainer.task.state import TrainingState
 
 log = logging.getLogger(__name__)
 
