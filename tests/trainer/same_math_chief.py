@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
-from etj_trainer.models.ctr import DENSE_KEY, LABEL_KEY, TablePartitioner
+from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY
+from etj_trainer.models.ctr import TablePartitioner
 from etj_trainer.task.state import TrainingState
 
 STEPS = 3

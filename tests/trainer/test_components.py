@@ -368,8 +368,8 @@ def test_a_feature_schema_trains_on_synthetic_data(tf: Any) -> None:
     import yaml
 
     from etj.api.job import EmbeddingTrainingJob
+    from etj_trainer.data.batch import input_key, lookups
     from etj_trainer.data.pipeline import make_dataset
-    from etj_trainer.models.ctr import input_key, lookups
 
     root = Path(__file__).resolve().parents[2]
     doc = yaml.safe_load((root / "examples" / "criteo.yaml").read_text())

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from etj.api.spec import DataSpec, ModelSpec
 from etj_trainer.config import ConfigError, load_config
-from etj_trainer.data.pipeline import DENSE_KEY, LABEL_KEY, csv_columns, synthetic_batch_fn
+from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY
+from etj_trainer.data.pipeline import csv_columns, synthetic_batch_fn
 
 
 def _example(batch: dict[str, tf.Tensor], row: int, model: ModelSpec, label_key: str) -> bytes:

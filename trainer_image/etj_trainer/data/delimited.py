@@ -22,6 +22,7 @@ import tensorflow as tf
 from etj.api.features import MISSING_ROW, Feature, ValueType
 from etj.api.spec import FileData
 from etj_trainer.data import features as fx
+from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY, input_key
 from etj_trainer.data.records import (
     BAD_KEY,
     Check,
@@ -33,7 +34,6 @@ from etj_trainer.data.records import (
     quoted,
     sharded_batches,
 )
-from etj_trainer.models.ctr import DENSE_KEY, LABEL_KEY, input_key
 
 SHUFFLE_BATCHES = 16
 

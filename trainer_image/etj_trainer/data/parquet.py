@@ -28,9 +28,9 @@ import tensorflow as tf
 from etj.api.features import Feature, FeatureKind
 from etj.api.spec import FileData
 from etj_trainer.data import features as fx
+from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.delimited import DelimitedParser
 from etj_trainer.data.records import BAD_KEY, DataError, Sharding
-from etj_trainer.models.ctr import LABEL_KEY
 
 SHUFFLE_BATCHES = 16
 

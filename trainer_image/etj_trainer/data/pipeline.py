@@ -36,13 +36,11 @@ import tensorflow as tf
 
 from etj.api.spec import DataSpec, ModelSpec
 from etj_trainer.data import delimited, parquet, tfrecord
+from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY, lookups
 from etj_trainer.data.features import FeatureSet
 from etj_trainer.data.records import BAD_KEY, DataError, Sharding, files_of
-from etj_trainer.models.ctr import DENSE_KEY, LABEL_KEY, lookups
 
 __all__ = [
-    "DENSE_KEY",
-    "LABEL_KEY",
     "DataError",
     "make_dataset",
     "ps_worker_dataset",

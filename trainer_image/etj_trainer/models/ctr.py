@@ -13,14 +13,13 @@ number of shards, so that TensorFlow's round-robin placement puts shard ``j`` of
 else may be created before the tables.
 
 This module builds variables and the forward pass; it does not train, checkpoint or
-read data.
+read data (the layout of a batch is ``etj_trainer.data.batch``'s).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
@@ -28,47 +27,13 @@ import tensorflow as tf
 from etj.api.architectures import linear_table_name
 from etj.api.spec import EmbeddingTable, ModelSpec
 from etj.api.trainer import TrainerConfig
+from etj_trainer.data.batch import DENSE_KEY, INPUT_PREFIX, Lookup, lookups
 from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
 from etj_trainer.models.custom import tower_variables, trainable_variables
 
 STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
-DENSE_KEY = "dense"
-LABEL_KEY = "label"
 # Initial embedding values are uniform in [-EMBEDDING_INIT, EMBEDDING_INIT].
 EMBEDDING_INIT = 0.05
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """One pooled embedding input of the tower: batch key ``key`` looked up in table
-    ``table`` (an index into ``model.embeddings``), ``width`` ids per example; ``masked``
-    ids are padded with -1 (multi-valued features), which pooling leaves out."""
-
-    key: str
-    table: int
-    width: int
-    masked: bool
-
-
-INPUT_PREFIX = "ids/"
-
-
-def input_key(feature: str) -> str:
-    """The batch key of a categorical feature's rows (apart from "label" and "dense")."""
-    return f"{INPUT_PREFIX}{feature}"
-
-
-def lookups(model: ModelSpec) -> list[Lookup]:
-    """The tower's embedding inputs: one per table (etj's own layout), or one per
-    categorical feature (``model.features``; several may share a table)."""
-    if model.features is None:
-        return [Lookup(t.name, i, t.ids_per_example, False) for i, t in enumerate(model.embeddings)]
-    index = {t.name: i for i, t in enumerate(model.embeddings)}
-    return [
-        Lookup(input_key(f.name), index[f.table], f.values_per_example, f.multi_valued)
-        for f in model.features
-        if f.table is not None
-    ]
 
 
 def named_lookups(model: ModelSpec) -> list[tuple[str, Lookup]]:

@@ -24,7 +24,8 @@ import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
-from etj_trainer.data.pipeline import LABEL_KEY, make_dataset, validation_dataset
+from etj_trainer.data.batch import LABEL_KEY
+from etj_trainer.data.pipeline import make_dataset, validation_dataset
 from etj_trainer.models.ctr import CtrModel
 from etj_trainer.task.auc import BINS, auc_from_histogram
 from etj_trainer.task.cluster import Task

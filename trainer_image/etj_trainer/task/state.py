@@ -19,8 +19,9 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
+from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.records import BAD_KEY
-from etj_trainer.models.ctr import LABEL_KEY, CtrModel, TablePartitioner, ids_per_table
+from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
 from etj_trainer.task.auc import BINS
 from etj_trainer.task.optim import SLOTS, Slotted, apply_update, create_slots
 
