@@ -47,9 +47,10 @@ import tensorflow as tf
 
 from etj.api.features import FeatureKind
 from etj.api.spec import ModelSpec
+from etj_trainer.data.batch import DENSE_KEY
 from etj_trainer.data.delimited import DelimitedParser
 from etj_trainer.data.features import FeatureSet
-from etj_trainer.models.ctr import DENSE_KEY, named_lookups, pooled
+from etj_trainer.models.ctr import named_lookups, pooled
 
 SIGNATURE = "serving_default"
 PROBABILITY = "probability"
