@@ -89,13 +89,11 @@ def run(config: object, task: Task, port: int) -> int:
     assert isinstance(config, TrainerConfig)
     ps = config.strategy == "ParameterServer" and task.distributed
     try:
-        from etj_trainer.task import (
-            roles as train,  # TensorFlow loads here, after the config is known good
-        )
+        from etj_trainer.task import roles  # TensorFlow loads here, after the config is known good
 
         log.info("task %s, strategy %s", task, config.strategy if task.distributed else "local")
         if ps and task.type in (Role.PS, Role.WORKER):
-            return train.run_server(task)
+            return roles.run_server(task)
         if task.type == Role.EVALUATOR:
             from etj_trainer.task.evaluate import run_evaluator
 
@@ -104,8 +102,8 @@ def run(config: object, task: Task, port: int) -> int:
             print("etj_trainer: a ps task needs strategy ParameterServer", file=sys.stderr)
             return exitcodes.USAGE
         if ps:
-            return train.run_ps_chief(config, task, port)
-        return train.run_synchronous(config, task, port if task.is_chief() else None)
+            return roles.run_ps_chief(config, task, port)
+        return roles.run_synchronous(config, task, port if task.is_chief() else None)
     except KeyboardInterrupt:
         return exitcodes.TERMINATED
     except BaseException as e:
@@ -115,8 +113,8 @@ def run(config: object, task: Task, port: int) -> int:
 def _failed(error: BaseException, ps: bool) -> int:
     from etj_trainer.data.records import DataError, data_error_from
     from etj_trainer.models.custom import ModelError
-    from etj_trainer.task import loop
     from etj_trainer.task.checkpoint import CheckpointMismatch
+    from etj_trainer.task.loop import classify
 
     # A bad record found inside a tf.data pipeline surfaces as a TensorFlow error (from a
     # worker, through the coordinator) carrying the DataError's text: report that alone.
@@ -131,7 +129,7 @@ def _failed(error: BaseException, ps: bool) -> int:
         print(f"etj_trainer: {error}", file=sys.stderr)
         report_failure(reason, str(error), exitcodes.USAGE)
         return exitcodes.USAGE
-    code = loop.classify(error, ps)
+    code = classify(error, ps)
     kind = "retryable" if code == exitcodes.RETRYABLE else "permanent"
     log.error("training failed (%s, exit %d): %s: %s", kind, code, reason, str(error)[:2000])
     if code != exitcodes.RETRYABLE:
