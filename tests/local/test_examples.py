@@ -86,6 +86,7 @@ CRITEO_ARCHITECTURES = {
 STEPS = 200
 
 
+@pytest.mark.extended  # make test-all; CI trains criteo.yaml (dnn) and every architecture on the quickstart
 @pytest.mark.parametrize("architecture", list(CRITEO_ARCHITECTURES))
 def test_each_architecture_trains_on_the_criteo_layout(tmp_path: Path, architecture: str):
     """The architecture's Criteo example, shortened to one trainer process (a 1-worker

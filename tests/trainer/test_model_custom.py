@@ -197,6 +197,7 @@ KERAS = {"module": "ctr_tower", "factory": "build_tower", "parameters": {"units"
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI has the custom tower under ParameterServer on the node (test_custom_tower_node) and every architecture's same-math under ParameterServer
 def test_same_math_alone_and_under_parameter_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -369,6 +369,7 @@ def _inputs(model: Any) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI serves every architecture and a custom tower from a fresh process (single process); this is the sharded-on-ps variant
 def test_parameter_server_export_serves_its_sharded_tables(tmp_path: Path) -> None:
     """A real chief + worker + 2 ps job on the CSV: each table split over the ps, the
     export written at the end of training (each ps writing its shards); the fresh process
