@@ -14,6 +14,7 @@ MultiWorkerMirrored one (extended). A table past 2 GB: ``benchmarks/serving_larg
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ import numpy as np
 import pytest
 from harness import PYTHONPATH, job_spec, trainer_config
 
+from etj.api.constants import MODEL_CODE_ENV
+
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "dnn": {},
     "wideDeep": {"architecture": "wideDeep"},
@@ -31,6 +34,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "dcnV2": {"architecture": "dcnV2", "dcnV2": {"crossLayers": 2, "lowRank": 2}},
     "dlrm": {"architecture": "dlrm", "dlrm": {"bottomUnits": [8]}},
 }
+# The worked example of a custom tower (examples/custom-tower), its code as a ConfigMap holds it.
+CUSTOM_TOWER_CODE = Path(__file__).resolve().parents[2] / "examples" / "custom-tower"
 COLUMNS = ["label", "price", "age", "country", "user", "genres", "tags", "item"]
 LONG = "x" * 5000
 # Every awkward raw value training meets: unicode, empty, very long, spaces, negative
@@ -235,6 +240,21 @@ def _exported(tmp: Path) -> dict[str, Any]:
     want["custom"] = trainer_probabilities(state)
     write_serving(state, tmp / "custom")
     jobs["custom"] = {"dir": str(tmp / "custom"), "inputs": raw}
+    # The same through the job's spec: model.custom (the example's tf_keras tower, from
+    # the directory a ConfigMap would be mounted at), trained and exported as a job is.
+    code = os.environ.get(MODEL_CODE_ENV)
+    os.environ[MODEL_CODE_ENV] = str(CUSTOM_TOWER_CODE)
+    try:
+        custom = {"module": "ctr_tower", "factory": "build_tower", "parameters": {"units": [8, 4]}}
+        state = train(job(features_model(tmp, custom=custom), data))
+        want["custom-spec"] = trainer_probabilities(state)
+        path = export(state, str(tmp / "custom-spec"))
+        jobs["custom-spec"] = {"dir": str(path / "serving"), "inputs": raw}
+    finally:
+        if code is None:
+            os.environ.pop(MODEL_CODE_ENV, None)
+        else:
+            os.environ[MODEL_CODE_ENV] = code
     # Tables only: ids per table and the dense matrix (ids past the vocabulary too).
     tables = job(
         {
@@ -263,7 +283,7 @@ def _exported(tmp: Path) -> dict[str, Any]:
     return {"want": want, "served": serve_in_fresh_process(jobs), "root": tmp}
 
 
-@pytest.mark.parametrize("name", [*ARCHITECTURES, "custom", "tables"])
+@pytest.mark.parametrize("name", [*ARCHITECTURES, "custom", "custom-spec", "tables"])
 def test_fresh_process_serves_the_trainers_probabilities(exported: dict, name: str) -> None:
     want, got = exported["want"][name], exported["served"][name]
     assert len(got) == len(want) == (6 if name == "tables" else len(ROWS))
