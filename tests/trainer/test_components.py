@@ -221,7 +221,7 @@ def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> N
     MultiWorkerMirrored at load 14, then a chunk every 0.4 s), which a watchdog armed
     before it took for a hung peer. The loop traces and compiles the chunk (a zero-step
     call) before it arms the watchdog; nothing is traced while the watchdog is armed."""
-    from etj_trainer.task import roles as train
+    from etj_trainer.task import loop, roles
     from etj_trainer.task.state import UNROLL, TrainingState
 
     traces: list[int] = []  # _step runs in Python only while train_chunk is traced
@@ -244,12 +244,12 @@ def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> N
             seen.append(("disarm", len(traces)))
 
     monkeypatch.setattr(TrainingState, "_step", counting)
-    monkeypatch.setattr(train.Heartbeat, "from_env", classmethod(lambda cls: Recorder()))
-    monkeypatch.setattr(train, "configure_threads", lambda: None)  # TF already runs here
+    monkeypatch.setattr(loop.Heartbeat, "from_env", classmethod(lambda cls: Recorder()))
+    monkeypatch.setattr(roles, "configure_threads", lambda: None)  # TF already runs here
     spec = job_spec(training={"batchSizePerReplica": 32, "steps": 12, "stepsPerExecution": 4})
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        code = train.run_synchronous(trainer_config(spec), parse_tf_config(None), None)
+        code = roles.run_synchronous(trainer_config(spec), parse_tf_config(None), None)
     finally:
         signal.signal(signal.SIGTERM, sigterm)
     assert code == exitcodes.SUCCESS
