@@ -75,7 +75,25 @@ inputs_key() {
   } | sha256sum | cut -c1-16
 }
 
+drop_replaced() {  # tag previous-id: remove the previous image once the tag names another
+  local current
+  current="$(image_id "$1")"
+  if [ -n "$2" ] && [ -n "$current" ] && [ "$2" != "$current" ]; then
+    $ENGINE rmi "$2" >/dev/null 2>&1 && say "$1: removed the image it replaced (${2:0:12})"
+  fi
+  return 0
+}
+
+# The image a run replaces is removed once its successor is tagged, so the engine's storage
+# holds one image per tag instead of growing by ~2 GB with every change of the inputs.
 load_or_build() {  # tag key build-function...
+  local previous
+  previous="$(image_id "$1")"
+  load_or_build_1 "$@"
+  drop_replaced "$1" "$previous"
+}
+
+load_or_build_1() {
   local tag=$1 key=$2; shift 2
   local name="${tag%:*}"; name="${name##*/}"
   local archive="$IMAGES/$name-$key.tar"

@@ -149,6 +149,12 @@ def _cgroup_dirs() -> list[Path]:
     return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
 
 
+def _image_name(ref: str) -> str:
+    """The repository's last path segment of an image reference, without tag or digest:
+    docker.io/library/etj-trainer:dev -> etj-trainer."""
+    return ref.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+
+
 @dataclass
 class KubeletNode:
     """The real node of ``cluster`` (started after it, stopped before it)."""
@@ -295,14 +301,29 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         )
 
     def _import_images(self) -> None:
-        """Import each docker archive once (a marker per archive, whose name has its key)."""
+        """Import each docker archive once (a marker per archive, whose name has its key).
+
+        The image store is kept between runs, so what an earlier run left is removed first:
+        its containers (each holds its image's unpacked layers; the kubelet that made them
+        is gone) and, before a changed archive is imported, the image of the same name it
+        replaces. containerd's garbage collector then frees their layers: without this the
+        store grew by the unpacked trainer image (~2.5 GB) with every change."""
+        stale = self._ctr("containers", "ls", "-q").stdout.split()
+        if stale:
+            self._ctr("containers", "rm", *stale, check=False)
         marks = self.store.parent / "imported"
         marks.mkdir(parents=True, exist_ok=True)
-        present = set(self._ctr("images", "ls", "-q").stdout.split())
+        present = self._ctr("images", "ls", "-q").stdout.split()
         for archive in self.images:
             mark = marks / archive.name
             if mark.exists() and present:
                 continue
+            name = archive.stem.rsplit("-", 1)[0]  # etj-trainer-<key> -> etj-trainer
+            replaced = [ref for ref in present if _image_name(ref) == name]
+            if replaced:
+                self._ctr("images", "rm", "--sync", *replaced, check=False)
+            for old in marks.glob(f"{name}-*"):
+                old.unlink()
             self._ctr("images", "import", "--no-unpack", str(archive), timeout=1200)
             mark.touch()
 
