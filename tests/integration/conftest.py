@@ -185,3 +185,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         )
     if isinstance(c, LocalCluster):
         report.sections.append(("local cluster logs", c.all_log_tails()))
+
+
+@pytest.fixture
+def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Any]:
+    """The operator as a process, watching ``namespace`` (a module may define its own)."""
+    from .operator_helpers import OperatorProcess  # it imports this module
+
+    op = OperatorProcess(crds, namespace, tmp_path / "operator.log").start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+@pytest.fixture
+def node(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """The process-backed node running ``namespace``'s pods; its state directory."""
+    from .operator_helpers import process_node  # it imports this module
+
+    with process_node(crds, tmp_path / "node", [namespace], tmp_path / "node.log") as state:
+        yield state

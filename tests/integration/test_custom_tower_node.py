@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import yaml
 from etj.localcluster import LocalCluster
 
 from .conftest import ROOT, wait_for
-from .operator_helpers import OperatorProcess, job_status, process_node
+from .operator_helpers import OperatorProcess, job_status
 from .test_e2e_local import kill_replica
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
@@ -29,21 +28,6 @@ EXAMPLE = ROOT / "examples" / "custom-tower"
 NAME = "ct"
 PARAMETERS = {"units": [16, 8], "seed": 3}
 STEPS = 1000
-
-
-@pytest.fixture
-def node(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
-    with process_node(crds, tmp_path / "node", [namespace], tmp_path / "node.log") as state:
-        yield state
-
-
-@pytest.fixture
-def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(crds, namespace, tmp_path / "operator.log").start()
-    try:
-        yield op
-    finally:
-        op.stop()
 
 
 def _manifests(checkpoints: Path) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ import copy
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from .operator_helpers import (
     job_status,
     live_pods,
     pods,
-    process_node,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
@@ -53,21 +51,6 @@ JOB: dict[str, Any] = {
         "runPolicy": {"backoffLimit": 4},
     },
 }
-
-
-@pytest.fixture
-def node(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
-    with process_node(crds, tmp_path / "node", [namespace], tmp_path / "node.log") as state:
-        yield state
-
-
-@pytest.fixture
-def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(crds, namespace, tmp_path / "operator.log").start()
-    try:
-        yield op
-    finally:
-        op.stop()
 
 
 def submit(cluster: LocalCluster, namespace: str, tmp_path: Path, **spec: Any) -> None:

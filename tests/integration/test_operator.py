@@ -9,7 +9,6 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from threading import Thread
 from typing import Any
 
@@ -53,15 +52,6 @@ def job(strategy: str = "ParameterServer", **run_policy: Any) -> dict[str, Any]:
         doc["spec"]["replicas"]["worker"]["replicas"] = 3
     doc["spec"]["runPolicy"].update(run_policy)
     return doc
-
-
-@pytest.fixture
-def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(crds, namespace, tmp_path / "operator.log").start()
-    try:
-        yield op
-    finally:
-        op.stop()
 
 
 @pytest.fixture

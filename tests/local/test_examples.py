@@ -43,6 +43,24 @@ def _etj_run(job: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _succeeds(job: dict, tmp_path: Path, workdir: Path) -> str:
+    """``etj run`` of ``job`` (written to tmp_path) in ``workdir``: it must succeed; its
+    summary table."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    out = _etj_run(path, workdir)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = out.stdout[out.stdout.index("Summary") :]
+    assert "Succeeded" in summary
+    return summary
+
+
+def _held_out_auc(summary: str) -> float:
+    match = re.search(r"held-out AUC\s*│\s*([0-9.]+)", summary)
+    assert match, summary
+    return float(match.group(1))
+
+
 @pytest.mark.parametrize(
     "layout", ["criteo", pytest.param("avazu", marks=pytest.mark.extended), "movielens"]
 )
@@ -56,14 +74,9 @@ def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
     # Fewer evaluations than the example makes: two, the last one on the final step.
     files["validation"]["maxExamples"] = 2000
     job["spec"]["checkpoint"]["everySteps"] = 400
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
     workdir = tmp_path / "run"
-    out = _etj_run(path, workdir)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = out.stdout[out.stdout.index("Summary") :]
-    assert "Succeeded" in summary
-    auc = float(re.search(r"held-out AUC\s*│\s*([0-9.]+)", summary).group(1))
+    summary = _succeeds(job, tmp_path, workdir)
+    auc = _held_out_auc(summary)
     assert auc > 0.62, summary
     log = workdir / "logs" / f"{job['metadata']['name']}-chief-0.log"
     losses = [e["loss"] for e in _events(log, "progress") if e.get("loss") is not None]
@@ -110,18 +123,13 @@ def test_each_architecture_trains_on_the_criteo_layout(tmp_path: Path, architect
     # ten (most of this test's time; the updates are the same).
     spec["training"] |= {"steps": STEPS, "stepsPerExecution": 1}
     spec["checkpoint"]["everySteps"] = STEPS
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
     workdir = tmp_path / "run"
-    out = _etj_run(path, workdir)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = out.stdout[out.stdout.index("Summary") :]
-    assert "Succeeded" in summary
+    summary = _succeeds(job, tmp_path, workdir)
     log = workdir / "logs" / f"{job['metadata']['name']}-worker-0.log"
     (evaluation,) = _events(log, "evaluation")
     assert evaluation["step"] == STEPS and evaluation["examples"] == 2000
     assert evaluation["auc"] > 0.62, evaluation
-    auc = float(re.search(r"held-out AUC\s*│\s*([0-9.]+)", summary).group(1))
+    auc = _held_out_auc(summary)
     assert auc == pytest.approx(evaluation["auc"], abs=1e-4)
     assert processes_under(workdir) == []
 
@@ -139,14 +147,9 @@ def test_parquet_example_trains(tmp_path: Path):
     job["spec"]["data"]["files"]["pattern"] = str(data / "train-*.parquet")
     job["spec"]["data"]["validation"] |= {"pattern": str(valid[0]), "maxExamples": 2000}
     job["spec"]["checkpoint"]["everySteps"] = 400
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
     workdir = tmp_path / "run"
-    out = _etj_run(path, workdir)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = out.stdout[out.stdout.index("Summary") :]
-    assert "Succeeded" in summary
-    auc = float(re.search(r"held-out AUC\s*│\s*([0-9.]+)", summary).group(1))
+    summary = _succeeds(job, tmp_path, workdir)
+    auc = _held_out_auc(summary)
     assert auc > 0.62, summary
     assert processes_under(workdir) == []
 
