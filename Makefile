@@ -37,6 +37,9 @@ lint: venv
 	$(VENV)/bin/ruff format --check operator trainer_image tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	@# Every test module imports (a moved fixture fails here in seconds, not mid-suite).
+	@out=$$($(PY) -m pytest --collect-only -q 2>&1) || { echo "$$out" | tail -40; exit 1; }; \
+		echo "$$out" | tail -1
 
 fmt: venv
 	$(VENV)/bin/ruff check --fix operator trainer_image tests benchmarks

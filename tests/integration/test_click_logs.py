@@ -16,7 +16,7 @@ from etj_trainer.data.clicklogs import write_train_and_validation
 
 from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods
-from .test_e2e_local import kill_replica, node, operator  # noqa: F401 - fixtures
+from .test_e2e_local import kill_replica
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +49,8 @@ def _job(tmp_path: Path) -> dict[str, Any]:
 def test_criteo_job_survives_a_killed_worker_and_reports_held_out_auc(
     crds: LocalCluster,
     namespace: str,
-    node: Path,  # noqa: F811
-    operator: OperatorProcess,  # noqa: F811
+    node: Path,
+    operator: OperatorProcess,
     tmp_path: Path,
 ):
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(_job(tmp_path)))

@@ -16,7 +16,7 @@ from etj.localcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods
-from .test_e2e_local import kill_replica, node, operator  # noqa: F401 - the fixtures
+from .test_e2e_local import kill_replica
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow, pytest.mark.extended]
 
@@ -38,8 +38,8 @@ def own_program_job() -> dict[str, Any]:
 def test_own_program_survives_a_killed_worker(
     crds: LocalCluster,
     namespace: str,
-    node: Path,  # noqa: F811
-    operator: OperatorProcess,  # noqa: F811
+    node: Path,
+    operator: OperatorProcess,
 ):
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(own_program_job()))
 
