@@ -1,5 +1,7 @@
 """End to end on real containers: the cluster ``ETJ_E2E_KUBECONFIG`` names, else the local
-cluster with its real node (``etj.localcluster.kubelet_node``: containerd, kubelet, CoreDNS).
+cluster with its real node (``etj.localcluster.kubelet_node``: containerd, kubelet, CoreDNS),
+started and stopped as the README does it, ``etj cluster up --node kubelet`` / ``etj cluster
+down``.
 
 The flow a user goes through: ``helm install`` the chart with the operator in its pod from
 the built image (the chart's ServiceAccount, in-cluster config, the ``kubernetes`` Service
@@ -27,6 +29,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,11 +42,12 @@ from etj.localcluster.cluster import LocalCluster, default_bin_dir, missing_bina
 from etj.localcluster.kubelet_node import (
     KUBELET_NODE_NAME,
     KubeletNode,
-    image_archives,
     unavailable_reason,
 )
 
 from .conftest import ROOT, sh, wait_for
+
+ETJ = str(Path(sys.executable).parent / "etj")
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -94,6 +98,12 @@ def _cannot_run(why: str) -> None:
     pytest.skip(f"real node not started: {why}")
 
 
+def etj_cluster(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ETJ, "cluster", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     bin_dir = default_bin_dir()
@@ -113,17 +123,18 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         ["bash", str(ROOT / "tests/cluster/build-images.sh")], capture_output=True, text=True
     )
     assert build.returncode == 0, f"make images failed:\n{build.stdout[-3000:]}{build.stderr}"
+    # As the README says: `etj cluster up --node kubelet`, the node imports the built images.
     state = tmp_path_factory.mktemp("e2e")
-    cluster = LocalCluster(state / "cluster", pod_network=True).start()
-    node = KubeletNode(cluster, images=image_archives())
+    local = state / "local"
+    up = etj_cluster("up", "--node", "kubelet", "--state-dir", str(local), timeout=600)
+    node = KubeletNode(LocalCluster(local / "cluster"))
     try:
-        node.start()
-        t = Target(str(cluster.kubeconfig), bin_dir, state / "checkpoints", node, t0=t0)
-        t.mark("images checked, control plane and real node up")
+        assert up.returncode == 0, f"etj cluster up --node kubelet failed:\n{up.stderr}"
+        t = Target(up.stdout.strip(), bin_dir, state / "checkpoints", node, t0=t0)
+        t.mark("images checked, control plane and real node up (etj cluster up --node kubelet)")
         yield t
     finally:
-        node.stop()
-        cluster.stop()
+        etj_cluster("down", "--state-dir", str(local), timeout=180)
 
 
 def job(t: Target, name: str) -> dict:
@@ -281,6 +292,10 @@ def test_install_train_recover_reject_uninstall(target: Target, tmp_path: Path) 
         "resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "128Mi"}},
     }
     oom["spec"]["runPolicy"]["backoffLimit"] = 10
+    # The limit grows 1.5x per kill (128, 192, 288, ... MiB) until the worker fits: a few
+    # kills in a row, each waiting out the restart back-off (10, 20, 40 s by default). The
+    # back-off has its own tests; here it only makes the flow a minute longer.
+    oom["spec"]["runPolicy"]["restartBackoff"] = {"initialSeconds": 1}
     oom_watch = PodWatch.start(t, "oom", tmp_path / "oom-pods.json")
     t.kubectl("apply", "-f", "-", input=yaml.safe_dump(oom))
 
@@ -403,12 +418,13 @@ def test_install_train_recover_reject_uninstall(target: Target, tmp_path: Path) 
 
 
 def test_stopping_the_node_leaves_nothing(target: Target) -> None:
-    """No containerd, shim, kubelet or CoreDNS process, socket directory, bridge, mount,
-    iptables chain or kubepods cgroup outlives the suite's node."""
+    """``etj cluster down`` leaves no containerd, shim, kubelet or CoreDNS process, socket
+    directory, bridge, mount, iptables chain or kubepods cgroup (``KubeletNode.leftovers``)."""
     if target.node is None:
         pytest.skip("ETJ_E2E_KUBECONFIG names a cluster this suite did not start")
-    target.node.stop()
-    target.node.cluster.stop()
-    target.mark("node and control plane stopped")
-    assert target.node.leftovers() == []
+    state = target.node.cluster.state_dir.parent
+    down = etj_cluster("down", "--state-dir", str(state), timeout=180)
+    assert down.returncode == 0 and down.stdout.strip() == "stopped", down.stdout + down.stderr
+    target.mark("etj cluster down")
+    wait_for(lambda: not target.node.leftovers(), 30, "nothing left after down")  # type: ignore[union-attr]
     print("\n".join(target.marks))

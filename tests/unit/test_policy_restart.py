@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from etj.api.constants import REASON_CHECKPOINT_MISMATCH, REASON_DATA_ERROR, REASON_MODEL_ERROR
 from etj.reconcile.policies.restart import classify, restart_group
 from etj.tfconfig import ReplicaSet
 
@@ -77,3 +78,28 @@ def test_a_chief_stopped_by_its_watchdog_restarts_every_replica():
         ("worker", 1),
         ("worker", 2),
     }
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "ExitCode", "Never"])
+@pytest.mark.parametrize(
+    ("reason", "fix"),
+    [
+        (REASON_DATA_ERROR, "fix the data"),
+        (REASON_CHECKPOINT_MISMATCH, "fix the model or the checkpoint"),
+        (REASON_MODEL_ERROR, "fix the model code"),
+    ],
+)
+def test_what_no_restart_cures_is_permanent_under_every_policy(policy, reason, fix):
+    """Under OnFailure too: a malformed file or a checkpoint of another model fails again
+    on every restart, so the job fails at once with the trainer's message."""
+    message = f"{reason}: /data/day_0.txt:81733: expected 40 fields, found 39"
+    worker = pod("worker", 1, "Failed", exit_code=2, message=message)
+    failure = classify(worker, policy)
+    assert failure.permanent
+    assert fix in failure.why and "j-worker-1" in failure.why
+
+
+def test_a_retryable_exit_with_another_reason_is_still_retried():
+    worker = pod("worker", 1, "Failed", exit_code=138, message="UnavailableError: ps-0 gone")
+    assert not classify(worker, "OnFailure").permanent
+    assert not classify(worker, "ExitCode").permanent

@@ -111,6 +111,11 @@ def run(config: object, task: Task, port: int) -> int:
 
 
 def _failed(error: BaseException, ps: bool) -> int:
+    from etj.api.constants import (
+        REASON_CHECKPOINT_MISMATCH,
+        REASON_DATA_ERROR,
+        REASON_MODEL_ERROR,
+    )
     from etj_trainer.data.records import DataError, data_error_from
     from etj_trainer.models.custom import ModelError
     from etj_trainer.task.checkpoint import CheckpointMismatch
@@ -119,8 +124,16 @@ def _failed(error: BaseException, ps: bool) -> int:
     # A bad record found inside a tf.data pipeline surfaces as a TensorFlow error (from a
     # worker, through the coordinator) carrying the DataError's text: report that alone.
     error = data_error_from(error) or error
-    reason = type(error).__name__
-    if isinstance(error, DataError | CheckpointMismatch | ModelError):
+    # The reasons on which the operator fails the job under any restartPolicy (their home
+    # is etj.api.constants, which the operator reads too).
+    reasons = {
+        DataError: REASON_DATA_ERROR,
+        CheckpointMismatch: REASON_CHECKPOINT_MISMATCH,
+        ModelError: REASON_MODEL_ERROR,
+    }
+    permanent = next((r for cls, r in reasons.items() if isinstance(error, cls)), None)
+    reason = permanent or type(error).__name__
+    if permanent:
         # The config does not match the data or the checkpoint, or the job's own model
         # code cannot be used: a person must act.
         if isinstance(error, ModelError) and error.__cause__ is not None:

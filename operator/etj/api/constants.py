@@ -106,3 +106,19 @@ ETJ_VOLUMES = (
 # to import, a factory that raises, a tower of the wrong output shape): no restart cures
 # it, so the operator fails the job with the trainer's message under any restartPolicy.
 REASON_MODEL_ERROR = "ModelError"
+# The trainer's reason when a data file is malformed past data.maxBadRecords; its message
+# names the file and line ("DataError: /data/day_0.txt:81733: expected 40 fields, found 39").
+REASON_DATA_ERROR = "DataError"
+# The trainer's reason when the checkpoint to restore does not fit the job's model (another
+# table shape, another architecture): a restart would restore the same checkpoint.
+REASON_CHECKPOINT_MISMATCH = "CheckpointMismatch"
+# What no restart cures: a person must fix the data, the model code or the checkpoint. The
+# trainer exits 2 with one of these; the operator fails the job with the trainer's message
+# under every restartPolicy (under OnFailure it would otherwise fail the same way
+# backoffLimit times, and end on "backoff limit exceeded" instead of the file and line).
+# Each with what the person must fix.
+PERMANENT_TRAINER_REASONS = {
+    REASON_MODEL_ERROR: "the model code",
+    REASON_DATA_ERROR: "the data",
+    REASON_CHECKPOINT_MISMATCH: "the model or the checkpoint",
+}

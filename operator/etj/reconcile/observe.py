@@ -14,6 +14,7 @@ from etj.api.constants import (
     DISRUPTION_CONDITIONS,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
+    REASON_DATA_ERROR,
     REASON_MODEL_ERROR,
 )
 from etj.api.quantity import quantity_bytes
@@ -101,7 +102,7 @@ class PodState:
 
 
 # Trainer reasons whose message names what a person must fix (a file and line, ...).
-SAYS_WHAT_TO_FIX = frozenset({"DataError", REASON_MODEL_ERROR})
+SAYS_WHAT_TO_FIX = frozenset({REASON_DATA_ERROR, REASON_MODEL_ERROR})
 # A trainer's message starts with an identifier and a colon; a log tail (the kubelet's
 # fallback when nothing was written) rarely does, and is then no reason.
 _TRAINER_REASON = re.compile(r"([A-Z][A-Za-z]+): ")

@@ -4,7 +4,8 @@ restartPolicy: ``Never`` — every failure is permanent; ``OnFailure`` — every
 retried; ``ExitCode`` — exit codes 1-127 are permanent (the program said it cannot go on),
 128+ (signals, OOM kills) and failures with no exit code (deleted, evicted, node lost)
 are retried. A replica whose trainer says ``ModelError`` (the job's own model code cannot
-be used) is permanent under every policy.
+be used), ``DataError`` (a malformed data file) or ``CheckpointMismatch`` (the checkpoint
+does not fit the model) is permanent under every policy: a restart would fail the same way.
 
 Restart groups — ParameterServer: a worker alone (the coordinator keeps training on the
 others and takes it back); a ps together with the chief (the chief restores every shard
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etj.api.constants import REASON_MODEL_ERROR, REASON_WATCHDOG
+from etj.api.constants import PERMANENT_TRAINER_REASONS, REASON_WATCHDOG
 from etj.api.spec import RestartPolicy, Strategy
 from etj.reconcile.observe import PodState
 from etj.tfconfig import ReplicaSet
@@ -35,9 +36,10 @@ class Failure:
 
 def classify(pod: PodState, restart_policy: str) -> Failure:
     what = pod.describe()
-    if pod.trainer_reason == REASON_MODEL_ERROR:
-        # The job's own model code cannot be used: every restart would fail the same way.
-        return Failure(pod, True, f"{what}; fix the model code (a restart cannot)")
+    to_fix = PERMANENT_TRAINER_REASONS.get(pod.trainer_reason or "")
+    if to_fix:
+        # Every restart would fail the same way: say what a person must fix.
+        return Failure(pod, True, f"{what}; fix {to_fix} (a restart cannot)")
     if restart_policy == RestartPolicy.NEVER.value:
         return Failure(pod, True, f"{what}; restartPolicy Never")
     if restart_policy == RestartPolicy.EXIT_CODE.value:
