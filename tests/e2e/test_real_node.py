@@ -126,7 +126,10 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     # As the README says: `etj cluster up --node kubelet`, the node imports the built images.
     state = tmp_path_factory.mktemp("e2e")
     local = state / "local"
-    up = etj_cluster("up", "--node", "kubelet", "--state-dir", str(local), timeout=600)
+    # Its readiness includes importing changed images into containerd (minutes when cold).
+    up = etj_cluster(
+        "up", "--node", "kubelet", "--state-dir", str(local), "--timeout", "900", timeout=960
+    )
     node = KubeletNode(LocalCluster(local / "cluster"))
     try:
         assert up.returncode == 0, f"etj cluster up --node kubelet failed:\n{up.stderr}"
