@@ -56,17 +56,18 @@ binaries:
 kueue:
 	nice -n 19 bash tests/cluster/build-kueue.sh
 
-# What the suite runs against, all cached under $(ETJ_CACHE): the control plane always; as
+# What the suite runs against, all cached under $(ETJ_CACHE): the control plane and Kueue
+# (for the Kueue admission test; 150 s cold) always; as
 # root also the real node's packages, kubelet and CoreDNS, so the end-to-end suite on real
 # containers (tests/e2e/test_real_node.py) runs (elsewhere it skips, saying why); the
 # kubelet compiles in the control plane's own `go build` (shared packages once). Warm,
 # every step is a cache check (seconds). The images are built beside the suite
 # (tests/cluster/images-in-background.sh); the tests that need them run last.
 ifeq ($(shell id -u),0)
-TEST_DEPS := binaries node-packages node-binaries
+TEST_DEPS := binaries kueue node-packages node-binaries
 TEST_DEPS_ENV := ETJ_WITH_KUBELET=1
 else
-TEST_DEPS := binaries
+TEST_DEPS := binaries kueue
 endif
 
 test-deps:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run a command (make test's pytest) while tests/cluster/build-images.sh builds or checks
 # the images in the background, niced and at idle I/O priority: a rebuild (any change to
-# the package, README.md or pyproject.toml; 3-9 min here) overlaps the suite instead of
+# the package or README.md rebuilds the last layers, ~35 s; of pyproject.toml or a
+# Dockerfile, everything, 3-9 min here) overlaps the suite instead of
 # preceding it. The tests that need the images (tests/images, tests/e2e) run last and call
 # build-images.sh themselves, which waits for this build's lock and then finds the images
 # up to date. Where no engine can build (no Docker, not root) it just runs the command.

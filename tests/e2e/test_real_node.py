@@ -284,6 +284,7 @@ def test_install_train_recover_reject_uninstall(target: Target, tmp_path: Path) 
     claim = os.environ.get("ETJ_E2E_CHECKPOINT_CLAIM") or shared_checkpoints(t)
     quickstart = quickstart_job("quickstart", claim)
     quickstart["spec"]["training"]["steps"] = STEPS
+    quickstart_watch = PodWatch.start(t, "quickstart", tmp_path / "quickstart-pods.json")
     t.kubectl("apply", "-f", "-", input=yaml.safe_dump(quickstart))
     # Beside it, a replica over its memory limit: the kernel OOM-kills it (137, OOMKilled
     # from the kubelet) and the operator brings it back with a larger limit.
@@ -387,6 +388,13 @@ def test_install_train_recover_reject_uninstall(target: Target, tmp_path: Path) 
         "the ps pods to be stopped after the job succeeded",
         every=2,
     )
+    # Stopped by their SIGTERM (143), as PID 1 of their containers, not by the kubelet's
+    # SIGKILL (137) at the end of the grace period.
+    ended = quickstart_watch.terminations()
+    for i in range(len(tf_config["cluster"]["ps"])):
+        last = [code for pod, code, _ in ended if pod == f"quickstart-ps-{i}"][-1:]
+        assert last == [143], (i, ended)
+    t.mark("quickstart's ps pods stopped by their SIGTERM")
 
     wait_for(
         lambda: status(t, "oom").get("phase") in ("Succeeded", "Failed"), 900, "oom job", every=3

@@ -210,7 +210,10 @@ class LocalJob:
         n = self.starts.get((role, index), 0) if start is None else start
         return self.workdir / f"{role}-{index}.{n}.log"
 
-    def start(self, role: str, index: int) -> subprocess.Popen[bytes]:
+    def start(
+        self, role: str, index: int, wrapper: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        """Start a task (under ``wrapper``, a command that runs the rest, if given)."""
         key = (role, index)
         old = self.procs.get(key)
         if old is not None and old.poll() is None:
@@ -229,7 +232,7 @@ class LocalJob:
         )
         log = self.log_path(role, index).open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "etj_trainer"],
+            [*wrapper, sys.executable, "-m", "etj_trainer"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

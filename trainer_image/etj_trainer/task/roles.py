@@ -17,6 +17,8 @@ loop of its own and decides no exit code beyond a server's.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,6 @@ import numpy as np
 import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
-from etj_trainer import exitcodes
 from etj_trainer.data.pipeline import count_records, make_dataset, ps_worker_dataset
 from etj_trainer.models.ctr import TablePartitioner
 from etj_trainer.task.checkpoint import Checkpoints
@@ -73,8 +74,25 @@ def configure_threads() -> None:
         tf.config.threading.set_inter_op_parallelism_threads(inter)
 
 
+# The signals that stop a server: the kubelet's SIGTERM when the operator deletes the pod
+# (a finished job's ps, a replaced worker), ^C under `etj run`.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def run_server(task: Task) -> int:
-    """A ps, or a worker under ParameterServer: serve until killed."""
+    """A ps, or a worker under ParameterServer: serve until told to stop, then exit 143.
+
+    Not ``server.join()``: that never returns to Python, so no signal handler would run;
+    and in a container this process is PID 1, for which the kernel drops a signal that has
+    no handler: every ps the operator stopped sat out the grace period (60 s) until the
+    kubelet's SIGKILL. Here the stop signals have a handler (so the kernel delivers them
+    to PID 1), and whichever thread receives one, Python's C-level handler writes its
+    number to the wakeup fd this thread reads."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: None)
     cluster = tf.train.ClusterSpec(task.cluster)
     intra, inter = thread_counts()
     server = tf.distribute.Server(
@@ -88,8 +106,14 @@ def run_server(task: Task) -> int:
         start=True,
     )
     emit("serving", task=str(task), target=server.target)
-    server.join()
-    return exitcodes.SUCCESS
+    got = os.read(wake_r, 1)[0]
+    emit("stopping", task=str(task), signal=signal.Signals(got).name)
+    # No clean shutdown exists for a tf.distribute.Server (its threads would keep the
+    # interpreter's exit waiting): leave at once, as the signal's default action would,
+    # with 128 + the signal as a shell reports it (exitcodes.TERMINATED for SIGTERM).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + got)
 
 
 def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
