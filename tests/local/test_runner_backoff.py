@@ -14,9 +14,10 @@ from etj.local.runner import LocalRunner, Reporter
 from etj.planner import build_plan
 
 
-def test_a_crash_looping_chief_waits_out_its_back_off(tmp_path: Path):
+def _crashing_job(tmp_path: Path, message: str) -> LocalRunner:
+    """A job whose every replica prints ``message`` and exits 1 (under OnFailure)."""
     crashing = tmp_path / "crashing-python"
-    crashing.write_text("#!/bin/sh\necho 'DataError: /data/x.csv:3: bad' >&2\nexit 1\n")
+    crashing.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
     crashing.chmod(0o755)
     job = EmbeddingTrainingJob.from_manifest(
         {
@@ -34,10 +35,15 @@ def test_a_crash_looping_chief_waits_out_its_back_off(tmp_path: Path):
             },
         }
     )
-    reporter = Reporter()
-    runner = LocalRunner(
-        job, build_plan(job.spec), tmp_path / "run", python=str(crashing), reporter=reporter
+    return LocalRunner(
+        job, build_plan(job.spec), tmp_path / "run", python=str(crashing), reporter=Reporter()
     )
+
+
+def test_a_crash_looping_chief_waits_out_its_back_off(tmp_path: Path):
+    # A failure a restart may cure (a DataError or ModelError fails the job at once).
+    runner = _crashing_job(tmp_path, "UnavailableError: ps-0 unreachable")
+    reporter = runner.reporter
     started = time.monotonic()
     result = runner.run()
     assert result.status.phase == "Failed"
@@ -50,4 +56,16 @@ def test_a_crash_looping_chief_waits_out_its_back_off(tmp_path: Path):
     )
     # The runner really waited: at least the 1 s + 2 s of back-off.
     assert time.monotonic() - started >= 3
+    assert processes_under(tmp_path / "run") == []
+
+
+def test_bad_data_fails_the_job_at_once_under_on_failure(tmp_path: Path):
+    """No restart can fix a malformed file: no back-off, no restart, the file and line."""
+    runner = _crashing_job(tmp_path, "DataError: /data/x.csv:3: expected 40 fields, found 39")
+    result = runner.run()
+    assert result.status.phase == "Failed"
+    assert not [e for e in runner.reporter.events if e.startswith("Restarting:")]
+    failed = [c for c in result.status.conditions if c.type == "Failed"]
+    assert failed and "/data/x.csv:3: expected 40 fields" in failed[0].message
+    assert "fix the data" in failed[0].message
     assert processes_under(tmp_path / "run") == []
