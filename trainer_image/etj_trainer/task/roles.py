@@ -80,7 +80,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def run_server(task: Task) -> int:
-    """A ps, or a worker under ParameterServer: serve until told to stop, then exit 143.
+    """A ps, or a worker under ParameterServer: serve until told to stop, then exit with
+    128 + the signal (143 for SIGTERM).
 
     Not ``server.join()``: that never returns to Python, so no signal handler would run;
     and in a container this process is PID 1, for which the kernel drops a signal that has
