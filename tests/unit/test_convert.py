@@ -13,9 +13,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from etj.api.job import EmbeddingTrainingJob
+from etj.api.spec import GangScheduler
 from etj.cli import main
 from etj.convert import ConversionError, convert_tfjob
 from etj.render import RenderSettings, build_pods
+from etj.render.objects import replica_set
+from etj.render.scheduling import build_gang, gang_scheduler
 from etj.validation import validate_manifest
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "tfjob"
@@ -300,10 +304,6 @@ def test_worker_only_and_gpu_jobs_have_no_chief_and_keep_their_resources():
 
 
 def test_volcano_gang_becomes_the_jobs_scheduling_policy():
-    from etj.api.job import EmbeddingTrainingJob
-    from etj.api.spec import GangScheduler
-    from etj.render.objects import replica_set
-    from etj.render.scheduling import build_gang, gang_scheduler
 
     job, pods = _pods("gang-volcano.yaml")
     assert job["spec"]["runPolicy"]["schedulingPolicy"] == {
