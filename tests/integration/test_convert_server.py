@@ -20,12 +20,24 @@ pytestmark = pytest.mark.integration
 CASES = Path(__file__).resolve().parents[1] / "cases" / "tfjob"
 
 
-@pytest.mark.parametrize("name", ["ps.yaml", "mwms.yaml", "evaluator.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ps.yaml",
+        "mwms.yaml",
+        "evaluator.yaml",
+        "dist-mnist.yaml",
+        "simple.yaml",
+        "gpu-pvc.yaml",
+        "gang-volcano.yaml",
+    ],
+)
 def test_converted_job_is_stored_whole_and_its_pods_are_valid(
     crds: LocalCluster, namespace: str, name: str
 ):
     job = convert_tfjob(yaml.safe_load((CASES / name).read_text()))
     job["metadata"]["namespace"] = namespace
+    # (dist-mnist: a ParameterServer job without a chief passes the CRD's CEL rules too.)
     crds.kubectl("apply", "--validate=strict", "-f", "-", input=json.dumps(job))
     stored = json.loads(
         crds.kubectl(
