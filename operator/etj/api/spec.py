@@ -845,7 +845,7 @@ def _chief_count(spec: EmbeddingTrainingJobSpec) -> int | None:
 # admits a chief-less ParameterServer job whose workers have a template at all, and the
 # model checks that the template gives a command or an image (etj validate, and the
 # operator marks the job Failed/InvalidSpec otherwise).
-_CHIEF_RULES = (
+CHIEF_RULES = (
     Rule(
         "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.chief) && self.replicas.chief.replicas != 1 && !(self.replicas.chief.replicas == 0 && has(self.replicas.worker) && has(self.replicas.worker.template)))",
         "strategy ParameterServer with etj's trainer needs exactly one chief "
@@ -885,7 +885,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 "!(self.strategy == 'MultiWorkerMirrored' && has(self.replicas) && has(self.replicas.ps))",
                 "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
             ),
-            *_CHIEF_RULES,
+            *CHIEF_RULES,
             (
                 "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.worker) && self.replicas.worker.replicas < 1)",
                 "strategy ParameterServer needs at least one worker",
@@ -933,7 +933,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 "replicas.ps is only for strategy ParameterServer (or Auto); "
                 "remove it for MultiWorkerMirrored"
             )
-        check_rules(self, _CHIEF_RULES)
+        check_rules(self, CHIEF_RULES)
         if self.strategy == Strategy.PARAMETER_SERVER and r.worker.replicas < 1:
             raise ValueError("strategy ParameterServer needs at least one worker")
         return self
