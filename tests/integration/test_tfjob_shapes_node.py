@@ -102,3 +102,20 @@ def test_all_workers_success_policy_waits_for_every_worker(
     assert st["message"] == "all 4 workers finished; parameter servers stopped"
     assert st["replicaStatuses"]["worker"]["succeeded"] == 4, st["replicaStatuses"]
     wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 60, "the ps deleted")
+
+
+def test_a_chiefless_ps_job_on_etjs_trainer_is_failed_by_the_operator(
+    crds: LocalCluster, namespace: str, operator: OperatorProcess
+):
+    """The API server admits a chief-less ParameterServer job whose workers have a template
+    (CEL cannot see into its Pod spec); a template without a command runs etj's trainer,
+    which needs its chief: the operator fails the job naming why, and creates nothing."""
+    job = dist_mnist(None, 0)
+    for role in ("worker", "ps"):
+        job["spec"]["replicas"][role]["template"] = {"metadata": {"labels": {"team": "ads"}}}
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
+    st = finished(crds, namespace)
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec", failed
+    assert "needs exactly one chief" in failed["message"], failed
+    assert live_pods(crds, namespace) == {}
