@@ -267,6 +267,8 @@ def test_dist_mnist_keeps_tfjobs_shape_worker_0_is_the_chief():
         if tf_config["task"]["type"] == "worker":
             # What a worker of the user's program serves is the program's: no probe.
             assert "readinessProbe" not in pod["spec"]["containers"][0]
+        else:
+            assert pod["spec"]["containers"][0]["readinessProbe"]["tcpSocket"]["port"] == 2222
 
 
 def test_all_workers_success_policy_is_carried_over():
@@ -338,3 +340,27 @@ def test_volcano_gang_becomes_the_jobs_scheduling_policy():
     assert convert_tfjob(tfjob)["spec"]["runPolicy"]["schedulingPolicy"] == {
         "gangScheduler": "Volcano"
     }
+
+
+def test_worker_and_evaluator_without_a_chief():
+    """TFJob's Worker + Evaluator shape: no chief, worker 0 leads; the evaluator gets the
+    training cluster (workers only) with its own task, outside ``cluster``."""
+    tfjob = _tfjob("evaluator.yaml")
+    for key in ("Master", "PS"):
+        del tfjob["spec"]["tfReplicaSpecs"][key]
+    job = convert_tfjob(tfjob)
+    assert job["spec"]["strategy"] == "MultiWorkerMirrored"
+    assert set(job["spec"]["replicas"]) == {"worker", "evaluator"}
+    result = validate_manifest(job)
+    assert result.ok, result.problems
+    assert replica_set(result.job, result.plan).leader() == ("worker", 0)
+    configs = {
+        p["metadata"]["name"]: json.loads(_env(p)["TF_CONFIG"])
+        for p in build_pods(result.job, result.plan, RenderSettings())
+    }
+    assert sorted(configs) == ["wide-deep-eval-evaluator-0"] + [
+        f"wide-deep-eval-worker-{i}" for i in range(2)
+    ]
+    for tf_config in configs.values():
+        assert sorted(tf_config["cluster"]) == ["worker"]
+    assert configs["wide-deep-eval-evaluator-0"]["task"] == {"type": "evaluator", "index": 0}
