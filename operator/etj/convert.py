@@ -9,9 +9,19 @@ security context (none when the TFJob gives none: not etj's hardened default), a
 TF_CONFIG (the same JSON shape TFJob gives) and ``ETJ_SHARD_PLAN``. With PS replicas the
 strategy is ParameterServer, else MultiWorkerMirrored. ``runPolicy`` maps field by field.
 
+TFJob's shapes are kept, because the converted job runs the TFJob's own command: PS +
+Worker without a Chief (dist-mnist's between-graph replication) becomes a ParameterServer
+job with ``replicas.chief.replicas: 0``, where worker 0 is the chief, as in TFJob; Worker
+only, and Worker + Evaluator, run without a chief too. ``successPolicy: AllWorkers``
+becomes ``runPolicy.successPolicy: AllWorkers``. Gang scheduling — ``runPolicy.
+schedulingPolicy``, the templates' ``schedulerName`` (``volcano``, or scheduler-plugins')
+and Volcano's ``scheduling.k8s.io/group-name`` annotation — becomes etj's
+``runPolicy.schedulingPolicy``, whose gang object (PodGroup) etj creates, named as the job,
+as Kubeflow's operator does.
+
 What has no etj equivalent is refused with a ``ConversionError`` naming the TFJob field
-(``successPolicy: AllWorkers``, ``enableDynamicWorker``, ``runPolicy.schedulingPolicy``,
-different restart policies per role, a PS job without a chief, ...), never dropped silently.
+(``enableDynamicWorker``, ``schedulingPolicy.minResources``, different restart policies per
+role, ``AllWorkers`` next to a Chief, ...), never dropped silently.
 
 A TFJob has no embedding tables; etj's shard plan needs at least one, so the job gets the
 ``model`` the caller passes (``--model``) or a one-row placeholder table.
@@ -26,7 +36,8 @@ import copy
 from typing import Any
 
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
-from etj.api.spec import Strategy
+from etj.api.spec import GangScheduler, Strategy, SuccessPolicy
+from etj.render.scheduling import DEFAULT_SCHEDULER_NAMES, VOLCANO_GROUP_ANNOTATION
 
 TFJOB_API_VERSIONS = ("kubeflow.org/v1",)
 TFJOB_KIND = "TFJob"
@@ -55,6 +66,18 @@ RUN_POLICY_FIELDS = (
     "backoffLimit",
     "suspend",
 )
+
+# TFJob's runPolicy.schedulingPolicy fields etj takes as they are (etj's names).
+SCHEDULING_FIELDS = {
+    "minAvailable": "minAvailable",
+    "queue": "queue",
+    "priorityClass": "priorityClass",
+    "scheduleTimeoutSeconds": "scheduleTimeoutSeconds",
+}
+# A Pod schedulerName that says which gang scheduler the TFJob was written for.
+GANG_OF_SCHEDULER = {name: gang for gang, name in DEFAULT_SCHEDULER_NAMES.items()}
+# TFJob's successPolicy -> etj's runPolicy.successPolicy ("" is TFJob's default).
+SUCCESS_POLICY = {"": None, SuccessPolicy.ALL_WORKERS.value: SuccessPolicy.ALL_WORKERS.value}
 
 PLACEHOLDER_MODEL: dict[str, Any] = {
     "embeddings": [{"name": "placeholder", "vocabularySize": 1, "dimension": 1}],
@@ -126,10 +149,57 @@ def _run_policy(spec: dict[str, Any]) -> dict[str, Any]:
         elif key == "managedBy":
             continue  # TFJob's value names Kubeflow's controller; the new job is etj's
         elif key == "schedulingPolicy":
-            raise ConversionError(field, "gang scheduling has no etj equivalent yet; remove it")
+            out[key] = _scheduling_policy(value)
         else:
             raise ConversionError(field, "has no etj equivalent")
     return out
+
+
+def _scheduling_policy(given: Any) -> dict[str, Any]:
+    field = "spec.runPolicy.schedulingPolicy"
+    if not isinstance(given, dict):
+        raise ConversionError(field, "must be a mapping")
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        if key in SCHEDULING_FIELDS:
+            out[SCHEDULING_FIELDS[key]] = value
+        elif key == "minResources":
+            raise ConversionError(
+                f"{field}.minResources",
+                "etj sums the gang's requests itself (from the shard plan); remove it",
+            )
+        else:
+            raise ConversionError(f"{field}.{key}", "has no etj equivalent")
+    return out
+
+
+def _gang_scheduler(
+    name: str, roles: dict[str, tuple[str, dict[str, Any]]]
+) -> GangScheduler | None:
+    """The gang scheduler the templates were written for, from their schedulerName or
+    Volcano's group annotation; None when they name none."""
+    found: dict[GangScheduler, str] = {}
+    for key, rs in roles.values():
+        template = rs.get("template") or {}
+        field = f"spec.tfReplicaSpecs.{key}.template"
+        scheduler = (template.get("spec") or {}).get("schedulerName")
+        if scheduler in GANG_OF_SCHEDULER:
+            found.setdefault(GANG_OF_SCHEDULER[scheduler], f"{field}.spec.schedulerName")
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        if VOLCANO_GROUP_ANNOTATION in annotations:
+            group = annotations[VOLCANO_GROUP_ANNOTATION]
+            where = f"{field}.metadata.annotations[{VOLCANO_GROUP_ANNOTATION}]"
+            if group != name:
+                raise ConversionError(
+                    where,
+                    f"names PodGroup {group!r}; etj creates the job's own PodGroup, named "
+                    f"{name!r} as Kubeflow's operator names it: set it to {name!r} or remove it",
+                )
+            found.setdefault(GangScheduler.VOLCANO, where)
+    if len(found) > 1:
+        a, b = sorted(found.values())[:2]
+        raise ConversionError(b, f"asks for another gang scheduler than {a}; use one")
+    return next(iter(found), None)
 
 
 def _template(key: str, rs: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +210,9 @@ def _template(key: str, rs: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"spec": copy.deepcopy(template["spec"])}
     meta = template.get("metadata") or {}
     kept = {k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)}
+    # etj sets Volcano's group annotation itself when the job has a Volcano gang.
+    kept.get("annotations", {}).pop(VOLCANO_GROUP_ANNOTATION, None)
+    kept = {k: v for k, v in kept.items() if v}
     if kept:
         out["metadata"] = kept
     containers = out["spec"].get("containers") or []
@@ -177,10 +250,10 @@ def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) ->
     if len(name) > MAX_JOB_NAME_LENGTH:
         raise ConversionError("metadata.name", f"at most {MAX_JOB_NAME_LENGTH} characters in etj")
     spec = tfjob.get("spec") or {}
-    if spec.get("successPolicy") not in (None, ""):
+    given_success = spec.get("successPolicy") or ""
+    if given_success not in SUCCESS_POLICY:
         raise ConversionError(
-            "spec.successPolicy",
-            f"{spec['successPolicy']!r}: etj's job succeeds when the chief (else worker 0) does",
+            "spec.successPolicy", f"{given_success!r} is not one of '', AllWorkers"
         )
     if spec.get("enableDynamicWorker"):
         raise ConversionError("spec.enableDynamicWorker", "dynamic workers have no etj equivalent")
@@ -210,18 +283,38 @@ def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) ->
             replicas[role]["resources"] = main.pop("resources")
     if "worker" not in replicas:
         replicas["worker"] = {"replicas": 0}  # etj's default is 2 workers
-    if strategy == Strategy.PARAMETER_SERVER:
-        if replicas.get("chief", {}).get("replicas", 0) != 1:
+    chiefs = replicas.get("chief", {}).get("replicas", 0)
+    if chiefs > 1:
+        key = roles["chief"][0]
+        raise ConversionError(f"spec.tfReplicaSpecs.{key}.replicas", "at most one chief")
+    if chiefs == 0:
+        if replicas["worker"]["replicas"] < 1:
             raise ConversionError(
-                "spec.tfReplicaSpecs.Chief",
-                "a job with PS needs exactly one Chief (ParameterServerStrategy's coordinator)",
+                "spec.tfReplicaSpecs.Worker.replicas",
+                "must be >= 1 without a Chief: worker 0 is then the chief",
             )
-        if replicas["ps"]["replicas"] < 1:
-            raise ConversionError("spec.tfReplicaSpecs.PS.replicas", "must be >= 1")
+        if strategy == Strategy.PARAMETER_SERVER:
+            # As in TFJob (dist-mnist): the workers' own command runs; worker 0 is the
+            # chief. Said explicitly: etj's default under ParameterServer is one chief.
+            replicas["chief"] = {"replicas": 0}
+    if strategy == Strategy.PARAMETER_SERVER and replicas["ps"]["replicas"] < 1:
+        raise ConversionError("spec.tfReplicaSpecs.PS.replicas", "must be >= 1")
     run_policy = _run_policy(spec)
     restart = _restart_policy(roles)
     if restart is not None:
         run_policy["restartPolicy"] = restart
+    success = SUCCESS_POLICY[given_success]
+    if success is not None:
+        if chiefs:
+            raise ConversionError(
+                "spec.successPolicy",
+                "AllWorkers has no effect in a TFJob with a Chief (the Chief's exit decides); "
+                "remove it",
+            )
+        run_policy["successPolicy"] = success
+    gang = _gang_scheduler(name, roles)
+    if gang is not None:
+        run_policy.setdefault("schedulingPolicy", {})["gangScheduler"] = gang.value
 
     out_meta: dict[str, Any] = {"name": name}
     for k in ("namespace", "labels", "annotations"):

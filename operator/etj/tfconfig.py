@@ -5,8 +5,10 @@ Pure. Addresses default to the in-cluster DNS names the headless Service gives
 ``address`` function to map the same tasks to loopback ports.
 
 TensorFlow's conventions followed here: under ParameterServer the cluster has ``chief``,
-``worker`` and ``ps``; under MultiWorkerMirrored there is no ``ps`` (and without a chief,
-worker 0 is the chief); an ``evaluator`` is never part of ``cluster`` — it gets the
+``worker`` and ``ps`` — or, for a job running its own command as a TFJob does (dist-mnist's
+between-graph replication), ``worker`` and ``ps`` only; under MultiWorkerMirrored there is
+no ``ps``. A role with no task has no entry, and without a chief worker 0 is the chief
+(``ReplicaSet.leader``). An ``evaluator`` is never part of ``cluster`` — it gets the
 training cluster with ``task.type == "evaluator"``.
 """
 

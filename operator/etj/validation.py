@@ -2,7 +2,7 @@
 
 Two layers: the models' own validation (what the CRD schema also enforces) and the checks
 only code can make (the shard plan fits the memory given, the name leaves room for pod
-hostnames). Each problem names the field to change. Pure: no I/O.
+hostnames, a job whose strategy Auto chose ParameterServer has the chief that needs). Each problem names the field to change. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.rules import check_rules
+from etj.api.spec import CHIEF_RULES, Strategy
 from etj.planner import PlanError, build_plan
 
 
@@ -101,4 +103,22 @@ def validate_manifest(manifest: Any) -> Validated:
         plan = build_plan(job.spec)
     except PlanError as exc:
         return Validated(job, None, [*problems, Problem(exc.field, exc.message)])
+    chief = _chief_problem(job, plan)
+    if chief is not None:
+        return Validated(job, None, [*problems, chief])
     return Validated(job, plan, problems)
+
+
+def _chief_problem(job: EmbeddingTrainingJob, plan: ShardPlan) -> Problem | None:
+    """The chief rule (``etj.api.spec.CHIEF_RULES``) for the strategy ``Auto`` chose: the
+    model checks it for a strategy written in the spec only."""
+    if job.spec.strategy != Strategy.AUTO:
+        return None
+    decided = job.spec.model_copy(update={"strategy": plan.strategy})
+    try:
+        check_rules(decided, CHIEF_RULES)
+    except ValueError as exc:
+        return Problem(
+            "spec.replicas.chief.replicas", f"{exc} (strategy Auto chose {plan.strategy})"
+        )
+    return None

@@ -449,6 +449,32 @@ CASES: list[Case] = [
         _set("spec.replicas.chief.replicas", 0),
     ),
     Case(
+        # The API server admits it (CEL cannot see into the template's Pod spec); the
+        # template runs etj's trainer (no command, no image), which needs its coordinator.
+        "ps-strategy-no-chief-trainer-template",
+        "plan",
+        "spec",
+        "exactly one chief",
+        _both(
+            _set("spec.replicas.chief.replicas", 0),
+            _set("spec.replicas.worker.template", {"metadata": {"labels": {"team": "ads"}}}),
+        ),
+    ),
+    Case(
+        "all-workers-with-chief",
+        "cel",
+        "spec",
+        "successPolicy AllWorkers is for a job without a chief",
+        _set("spec.runPolicy.successPolicy", "AllWorkers"),
+    ),
+    Case(
+        "success-policy-unknown",
+        "schema",
+        "spec.runPolicy.successPolicy",
+        "'Chief' or 'AllWorkers'",
+        _set("spec.runPolicy.successPolicy", "AnyWorker"),
+    ),
+    Case(
         "ps-strategy-no-workers",
         "cel",
         "spec",

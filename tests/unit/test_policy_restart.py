@@ -51,6 +51,13 @@ def test_parameter_server_groups():
     assert restart_group("ParameterServer", PS, "evaluator", 0) == {("evaluator", 0)}
 
 
+def test_parameter_server_groups_without_a_chief():
+    """A TFJob's PS + Worker (own program, no chief): each failed replica restarts alone."""
+    no_chief = ReplicaSet(chief=0, worker=4, ps=2)
+    assert restart_group("ParameterServer", no_chief, "ps", 1) == {("ps", 1)}
+    assert restart_group("ParameterServer", no_chief, "worker", 0) == {("worker", 0)}
+
+
 def test_mirrored_groups_take_every_worker():
     assert restart_group("MultiWorkerMirrored", MW, "worker", 1) == {
         ("worker", 0),

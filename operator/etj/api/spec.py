@@ -69,6 +69,15 @@ class CleanPodPolicy(StrEnum):
     NONE = "None"
 
 
+class SuccessPolicy(StrEnum):
+    """When the job has succeeded (TFJob's ``successPolicy``; its "" is ``Chief`` here)."""
+
+    # The chief exits 0; without a chief, worker 0 (TensorFlow's "chief worker").
+    CHIEF = "Chief"
+    # Every worker exits 0 (a job without a chief only, as in TFJob).
+    ALL_WORKERS = "AllWorkers"
+
+
 class ResourceRequirements(ApiModel):
     """Compute resources of one replica, as in a Pod's container ``resources``."""
 
@@ -730,6 +739,14 @@ class RunPolicy(ApiModel):
         default=False,
         description="true deletes the pods and keeps status and checkpoints; false resumes.",
     )
+    success_policy: SuccessPolicy = Field(
+        default=SuccessPolicy.CHIEF,
+        description=(
+            "When the job succeeds (TFJob's successPolicy): Chief, when the chief exits 0 "
+            "(without a chief, worker 0); AllWorkers, when every worker has exited 0 (a job "
+            "without a chief only). The ps are stopped then."
+        ),
+    )
     clean_pod_policy: CleanPodPolicy = Field(
         default=CleanPodPolicy.RUNNING,
         description="Pods deleted when the job finishes: All, Running (those still running, e.g. ps), or None.",
@@ -809,6 +826,55 @@ IMMUTABLE_MANAGED_BY = {
 }
 
 
+def _workers_run_own_program(spec: EmbeddingTrainingJobSpec) -> bool:
+    template = spec.replicas.worker.template
+    return template is not None and template.runs_own_program
+
+
+def _chief_count(spec: EmbeddingTrainingJobSpec) -> int | None:
+    """The chiefs the job asks for; None: the default (one under ParameterServer)."""
+    chief = spec.replicas.chief
+    return chief.replicas if chief is not None else None
+
+
+# Who may lead a job. etj's own trainer under ParameterServer is ParameterServerStrategy's
+# coordinator model: the chief runs the training loop, so it needs exactly one. A job whose
+# workers run their own command follows TFJob's rules instead (dist-mnist's between-graph
+# replication: PS + Worker and no Chief, worker 0 is the chief; etj.tfconfig's leader rule).
+# CEL cannot see into a template's Pod spec (it preserves unknown fields), so the API server
+# admits a chief-less ParameterServer job whose workers have a template at all, and the
+# model checks that the template gives a command or an image (etj validate, and the
+# operator marks the job Failed/InvalidSpec otherwise).
+CHIEF_RULES = (
+    Rule(
+        "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.chief) && self.replicas.chief.replicas != 1 && !(self.replicas.chief.replicas == 0 && has(self.replicas.worker) && has(self.replicas.worker.template)))",
+        "strategy ParameterServer with etj's trainer needs exactly one chief "
+        "(ParameterServerStrategy's coordinator runs the training loop); a job whose workers "
+        "run their own command (replicas.worker.template) may have none, as a TFJob: worker 0 "
+        "is then the chief",
+        lambda s: (
+            s.strategy != Strategy.PARAMETER_SERVER
+            or _chief_count(s) in (None, 1)
+            or (_chief_count(s) == 0 and _workers_run_own_program(s))
+        ),
+    ),
+    Rule(
+        "!(has(self.runPolicy) && has(self.runPolicy.successPolicy) && self.runPolicy.successPolicy == 'AllWorkers') || (has(self.replicas) && has(self.replicas.chief) ? self.replicas.chief.replicas == 0 : self.strategy == 'MultiWorkerMirrored')",
+        "runPolicy.successPolicy AllWorkers is for a job without a chief (as in TFJob, a "
+        "chief's exit decides the job): set replicas.chief.replicas to 0 or leave "
+        "successPolicy out",
+        lambda s: (
+            s.run_policy.success_policy != SuccessPolicy.ALL_WORKERS
+            or (
+                _chief_count(s) == 0
+                if _chief_count(s) is not None
+                else s.strategy == Strategy.MULTI_WORKER_MIRRORED
+            )
+        ),
+    ),
+)
+
+
 class EmbeddingTrainingJobSpec(ApiModel):
     """The desired training job."""
 
@@ -819,10 +885,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 "!(self.strategy == 'MultiWorkerMirrored' && has(self.replicas) && has(self.replicas.ps))",
                 "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
             ),
-            (
-                "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.chief) && self.replicas.chief.replicas != 1)",
-                "strategy ParameterServer needs exactly one chief (the coordinator)",
-            ),
+            *CHIEF_RULES,
             (
                 "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.worker) && self.replicas.worker.replicas < 1)",
                 "strategy ParameterServer needs at least one worker",
@@ -870,11 +933,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 "replicas.ps is only for strategy ParameterServer (or Auto); "
                 "remove it for MultiWorkerMirrored"
             )
-        if self.strategy == Strategy.PARAMETER_SERVER:
-            if r.chief is not None and r.chief.replicas != 1:
-                raise ValueError(
-                    "strategy ParameterServer needs exactly one chief (the coordinator)"
-                )
-            if r.worker.replicas < 1:
-                raise ValueError("strategy ParameterServer needs at least one worker")
+        check_rules(self, CHIEF_RULES)
+        if self.strategy == Strategy.PARAMETER_SERVER and r.worker.replicas < 1:
+            raise ValueError("strategy ParameterServer needs at least one worker")
         return self

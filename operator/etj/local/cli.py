@@ -47,7 +47,7 @@ def run(
     from etj.cliio import InputError, display_name, load_documents
     from etj.local.configmaps import JobFileError, split_job_file
     from etj.local.runner import LocalRunner, Reporter
-    from etj.render.objects import role_template
+    from etj.render.objects import replica_set, role_template
     from etj.render.podtemplate import template_command
     from etj.validation import validate_manifest
 
@@ -69,8 +69,11 @@ def run(
     length = f"{epochs} epochs (steps counted by the trainer)" if epochs else f"{steps} steps"
     if any(template_command(role_template(job, role)) for role in ("chief", "worker")):
         length = "its own program (the template's command)"
+    tasks = replica_set(job, plan)
+    # Without a chief, worker 0 is the chief (TFJob's rule; ReplicaSet.leader).
+    roles = f"chief+{tasks.worker} workers" if tasks.chief else f"{tasks.worker} workers"
     console.print(
-        f"[bold]{job.name}[/]: {plan.strategy}, chief+{job.spec.replicas.worker.replicas} workers"
+        f"[bold]{job.name}[/]: {plan.strategy}, {roles}"
         f"+{plan.ps_replicas} ps, {len(plan.tables)} tables in "
         f"{sum(t.shards for t in plan.tables)} shards, {length}"
     )

@@ -1,10 +1,11 @@
 """One reconcile pass as a pure function: the observed world in, a Decision out.
 
 The order of the rules: not ours → nothing; invalid spec → Failed; finished → clean up and
-honour the TTL; suspended → delete pods; deadline → Failed; leader succeeded → Succeeded;
-failed replicas → restart their group (or fail the job when the policy or backoffLimit
-says so), after the replica's restart back-off; then create whatever is missing (a
-replica still in back-off waits: the Decision asks to be requeued when it is due). The whole new status comes out once, for one
+honour the TTL; suspended → delete pods; deadline → Failed; succeeded (the chief, else
+worker 0, or every worker: runPolicy.successPolicy) → Succeeded; failed replicas → restart
+their group (or fail the job when the policy or backoffLimit says so), after the replica's
+restart back-off; then create whatever is missing (a replica still in back-off waits: the
+Decision asks to be requeued when it is due). The whole new status comes out once, for one
 status write.
 """
 
@@ -28,7 +29,7 @@ from etj.api.status import (
 from etj.reconcile.conditions import condition_true, set_condition
 from etj.reconcile.observe import PodState
 from etj.reconcile.policies.backoff import due_time, recovered, wait_for, waiting_seconds
-from etj.reconcile.policies.completion import leader_succeeded, pods_to_clean
+from etj.reconcile.policies.completion import job_succeeded, pods_to_clean, success_message
 from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
 from etj.reconcile.policies.gang import (
     CONDITION_SCHEDULED,
@@ -207,7 +208,8 @@ def decide(world: World) -> Decision:
             f"the job ran longer than activeDeadlineSeconds ({rp.active_deadline_seconds})",
         )
         return p.done(replicas)
-    if leader_succeeded(p.pods, replicas):
+    success = str(rp.success_policy)
+    if job_succeeded(p.pods, replicas, success):
         # The chief exits 0 only once it has trained every step; its last metrics page
         # may not have been read before it exited, but its termination message has the
         # final step and the evaluation of the end.
@@ -222,11 +224,7 @@ def decide(world: World) -> Decision:
         )
         steps = 0 if job.spec.training.epochs or own else job.spec.training.steps
         p.st.progress = last.model_copy(update={"step": max(last.step, steps)})
-        p.finish(
-            Phase.SUCCEEDED,
-            "JobSucceeded",
-            "the chief finished training; parameter servers stopped",
-        )
+        p.finish(Phase.SUCCEEDED, "JobSucceeded", success_message(replicas, success))
         p.d.requeue_after = seconds_to_expiry(world.now, rp.ttl_seconds_after_finished, world.now)
         return p.done(replicas)
     if _handle_failures(p, replicas):

@@ -47,6 +47,7 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.podtemplate import runs_own_program
 from etj.api.quantity import format_bytes, quantity_bytes
 from etj.api.spec import GangScheduler, ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
@@ -261,7 +262,11 @@ def replica_resources(
             # The budget the plan was fitted into is the ps's limit.
             limits["memory"] = job.spec.sharding.default_ps_memory
     elif role in ("chief", "worker") and plan.replica_memory_bytes is not None:
-        need = plan.replica_memory_bytes
+        # etj's trainer mirrors every table on each replica; a program of the user's own
+        # (a converted TFJob) is sized by the resources it asks for, as in a TFJob.
+        template = role_template(job, role)
+        if not runs_own_program((template or {}).get("spec")):
+            need = plan.replica_memory_bytes
     if need is not None:
         current = quantity_bytes(requests["memory"]) if "memory" in requests else 0
         if need > current:
@@ -376,9 +381,11 @@ def build_pod(
     ports = [{"name": "tf", "containerPort": settings.tf_port, "protocol": "TCP"}]
     if (role, index) == replicas.leader():
         ports.append({"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"})
-    # ps and PS-strategy workers serve gRPC on the TF port as soon as they are up.
+    # ps and PS-strategy workers serve gRPC on the TF port as soon as they are up. Without
+    # a chief (a TFJob-shaped own program) what a worker serves is the program's: no probe,
+    # as in a TFJob.
     serves_tf = role == "ps" or (
-        role == "worker" and plan.strategy == Strategy.PARAMETER_SERVER.value
+        role == "worker" and plan.strategy == Strategy.PARAMETER_SERVER.value and replicas.chief > 0
     )
     readiness = {"tcpSocket": {"port": settings.tf_port}, "periodSeconds": 5} if serves_tf else None
     volumes, mounts = _volumes(job)

@@ -9,7 +9,8 @@ does not fit the model) is permanent under every policy: a restart would fail th
 
 Restart groups — ParameterServer: a worker alone (the coordinator keeps training on the
 others and takes it back); a ps together with the chief (the chief restores every shard
-from the last checkpoint); the chief alone. MultiWorkerMirrored: any worker or the chief
+from the last checkpoint), or alone in a job without a chief (a TFJob-shaped program of
+the user's own: TFJob restarts the failed replica only); the chief alone. MultiWorkerMirrored: any worker or the chief
 restarts all of them (collectives cannot lose a member). An evaluator restarts alone.
 
 Pure.
