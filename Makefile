@@ -18,7 +18,7 @@ help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
 	@echo "make test      - lint, type-check and run the test suite (CI's; not the extended checks)"
 	@echo "make test-all  - the same with the extended checks (minutes more)"
-	@echo "make crds      - regenerate crds/ and the chart's CRD from the API models"
+	@echo "make crds      - regenerate crds/, the chart's CRD and admission policy from the API models"
 	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
 	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
 	@echo "make e2e-kind  - kind end-to-end suite (needs docker + kind)"
@@ -91,6 +91,8 @@ render: venv
 crds: venv
 	$(VENV)/bin/etj crd > crds/embeddingtrainingjobs.training.etj.dev.yaml
 	@if [ -d charts/etj/crds ]; then cp crds/*.yaml charts/etj/crds/; fi
+	$(PY) -c 'from etj.api.admission import CHART_TEMPLATE, chart_template; \
+		open(CHART_TEMPLATE, "w").write(chart_template())'
 
 cluster-up: venv binaries
 	$(VENV)/bin/etj cluster up
