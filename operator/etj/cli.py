@@ -104,14 +104,29 @@ def validate(file: str, allow_privileged: bool) -> None:
 @file_argument()
 @click.option("--namespace", "-n", default=None, help="Namespace to render into.")
 @click.option("--image", default=None, help="Default trainer image (the operator's setting).")
-def render(file: str, namespace: str | None, image: str | None) -> None:
+@click.option(
+    "--network-policy",
+    default="",
+    metavar="NAMESPACE/KEY=VALUE,...",
+    help="Also the job's NetworkPolicy, as `etj operator --network-policy` makes it.",
+)
+def render(file: str, namespace: str | None, image: str | None, network_policy: str) -> None:
     """Print every object the operator would create for a job (like `helm template`)."""
+    import dataclasses
+
     from etj.crd import to_yaml
     from etj.render import RenderSettings, build_objects
+    from etj.render.networkpolicy import NetworkPolicySettings
 
     results = _validated(file)
     _fail_on_problems(file, results)
     settings = RenderSettings(default_image=image) if image else RenderSettings()
+    if network_policy:
+        try:
+            policy = NetworkPolicySettings.parse(network_policy)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--network-policy") from None
+        settings = dataclasses.replace(settings, network_policy=policy)
     docs = []
     for r in results:
         job = r.job
