@@ -338,7 +338,9 @@ def _cel_route(route: str) -> str:
     check refuses)."""
     parts = route.removesuffix("[]").split(".")
     opt = "object." + parts[0] + "".join(f".?{p}" for p in parts[1:])
-    return f"{opt}.orValue([])" if route.endswith("[]") else f"[{opt}.orValue({{}})]"
+    # dyn(): a list literal of a map is list(dyn), the lists of a route's field are dyn,
+    # and a list literal of both would not type-check.
+    return f"{opt}.orValue([])" if route.endswith("[]") else f"dyn([{opt}.orValue({{}})])"
 
 
 def scope_variable(scope: Scope) -> str:
