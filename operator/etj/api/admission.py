@@ -222,7 +222,7 @@ CHECKS: tuple[Check, ...] = (
         "securityContext.allowPrivilegeEscalation",
         "equals",
         True,
-        "a process could gain more privilege than its parent (setuid)",
+        "a process could gain more privilege than its parent, through setuid say",
     ),
     Check(
         "capabilities",
@@ -266,8 +266,8 @@ CHECKS: tuple[Check, ...] = (
         "mountPath",
         "matches",
         SYSTEM_PATH_RE,
-        f"a mount over a system directory ({', '.join(SYSTEM_PATHS)}) or above one replaces "
-        "the container's own files",
+        "a mount over a system directory, or above one, replaces the container's own files: "
+        + ", ".join(SYSTEM_PATHS),
     ),
     Check(
         "unclean-path",
