@@ -44,7 +44,7 @@ lint: venv
 # kube-score over the chart (helm template) and every example's rendered objects: zero
 # findings but the exceptions tests/lint/kube-score.yaml gives with their reasons. Apart
 # from `make lint` because it needs Go builds: kube-score (~160 s cold on 2 cores, a cache
-# check warm) and helm (from `make binaries`); `make test` runs it. Warm: ~5 s.
+# check warm) and helm (from `make binaries`); `make test` runs it. Warm: ~20 s.
 lint-objects: venv binaries
 	@ks=$$(nice -n 10 bash tests/cluster/build-kube-score.sh) && $(PY) tests/lint/lint_objects.py "$$ks"
 
