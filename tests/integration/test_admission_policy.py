@@ -181,3 +181,63 @@ def test_chart_switches(policed: LocalCluster):
         "resources": ["networkpolicies"],
         "verbs": ["create"],
     } in role["rules"]
+
+
+def test_the_operator_creates_each_jobs_network_policy_under_the_charts_rbac(
+    policed: LocalCluster, tmp_path: Path
+):
+    # networkPolicy.enabled: the chart passes --network-policy and grants the create; the
+    # operator, under the chart's ServiceAccount, makes the policy the API server stores.
+    from .operator_helpers import OperatorProcess
+    from .test_chart import service_account_kubeconfig
+    from .test_operator import apply, job
+
+    helm(policed, "upgrade", RELEASE, CHART, "-n", RELEASE_NS, "--reuse-values", "--skip-crds",
+         "--set", "networkPolicy.enabled=true")  # fmt: skip
+    deployment = json.loads(
+        policed.kubectl("get", "deployment", RELEASE, "-n", RELEASE_NS, "-o", "json").stdout
+    )
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    (flag,) = [a for a in args if a.startswith("--network-policy=")]
+    namespace = create_namespace(policed)
+    kubeconfig = service_account_kubeconfig(policed, tmp_path / "sa.kubeconfig")
+    op = OperatorProcess(
+        policed, namespace, tmp_path / "op.log", (flag,), kubeconfig=kubeconfig
+    ).start()
+    try:
+        apply(policed, namespace, job())
+        stored = wait_for(
+            lambda: (
+                (
+                    r := policed.kubectl(
+                        "get", "networkpolicy", "ctr", "-n", namespace, "-o", "json", check=False
+                    )
+                ).returncode
+                == 0
+                and json.loads(r.stdout)
+            ),
+            60,
+            "the job's NetworkPolicy",
+        )
+        pods = wait_for(
+            lambda: json.loads(
+                policed.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
+            )["items"],
+            60,
+            "the job's pods",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- the operator's log ---\n{op.tail(30)}") from exc
+    finally:
+        op.stop()
+    selector = stored["spec"]["podSelector"]["matchLabels"]
+    assert all(selector.items() <= p["metadata"]["labels"].items() for p in pods)
+    metrics_from = stored["spec"]["ingress"][1]["from"][0]
+    assert metrics_from["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": RELEASE_NS
+    }
+    assert (
+        metrics_from["podSelector"]["matchLabels"]
+        == (deployment["spec"]["template"]["metadata"]["labels"])
+    )
+    assert "Forbidden" not in op.tail(400) and "forbidden" not in op.tail(400)
