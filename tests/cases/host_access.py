@@ -237,6 +237,21 @@ HOSTILE: list[Case] = [
         _set((f"{W}.securityContext.seccompProfile", {"type": "Unconfined"})),
     ),
     Case(
+        "apparmor-unconfined",
+        (("apparmor", f"{W}.initContainers[0].securityContext.appArmorProfile.type"),),
+        _set((f"{W}.initContainers[0].securityContext.appArmorProfile", {"type": "Unconfined"})),
+    ),
+    Case(
+        "pod-apparmor-unconfined",
+        (("pod-apparmor", "spec.replicas.ps.template.spec.securityContext.appArmorProfile.type"),),
+        _set(
+            (
+                "spec.replicas.ps.template",
+                {"spec": {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}},
+            )
+        ),
+    ),
+    Case(
         "proc-unmasked",
         (("proc-mount", f"{TRAINER}.securityContext.procMount"),),
         _set((f"{TRAINER}.securityContext", {"procMount": "Unmasked"})),

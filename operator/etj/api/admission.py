@@ -188,6 +188,7 @@ def _cel_literal(value: Any) -> str:
 
 _ROOT = "jobs do not run as root"
 _SECCOMP = "jobs keep the kernel's syscall filter"
+_APPARMOR = "jobs keep the node's AppArmor confinement"
 
 CHECKS: tuple[Check, ...] = (
     Check(
@@ -199,6 +200,14 @@ CHECKS: tuple[Check, ...] = (
     Check("pod-run-as-non-root", PODS, "securityContext.runAsNonRoot", "equals", False, _ROOT),
     Check(
         "pod-seccomp", PODS, "securityContext.seccompProfile.type", "equals", "Unconfined", _SECCOMP
+    ),
+    Check(
+        "pod-apparmor",
+        PODS,
+        "securityContext.appArmorProfile.type",
+        "equals",
+        "Unconfined",
+        _APPARMOR,
     ),
     Check(
         "pod-host-process",
@@ -241,6 +250,14 @@ CHECKS: tuple[Check, ...] = (
         "equals",
         "Unconfined",
         _SECCOMP,
+    ),
+    Check(
+        "apparmor",
+        CONTAINERS,
+        "securityContext.appArmorProfile.type",
+        "equals",
+        "Unconfined",
+        _APPARMOR,
     ),
     Check(
         "proc-mount",
