@@ -144,6 +144,12 @@ HOSTILE: list[Case] = [
         _set((f"{PROXY}.securityContext.capabilities.add", ["NET_BIND_SERVICE", "SYS_ADMIN"])),
     ),
     Case(
+        # Not a list: refused with the check's message, not with a CEL error.
+        "capabilities-add-not-a-list",
+        (("capabilities", f"{PROXY}.securityContext.capabilities.add"),),
+        _set((f"{PROXY}.securityContext.capabilities.add", "SYS_ADMIN")),
+    ),
+    Case(
         "init-container-escalates",
         (
             (
@@ -162,6 +168,11 @@ HOSTILE: list[Case] = [
         "container-not-non-root",
         (("run-as-non-root", f"{W}.initContainers[0].securityContext.runAsNonRoot"),),
         _set((f"{W}.initContainers[0].securityContext.runAsNonRoot", False)),
+    ),
+    Case(
+        "root-as-a-float",
+        (("run-as-root", f"{PROXY}.securityContext.runAsUser"),),
+        _set((f"{PROXY}.securityContext.runAsUser", 0.0)),
     ),
     Case(
         "pod-not-non-root",

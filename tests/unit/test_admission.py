@@ -115,3 +115,25 @@ def test_policy_has_one_validation_per_check_with_its_message():
     assert [v["message"] for v in spec["validations"]] == [c.message for c in CHECKS]
     assert all("\n" not in v["message"] for v in spec["validations"])
     assert {v["name"] for v in spec["variables"]} == {"pods", "containers", "volumes"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "refused"),
+    [
+        ("hostNetwork", 1, False),  # CEL: 1 == true is false
+        ("hostNetwork", "true", False),
+        ("securityContext.runAsUser", 0.0, True),  # CEL: 0.0 == 0
+        ("securityContext.runAsUser", False, False),
+        ("securityContext.runAsUser", 1000, False),
+    ],
+)
+def test_python_compares_as_cel_does(field: str, value: object, refused: bool):
+    check = next(c for c in CHECKS if c.scope.name == "pods" and c.field == field)
+    assert check.refused(value) is refused
+
+
+def test_a_value_of_another_type_is_refused_as_the_policy_refuses_it():
+    by_kind = {c.kind: c for c in CHECKS}
+    assert by_kind["beyond"].refused("SYS_ADMIN")
+    assert by_kind["matches"].refused(5)
+    assert not by_kind["beyond"].refused(["NET_BIND_SERVICE"])

@@ -135,15 +135,16 @@ class Check:
     def refused(self, value: Any) -> bool:
         """The Python side of ``cel_refused``; ``value`` is present."""
         if self.kind == "equals":
-            return bool(value == self.arg and type(value) is type(self.arg))
+            return _cel_equal(value, self.arg)
         if self.kind == "present":
             return True
         if self.kind == "nonzero":
-            return value != 0
+            return not _cel_equal(value, 0)
+        # A value of another type than the field's is refused, as by the CEL.
         if self.kind == "beyond":
-            return isinstance(value, list) and any(v not in self.arg for v in value)
+            return not isinstance(value, list) or any(v not in self.arg for v in value)
         if self.kind == "matches":
-            return isinstance(value, str) and re.search(self.arg, value) is not None
+            return not isinstance(value, str) or re.search(self.arg, value) is not None
         raise ValueError(self.kind)  # pragma: no cover - the kinds are fixed below
 
     def cel_refused(self, item: str) -> str:
@@ -155,10 +156,15 @@ class Check:
             return f"{opt}.hasValue()"
         if self.kind == "nonzero":
             return f"{opt}.orValue(0) != 0"
+        # A value of another type is refused with the check's own message (an expression
+        # that errors would deny with CEL's).
         if self.kind == "beyond":
-            return f"!{opt}.orValue([]).all(v, v in {_cel_literal(list(self.arg))})"
+            value = f"{opt}.orValue([])"
+            allowed = _cel_literal(list(self.arg))
+            return f"(type({value}) != list || !{value}.all(v, v in {allowed}))"
         if self.kind == "matches":
-            return f"{opt}.orValue('').matches({_cel_literal(self.arg)})"
+            value = f"{opt}.orValue('')"
+            return f"(type({value}) != string || {value}.matches({_cel_literal(self.arg)}))"
         raise ValueError(self.kind)  # pragma: no cover
 
     @property
@@ -172,6 +178,15 @@ class Check:
     def message(self) -> str:
         """The policy's message (one line; ``etj validate`` names the field instead)."""
         return f"{self.scope.what} may not set {self.shown} ({self.why}); {_OPT_IN}"
+
+
+def _cel_equal(a: Any, b: Any) -> bool:
+    """CEL's heterogeneous equality: numbers by value (0 == 0.0), a bool only to a bool."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    return type(a) is type(b) and bool(a == b)
 
 
 def _cel_literal(value: Any) -> str:
