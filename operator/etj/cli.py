@@ -47,16 +47,21 @@ def main() -> None:
     """etj: TensorFlow training jobs with very large embedding tables, on Kubernetes."""
 
 
-def _validated(path: str) -> list:  # list[etj.validation.Validated]
+def _validated(path: str, host_access: bool = True) -> list:  # list[etj.validation.Validated]
     from etj.cliio import InputError, load_documents
     from etj.local.configmaps import is_config_map
+    from etj.render.names import with_derived_names
     from etj.validation import validate_manifest
 
     docs = load_documents(path)
     if not docs:
         raise InputError(path, "no documents (an empty file?)")
     # ConfigMaps beside a job (a custom tower's code) are the user's, not etj's to check.
-    return [validate_manifest(d) for d in docs if not is_config_map(d)]
+    return [
+        with_derived_names(validate_manifest(d, host_access=host_access))
+        for d in docs
+        if not is_config_map(d)
+    ]
 
 
 def _fail_on_problems(path: str, results: list) -> None:
@@ -74,9 +79,22 @@ def _fail_on_problems(path: str, results: list) -> None:
 
 @main.command()
 @file_argument()
-def validate(file: str) -> None:
-    """Check a job file: exit 0, or exit 2 with one line per problem naming the field."""
-    results = _validated(file)
+@click.option(
+    "--allow-privileged",
+    is_flag=True,
+    help=(
+        "The job's namespace is labelled training.etj.dev/allow-privileged=true: host "
+        "access and privilege in its templates and volumes are allowed there (the chart's "
+        "admission policy refuses them elsewhere)."
+    ),
+)
+def validate(file: str, allow_privileged: bool) -> None:
+    """Check a job file: exit 0, or exit 2 with one line per problem naming the field.
+
+    Besides the schema and the plan, it applies the chart's admission policy: no host
+    access or privilege (privileged, host namespaces, hostPath, added capabilities, root,
+    mounts over system directories) unless --allow-privileged."""
+    results = _validated(file, host_access=allow_privileged)
     _fail_on_problems(file, results)
     for r in results:
         click.echo(f"{r.job.name}: valid ({r.plan.strategy}, {r.plan.ps_replicas} ps)")
@@ -86,14 +104,29 @@ def validate(file: str) -> None:
 @file_argument()
 @click.option("--namespace", "-n", default=None, help="Namespace to render into.")
 @click.option("--image", default=None, help="Default trainer image (the operator's setting).")
-def render(file: str, namespace: str | None, image: str | None) -> None:
+@click.option(
+    "--network-policy",
+    default="",
+    metavar="NAMESPACE/KEY=VALUE,...",
+    help="Also the job's NetworkPolicy, as `etj operator --network-policy` makes it.",
+)
+def render(file: str, namespace: str | None, image: str | None, network_policy: str) -> None:
     """Print every object the operator would create for a job (like `helm template`)."""
+    import dataclasses
+
     from etj.crd import to_yaml
     from etj.render import RenderSettings, build_objects
+    from etj.render.networkpolicy import NetworkPolicySettings
 
     results = _validated(file)
     _fail_on_problems(file, results)
     settings = RenderSettings(default_image=image) if image else RenderSettings()
+    if network_policy:
+        try:
+            policy = NetworkPolicySettings.parse(network_policy)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--network-policy") from None
+        settings = dataclasses.replace(settings, network_policy=policy)
     docs = []
     for r in results:
         job = r.job

@@ -107,6 +107,7 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
 
     def _plain(self, obj: Any) -> Any:
         return self.api_client.sanitize_for_serialization(obj)
@@ -173,12 +174,13 @@ class Kube:
     # ---- writes ------------------------------------------------------------------------
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Create a Service, ConfigMap or Pod: the object as stored; None when it already
-        existed."""
+        """Create a Service, ConfigMap, NetworkPolicy or Pod: the object as stored; None when
+        it already existed."""
         create: Any = {
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
             "Pod": self.core.create_namespaced_pod,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }[obj["kind"]]
         if obj["kind"] == "Pod" and _newer_than_client(obj):
             create = self._post_pod_json

@@ -12,8 +12,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from etj.api.admission import host_access_problems
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from etj.api.job import EmbeddingTrainingJob
+from etj.api.names import job_name_problem
 from etj.api.plan import ShardPlan
 from etj.api.rules import check_rules
 from etj.api.spec import CHIEF_RULES, Strategy
@@ -77,8 +79,12 @@ def problems_from(exc: ValidationError) -> list[Problem]:
     return list(seen.values())
 
 
-def validate_manifest(manifest: Any) -> Validated:
-    """Validate one manifest (a dict parsed from YAML or read from the API server)."""
+def validate_manifest(manifest: Any, *, host_access: bool = True) -> Validated:
+    """Validate one manifest (a dict parsed from YAML or read from the API server).
+
+    ``host_access=False``: also refuse what the chart's admission policy refuses in a
+    namespace without the opt-in label (``etj.api.admission``); the operator acts on jobs
+    the API server admitted, and ``etj run`` runs processes, so neither asks for it."""
     if not isinstance(manifest, dict):
         return Validated(None, None, [Problem("(root)", "a job manifest must be a mapping")])
     problems: list[Problem] = []
@@ -87,7 +93,9 @@ def validate_manifest(manifest: Any) -> Validated:
     if manifest.get("kind") != KIND:
         problems.append(Problem("kind", f"must be {KIND}"))
     name = (manifest.get("metadata") or {}).get("name")
-    if isinstance(name, str) and len(name) > MAX_JOB_NAME_LENGTH:
+    if isinstance(name, str) and (why := job_name_problem(name)):
+        problems.append(Problem("metadata.name", why))
+    elif isinstance(name, str) and len(name) > MAX_JOB_NAME_LENGTH:
         problems.append(
             Problem(
                 "metadata.name",
@@ -95,6 +103,8 @@ def validate_manifest(manifest: Any) -> Validated:
                 "<name>-worker-<index> stay DNS labels",
             )
         )
+    if not host_access:
+        problems += [Problem(f, why) for f, why in host_access_problems(manifest)]
     try:
         job = EmbeddingTrainingJob.from_manifest(manifest)
     except ValidationError as exc:

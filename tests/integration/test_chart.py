@@ -58,6 +58,9 @@ def test_lint_and_template(locked: LocalCluster):
         "Pod",  # the `helm test` pod (a test hook)
         "Service",
         "ServiceAccount",
+        # No host access or privilege through a job (test_admission_policy.py).
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     scoped = [
         d

@@ -55,6 +55,11 @@ app.kubernetes.io/component: operator
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create]
+{{- if .Values.networkPolicy.enabled }}
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create]
+{{- end }}
 {{- end -}}
 
 

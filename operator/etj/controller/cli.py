@@ -7,13 +7,16 @@ import asyncio
 import logging
 import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from etj.api.constants import DEFAULT_IMAGE
 from etj.api.quantity import quantity_bytes
 from etj.api.spec import GangScheduler
+
+if TYPE_CHECKING:
+    from etj.render.networkpolicy import NetworkPolicySettings
 
 
 @click.command()
@@ -93,6 +96,15 @@ from etj.api.spec import GangScheduler
     "gates), Volcano, SchedulerPlugins (coscheduling) or None.",
 )
 @click.option(
+    "--network-policy",
+    default="",
+    envvar="ETJ_NETWORK_POLICY",
+    metavar="NAMESPACE/KEY=VALUE,...",
+    help="Create a NetworkPolicy with every job: only the job's pods reach its TensorFlow "
+    "port, only the operator's pods (this namespace, these labels) its metrics port. "
+    "Empty: none.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["json", "plain"]),
     default="json",
@@ -111,6 +123,7 @@ def operator(
     progress_seconds: float,
     max_memory_on_oom: str,
     gang_scheduler: str,
+    network_policy: str,
     log_format: str,
     verbose: bool,
 ) -> None:
@@ -145,6 +158,7 @@ def operator(
         max_memory_on_oom=quantity_bytes(max_memory_on_oom),
         metrics_port=metrics_port,
         gang_scheduler=GangScheduler(gang_scheduler),
+        network_policy=_network_policy(network_policy),
     )
     if metrics_port:
         start_http_server(metrics_port)
@@ -193,3 +207,14 @@ def _configure_logging(verbose: bool) -> None:
     # handler's "succeeded" line would flood the log: those stay at debug.
     if not verbose:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def _network_policy(text: str) -> NetworkPolicySettings | None:
+    from etj.render.networkpolicy import NetworkPolicySettings
+
+    if not text:
+        return None
+    try:
+        return NetworkPolicySettings.parse(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--network-policy") from None

@@ -37,6 +37,7 @@ from etj.reconcile.decide import Event, failed_status, gang_unavailable, iso
 from etj.reconcile.policies.gang import REASON_UNAVAILABLE
 from etj.reconcile.progress import parse_evaluation, parse_progress
 from etj.render import RenderSettings, build_config_map, build_pod, build_service
+from etj.render.networkpolicy import build_network_policy
 from etj.render.objects import build_gang_object
 from etj.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
 from etj.validation import validate_manifest
@@ -187,6 +188,7 @@ class Reconciler:
             default_image=self.settings.default_image,
             memory_limits=memory_limits,
             gang_scheduler=self.settings.gang_scheduler,
+            network_policy=self.settings.network_policy,
         )
 
     async def _gang(self, gang: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
@@ -265,6 +267,10 @@ class Reconciler:
         ns, name = job.namespace, job.name
         render = self._render(dict(d.status.memory_limits) if d.status else {})
         if plan is not None and d.create_service:
+            # With the Service, once per job: the NetworkPolicy when the operator makes them.
+            policy = build_network_policy(job, render)
+            if policy is not None:
+                await self.kube.create(policy)
             await self.kube.create(build_service(job, render))
             self._known("Service", ns, name)
         if plan is not None and d.create_config_map:

@@ -47,6 +47,7 @@ def run(
     from etj.cliio import InputError, display_name, load_documents
     from etj.local.configmaps import JobFileError, split_job_file
     from etj.local.runner import LocalRunner, Reporter
+    from etj.render.names import with_derived_names
     from etj.render.objects import replica_set, role_template
     from etj.render.podtemplate import template_command
     from etj.validation import validate_manifest
@@ -58,7 +59,7 @@ def run(
         manifest, config_maps = split_job_file(docs)
     except JobFileError as e:
         raise InputError(file, str(e)) from None
-    result = validate_manifest(manifest)
+    result = with_derived_names(validate_manifest(manifest))
     if not result.ok or result.job is None or result.plan is None:
         for problem in result.problems:
             click.echo(f"{display_name(file)}: {problem}", err=True)

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import yaml
@@ -56,6 +56,9 @@ from etj.render.podtemplate import merge_pod_template, template_resources
 from etj.render.scheduling import build_gang, gang_scheduler, pod_scheduling
 from etj.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
 
+if TYPE_CHECKING:
+    from etj.render.networkpolicy import NetworkPolicySettings
+
 # Annotation carrying the memory limit an OOM-killed replica was recreated with.
 ANNOTATION_MEMORY_LIMIT = "training.etj.dev/memory-limit"
 ANNOTATION_SPEC_HASH = "training.etj.dev/spec-generation"
@@ -74,6 +77,8 @@ class RenderSettings:
     memory_limits: dict[str, int] = field(default_factory=dict)
     # The gang scheduler of jobs whose schedulingPolicy names none (etj.render.scheduling).
     gang_scheduler: GangScheduler = GangScheduler.WORKLOAD
+    # A NetworkPolicy per job (etj.render.networkpolicy); None: none.
+    network_policy: NetworkPolicySettings | None = None
 
 
 # JSON escapes a character outside the BMP as a UTF-16 surrogate pair (backslash-u d800
@@ -446,11 +451,15 @@ def build_gang_object(
 def build_objects(
     job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings | None = None
 ) -> list[dict[str, Any]]:
-    """Every object the operator creates for a job: Service, ConfigMap, the gang object (if
-    gang-scheduled), then the Pods."""
+    """Every object the operator creates for a job: the NetworkPolicy (if the settings ask
+    for one), Service, ConfigMap, the gang object (if gang-scheduled), then the Pods."""
+    from etj.render.networkpolicy import build_network_policy  # it builds on this module
+
     settings = settings or RenderSettings()
     gang = build_gang_object(job, plan, settings)
+    policy = build_network_policy(job, settings)
     return [
+        *([policy] if policy is not None else []),
         build_service(job, settings),
         build_config_map(job, plan, settings),
         *([gang] if gang is not None else []),
