@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.storage import sharing_problems
 from etj.planner import PlanError, build_plan
 
 
@@ -75,8 +76,18 @@ def problems_from(exc: ValidationError) -> list[Problem]:
     return list(seen.values())
 
 
-def validate_manifest(manifest: Any) -> Validated:
-    """Validate one manifest (a dict parsed from YAML or read from the API server)."""
+def validate_manifest(
+    manifest: Any,
+    *,
+    shared_storage: bool = True,
+    claim_modes: dict[str, list[str]] | None = None,
+) -> Validated:
+    """Validate one manifest (a dict parsed from YAML or read from the API server).
+
+    ``shared_storage``: the job's pods may run on different nodes, so its checkpoints and
+    data must be where all of them see them (``etj.api.storage``); false for ``etj run``,
+    whose replicas share one host's work directory. ``claim_modes``: the access modes of
+    the claims the job names, when the caller read them (the operator)."""
     if not isinstance(manifest, dict):
         return Validated(None, None, [Problem("(root)", "a job manifest must be a mapping")])
     problems: list[Problem] = []
@@ -101,4 +112,11 @@ def validate_manifest(manifest: Any) -> Validated:
         plan = build_plan(job.spec)
     except PlanError as exc:
         return Validated(job, None, [*problems, Problem(exc.field, exc.message)])
+    if shared_storage:
+        problems += [
+            Problem(f, m)
+            for f, m in sharing_problems(job.spec, plan.strategy, plan.ps_replicas, claim_modes)
+        ]
+        if problems:
+            return Validated(job, None, problems)
     return Validated(job, plan, problems)

@@ -39,6 +39,7 @@ BASE: dict[str, Any] = {
             "hiddenUnits": [64, 32],
         },
         "training": {"steps": 100, "optimizer": "adagrad", "learningRate": 0.05},
+        "checkpoint": {"storage": {"size": "1Gi"}},
     },
 }
 

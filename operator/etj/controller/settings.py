@@ -19,3 +19,7 @@ class OperatorSettings:
     metrics_port: int = 8080
     # The gang scheduler of jobs whose runPolicy.schedulingPolicy names none.
     gang_scheduler: GangScheduler = GangScheduler.WORKLOAD
+    # The StorageClass of checkpoint.storage claims that name none (None: the cluster's).
+    checkpoint_storage_class: str | None = None
+    # tolerationSeconds of the not-ready/unreachable taints (placement.nodeLossSeconds).
+    node_loss_seconds: int = 30
