@@ -292,6 +292,8 @@ def ps_job(name: str, workers: int = 2, ps: int = 1, **spec: Any) -> dict[str, A
             "strategy": "ParameterServer",
             "replicas": {"worker": {"replicas": workers}, "ps": {"replicas": ps}},
             "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            # Several pods share checkpoints; with the stand-in kubelet nothing is written.
+            "checkpoint": {"uri": "/shared/etj-checkpoints"},
             **spec,
         },
     }

@@ -28,12 +28,14 @@ def _job(tmp_path: Path) -> dict[str, Any]:
     doc = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())
     doc["metadata"]["name"] = NAME
     data = doc["spec"]["data"]
-    # As on a cluster: the files on a volume, mounted read-only at /data in every replica.
-    data["files"]["volume"] = {"hostPath": {"path": str(tmp_path / "data")}}
-    data["files"]["pattern"] = "/data/train-*.txt"
-    data["validation"]["pattern"] = f"/data/{valid[0].name}"
+    # The process node's pods read this host's files (a hostPath data volume would be
+    # refused for a multi-pod job: on a cluster, gs:// or a ReadOnlyMany claim).
+    data["files"]["pattern"] = str(tmp_path / "data" / "train-*.txt")
+    data["validation"]["pattern"] = str(tmp_path / "data" / valid[0].name)
+    # On the process node every pod is a process of this host: an absolute path is one
+    # directory for all of them (on a cluster: checkpoint.storage, or a RWX volume).
     doc["spec"]["checkpoint"] = {
-        "volume": {"hostPath": {"path": str(tmp_path / "ckpt")}},
+        "uri": str(tmp_path / "ckpt"),
         "everySteps": 200,
         "keep": 2,
     }

@@ -55,8 +55,10 @@ JOB: dict[str, Any] = {
 
 def submit(cluster: LocalCluster, namespace: str, tmp_path: Path, **spec: Any) -> None:
     doc = copy.deepcopy(JOB)
+    # On the process node every pod is a process of this host: an absolute path is one
+    # directory for all of them (on a cluster: checkpoint.storage, or a RWX volume).
     doc["spec"]["checkpoint"] = {
-        "volume": {"hostPath": {"path": str(tmp_path / "ckpt")}},
+        "uri": str(tmp_path / "ckpt"),
         "everySteps": 400,
         "keep": 3,
     }

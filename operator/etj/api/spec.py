@@ -654,7 +654,7 @@ class CheckpointSpec(ApiModel):
         max_length=1024,
         description=(
             "gs://bucket/prefix, or an absolute path on a volume every replica mounts: "
-            "checkpoints go to <uri>/<job name>. s3:// and hdfs:// are not supported "
+            "checkpoints go to <uri>/<namespace>/<job name>. s3:// and hdfs:// are not supported "
             "(not built into TensorFlow 2.21)."
         ),
     )

@@ -166,9 +166,12 @@ def config_map_name(job_name: str) -> str:
 
 
 def checkpoint_dir(job: EmbeddingTrainingJob) -> str:
-    # A per-job directory: one checkpoint volume (or bucket prefix) may serve several jobs.
+    # A per-job directory: one checkpoint volume may serve several jobs, and one bucket
+    # prefix (or shared path) several namespaces.
     ckpt = job.spec.checkpoint
-    return f"{(ckpt.uri or ckpt.mount_path).rstrip('/')}/{job.name}"
+    if ckpt.uri is not None:
+        return f"{ckpt.uri.rstrip('/')}/{job.namespace}/{job.name}"
+    return f"{ckpt.mount_path.rstrip('/')}/{job.name}"
 
 
 def checkpoint_claim_name(job_name: str) -> str:
