@@ -1,7 +1,9 @@
 """The README's no-Docker path as a user takes it: a local cluster with its process-backed
 node, `helm install` of the chart — the operator then runs *in its pod*, on the node, under
-the chart's ServiceAccount (a bound token, as a kubelet gives one) — and `kubectl apply -f
-examples/quickstart.yaml`, which reaches Succeeded with its step in `kubectl get etj`.
+the chart's ServiceAccount (a bound token, as a kubelet gives one) — and
+examples/quickstart.yaml with its checkpoints on a host path (`checkpoint.uri`, as the
+README's line does it: no provisioner here), which reaches Succeeded with its step in
+`kubectl get etj`.
 `helm uninstall` then stops the operator's process."""
 
 from __future__ import annotations
