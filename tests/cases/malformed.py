@@ -465,6 +465,13 @@ CASES: list[Case] = [
         _set("spec.checkpoint", {"uri": "ckpt"}),
     ),
     Case(
+        "checkpoint-uri-in-tmp",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri: /tmp is each replica's own",
+        _set("spec.checkpoint", {"uri": "/tmp/ckpt"}),
+    ),
+    Case(
         "data-s3",
         "cel",
         "spec",

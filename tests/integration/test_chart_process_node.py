@@ -49,7 +49,7 @@ def _operator_pod(cluster: LocalCluster) -> dict[str, Any] | None:
 
 
 def test_helm_install_then_the_quickstart_succeeds_on_the_process_node(
-    crds: LocalCluster, namespace: str, node_for: Path, tmp_path: Path
+    crds: LocalCluster, namespace: str, node_for: Path, shared_dir: Path
 ):
     helm(
         crds,
@@ -80,7 +80,7 @@ def test_helm_install_then_the_quickstart_succeeds_on_the_process_node(
     # The process node has no storage provisioner for checkpoint.storage's claim; its pods
     # are processes of this host, so an absolute path is one directory for all of them.
     del doc["spec"]["checkpoint"]["storage"]
-    doc["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt")
+    doc["spec"]["checkpoint"]["uri"] = str(shared_dir / "ckpt")
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_for(
         lambda: job_status(crds, namespace, "quickstart").get("phase") in ("Succeeded", "Failed"),

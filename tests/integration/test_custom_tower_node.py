@@ -95,11 +95,11 @@ def _local_tower(checkpoint: str | None = None) -> Any:
 
 
 def test_custom_tower_from_a_config_map_survives_a_chief_kill_and_exports(
-    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):
     started = time.monotonic()
     phases: dict[str, float] = {}
-    checkpoints = tmp_path / "ckpt"
+    checkpoints = shared_dir / "ckpt"
     crds.kubectl(
         "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_manifests(checkpoints))
     )

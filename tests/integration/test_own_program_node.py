@@ -43,9 +43,9 @@ def test_own_program_survives_a_killed_worker(
     namespace: str,
     node: Path,
     operator: OperatorProcess,
-    tmp_path: Path,
+    shared_dir: Path,
 ):
-    job = own_program_job(tmp_path / "ckpt")
+    job = own_program_job(shared_dir / "ckpt")
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
 
     def step() -> int:

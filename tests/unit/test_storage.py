@@ -188,6 +188,12 @@ def test_a_relative_or_unknown_uri_is_refused():
     assert "checkpoint.uri must be gs://bucket/prefix or an absolute path" in line
 
 
+def test_a_uri_in_tmp_is_refused_it_is_each_replicas_own():
+    (line,) = problems(spec(checkpoint={"uri": "/tmp/ckpt"}))
+    assert "checkpoint.uri: /tmp is each replica's own" in line
+    assert problems(spec(checkpoint={"uri": "/tmpfs/ckpt"})) == []
+
+
 def test_s3_data_patterns_are_refused_with_the_reason():
     files = {"pattern": "s3://bucket/train-*.tfrecord"}
     (line,) = problems(spec(checkpoint={"storage": {}}, data={"source": "files", "files": files}))

@@ -636,6 +636,12 @@ _CHECKPOINT_RULES = (
         "sees (a shared volume its pod template mounts)",
         lambda c: c.uri is None or c.uri.startswith(("gs://", "/")),
     ),
+    Rule(
+        "!has(self.uri) || !(self.uri == '/tmp' || self.uri.startsWith('/tmp/'))",
+        "checkpoint.uri: /tmp is each replica's own (an emptyDir etj mounts): use a path on a "
+        "volume every replica mounts",
+        lambda c: c.uri is None or not (c.uri == "/tmp" or c.uri.startswith("/tmp/")),
+    ),
 )
 
 
