@@ -265,7 +265,8 @@ def _job(
                 "optimizer": "adagrad",
                 "learningRate": 0.05,
             },
-            "checkpoint": {"everySteps": 1000, "keep": 3},
+            # Several pods share the checkpoints: a ReadWriteMany claim etj creates.
+            "checkpoint": {"storage": {"size": "10Gi"}, "everySteps": 1000, "keep": 3},
         },
     }
     return job, cols

@@ -171,14 +171,26 @@ class Kube:
         found, _ = await _call(404, read, name, namespace)
         return found
 
+    async def claim_access_modes(self, namespace: str, name: str) -> list[str] | None:
+        """The access modes of a PersistentVolumeClaim (its bound volume's, else those it
+        asks for); None when it does not exist."""
+        found, claim = await _call(
+            404, self.core.read_namespaced_persistent_volume_claim, name, namespace
+        )
+        if not found:
+            return None
+        modes = (claim.status.access_modes if claim.status else None) or claim.spec.access_modes
+        return list(modes or [])
+
     # ---- writes ------------------------------------------------------------------------
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Create a Service, ConfigMap, NetworkPolicy or Pod: the object as stored; None when
-        it already existed."""
+        """Create a Service, ConfigMap, PersistentVolumeClaim, NetworkPolicy or Pod: the
+        object as stored; None when it already existed."""
         create: Any = {
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
+            "PersistentVolumeClaim": self.core.create_namespaced_persistent_volume_claim,
             "Pod": self.core.create_namespaced_pod,
             "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }[obj["kind"]]
@@ -247,9 +259,11 @@ class Kube:
             raise ApiException(http_resp=resp)
         return dict(json.loads(resp.data or b"{}"))
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete a pod; False when it was already gone."""
-        deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace)
+    async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
+        """Delete a pod; False when it was already gone. ``force``: at once (grace period
+        0), for a pod whose node is lost and whose kubelet will never confirm it."""
+        extra = {"grace_period_seconds": 0} if force else {}
+        deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace, **extra)
         return deleted
 
     async def patch_job_status(

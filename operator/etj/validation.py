@@ -19,6 +19,7 @@ from etj.api.names import job_name_problem
 from etj.api.plan import ShardPlan
 from etj.api.rules import check_rules
 from etj.api.spec import CHIEF_RULES, Strategy
+from etj.api.storage import sharing_problems
 from etj.planner import PlanError, build_plan
 
 
@@ -79,12 +80,22 @@ def problems_from(exc: ValidationError) -> list[Problem]:
     return list(seen.values())
 
 
-def validate_manifest(manifest: Any, *, host_access: bool = True) -> Validated:
+def validate_manifest(
+    manifest: Any,
+    *,
+    host_access: bool = True,
+    shared_storage: bool = True,
+    claim_modes: dict[str, list[str]] | None = None,
+) -> Validated:
     """Validate one manifest (a dict parsed from YAML or read from the API server).
 
     ``host_access=False``: also refuse what the chart's admission policy refuses in a
     namespace without the opt-in label (``etj.api.admission``); the operator acts on jobs
-    the API server admitted, and ``etj run`` runs processes, so neither asks for it."""
+    the API server admitted, and ``etj run`` runs processes, so neither asks for it.
+    ``shared_storage``: the job's pods may run on different nodes, so its checkpoints and
+    data must be where all of them see them (``etj.api.storage``); false for ``etj run``,
+    whose replicas share one host's work directory. ``claim_modes``: the access modes of
+    the claims the job names, when the caller read them (the operator)."""
     if not isinstance(manifest, dict):
         return Validated(None, None, [Problem("(root)", "a job manifest must be a mapping")])
     problems: list[Problem] = []
@@ -116,6 +127,13 @@ def validate_manifest(manifest: Any, *, host_access: bool = True) -> Validated:
     chief = _chief_problem(job, plan)
     if chief is not None:
         return Validated(job, None, [*problems, chief])
+    if shared_storage:
+        problems += [
+            Problem(f, m)
+            for f, m in sharing_problems(job.spec, plan.strategy, plan.ps_replicas, claim_modes)
+        ]
+        if problems:
+            return Validated(job, None, problems)
     return Validated(job, plan, problems)
 
 

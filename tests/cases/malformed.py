@@ -39,6 +39,7 @@ BASE: dict[str, Any] = {
             "hiddenUnits": [64, 32],
         },
         "training": {"steps": 100, "optimizer": "adagrad", "learningRate": 0.05},
+        "checkpoint": {"storage": {"size": "1Gi"}},
     },
 }
 
@@ -434,6 +435,49 @@ CASES: list[Case] = [
         "required",
         _set("spec.model.custom", {"module": "my_tower"}),
     ),
+    # ---- cel: where checkpoints and data may be ---------------------------------------------
+    Case(
+        "checkpoint-two-places",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint: set at most one of uri, volume and storage",
+        _set("spec.checkpoint", {"uri": "gs://bucket/ckpt", "storage": {"size": "1Gi"}}),
+    ),
+    Case(
+        "checkpoint-s3",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri: s3:// and hdfs:// are not built into TensorFlow 2.21",
+        _set("spec.checkpoint", {"uri": "s3://bucket/ckpt"}),
+    ),
+    Case(
+        "checkpoint-hdfs",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri: s3:// and hdfs:// are not built into TensorFlow 2.21",
+        _set("spec.checkpoint", {"uri": "hdfs://namenode/ckpt"}),
+    ),
+    Case(
+        "checkpoint-relative-uri",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri must be gs://bucket/prefix or an absolute path",
+        _set("spec.checkpoint", {"uri": "ckpt"}),
+    ),
+    Case(
+        "checkpoint-uri-in-tmp",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri: /tmp is each replica's own",
+        _set("spec.checkpoint", {"uri": "/tmp/ckpt"}),
+    ),
+    Case(
+        "data-s3",
+        "cel",
+        "spec",
+        "data.files.pattern: s3:// and hdfs:// are not built into TensorFlow 2.21",
+        _set("spec.data", {"source": "files", "files": {"pattern": "s3://bucket/train-*"}}),
+    ),
     Case(
         "ps-for-mirrored",
         "cel",
@@ -602,6 +646,31 @@ CASES: list[Case] = [
         "spec.replicas.ps.resources",
         "empty ps",
         _set("spec.replicas.ps.resources.limits.memory", "256Mi"),
+    ),
+    # ---- plan: checkpoints and data several pods cannot share (etj.api.storage) -----------
+    Case(
+        "checkpoint-emptydir-default",
+        "plan",
+        "spec",
+        "the default emptyDir is each pod's own: set checkpoint.storage",
+        _delete("spec.checkpoint"),
+    ),
+    Case(
+        "checkpoint-hostpath",
+        "plan",
+        "spec.checkpoint.volume",
+        "a hostPath is each node's own directory, and this job's 5 pods",
+        _set("spec.checkpoint", {"volume": {"hostPath": {"path": "/ckpt"}}}),
+    ),
+    Case(
+        "data-emptydir",
+        "plan",
+        "spec.data.files.volume",
+        "an emptyDir is each pod's own",
+        _set(
+            "spec.data",
+            {"source": "files", "files": {"pattern": "/data/*", "volume": {"emptyDir": {}}}},
+        ),
     ),
     Case(
         "row-over-max-shard",

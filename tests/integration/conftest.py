@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -197,6 +199,16 @@ def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Any
         yield op
     finally:
         op.stop()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every pod of the process node sees at the same path (checkpoint.uri,
+    data patterns): not under /tmp, which the node maps to each pod's own /tmp as a
+    container's /tmp is its own emptyDir, so not under pytest's tmp_path either."""
+    d = Path(tempfile.mkdtemp(prefix="etj-shared-", dir="/var/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

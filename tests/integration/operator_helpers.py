@@ -182,6 +182,9 @@ class KubeletStandIn:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self.metrics_address: str | None = None
+        # A node whose kubelet stopped answering: its pods get no status and no deletion
+        # is confirmed for them.
+        self.lost_node: str | None = None
 
     def __enter__(self) -> KubeletStandIn:
         self._thread.start()
@@ -200,6 +203,8 @@ class KubeletStandIn:
     def sync(self) -> None:
         for pod in self.core.list_namespaced_pod(self.namespace).items:
             name = pod.metadata.name
+            if self.lost_node is not None and pod.spec.node_name == self.lost_node:
+                continue
             if pod.metadata.deletion_timestamp is not None:
                 self._confirm_deletion(name)
             elif self.run_pods and pod.status.phase == "Pending" and pod.spec.node_name:
@@ -292,6 +297,8 @@ def ps_job(name: str, workers: int = 2, ps: int = 1, **spec: Any) -> dict[str, A
             "strategy": "ParameterServer",
             "replicas": {"worker": {"replicas": workers}, "ps": {"replicas": ps}},
             "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            # Several pods share checkpoints; with the stand-in kubelet nothing is written.
+            "checkpoint": {"uri": "/shared/etj-checkpoints"},
             **spec,
         },
     }

@@ -473,6 +473,21 @@ def test_export_serves_the_trained_model_from_mapped_tables(tf: Any, tmp_path: P
     np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-5)
     table = np.load(out / "embeddings" / "user_id.npy", mmap_mode="r")
     assert isinstance(table, np.memmap) and table.shape == (500, 4)
+    # Next to checkpoints on a checkpoint.uri (gs://): the same files, through tf.io.gfile
+    # (TensorFlow's in-memory filesystem stands in for the bucket).
+    from etj_trainer.task.export import export_to
+
+    remote = "ram://etj-test/ckpt/export"
+    assert export_to(state, remote) == remote
+    local_files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    remote_files = sorted(
+        f"{d.removeprefix(remote).lstrip('/')}/{f}".lstrip("/")
+        for d, _, files in tf.io.gfile.walk(remote)
+        for f in files
+    )
+    assert remote_files == local_files
+    with tf.io.gfile.GFile(f"{remote}/tables.json") as f:
+        assert json.loads(f.read())["step"] == 5
 
 
 def test_local_run_on_files_trains_and_exits_0(tmp_path: Path) -> None:

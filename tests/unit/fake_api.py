@@ -88,8 +88,13 @@ class FakeKube:
         self.objects[key] = stored
         return copy.deepcopy(stored)
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
-        self.log.append(("delete", "Pod", name))
+    async def claim_access_modes(self, namespace: str, name: str) -> list[str] | None:
+        self.log.append(("get", "PersistentVolumeClaim", name))
+        claim = self.objects.get(("PersistentVolumeClaim", namespace, name))
+        return list(claim["spec"].get("accessModes") or []) if claim else None
+
+    async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
+        self.log.append(("delete", "Pod", name, *(("force",) if force else ())))
         return self.objects.pop(("Pod", namespace, name), None) is not None
 
     async def patch_job_status(

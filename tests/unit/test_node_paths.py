@@ -74,3 +74,12 @@ def test_the_real_node_replaces_an_image_by_its_name(ref: str) -> None:
 
     assert _image_name(ref) == "etj-trainer"
     assert _image_name(ref.replace("etj-trainer", "etj-trainer-gpu")) != "etj-trainer"
+
+
+def test_a_mount_path_inside_a_longer_path_is_not_mapped():
+    """``/var/tmp/ckpt`` (a checkpoint.uri every pod shares) is not the pod's ``/tmp``."""
+    mounts = {"/tmp": "/node/pods/p/volumes/tmp"}
+    text = '{"directory": "/var/tmp/ckpt/ns/job", "scratch": "/tmp/x"}'
+    assert _map_paths(text, mounts) == (
+        '{"directory": "/var/tmp/ckpt/ns/job", "scratch": "/node/pods/p/volumes/tmp/x"}'
+    )

@@ -30,6 +30,8 @@ def manifest(**run_policy: Any) -> dict[str, Any]:
             "strategy": "ParameterServer",
             "replicas": {"worker": {"replicas": 2}, "ps": {"replicas": 2}},
             "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            # Shared by the pods (on a path every node mounts): no claim to make or read.
+            "checkpoint": {"uri": "/shared/checkpoints"},
             "runPolicy": {"restartBackoff": {"initialSeconds": 0}, **run_policy},
         },
     }

@@ -52,6 +52,12 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [create]
+{{- /* checkpoint.storage: the job's ReadWriteMany claim (create); checkpoint.volume and
+     data.files.volume claims: their access modes decide whether a multi-pod job may use
+     them (get). */}}
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, create]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create]

@@ -89,6 +89,7 @@ VOLUME_TRAINER_CONFIG = "trainer-config"
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_TMP = "tmp"
 VOLUME_DATA = "data"
+VOLUME_GCS_CREDENTIALS = "gcs-credentials"
 # A custom tower's code (spec.model.custom.configMap): the ConfigMap's files, mounted
 # read-only at MODEL_CODE_MOUNT in every replica's trainer container; MODEL_CODE_ENV names
 # that directory (a process-backed node remaps it) and the trainer puts it on sys.path.
@@ -100,6 +101,7 @@ ETJ_VOLUMES = (
     VOLUME_CHECKPOINTS,
     VOLUME_TMP,
     VOLUME_DATA,
+    VOLUME_GCS_CREDENTIALS,
     VOLUME_MODEL_CODE,
 )
 # The trainer's reason when the job's own model code cannot be used (a module that fails

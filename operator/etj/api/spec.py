@@ -585,23 +585,135 @@ class ShardingSpec(ApiModel):
     )
 
 
-class CheckpointSpec(ApiModel):
-    """Where and how often training state is saved."""
+# Why s3:// and hdfs:// are refused (checkpoint.uri, data patterns): TensorFlow 2.21 builds
+# in local paths and gs:// only; the others moved to tensorflow-io in TF 2.6, and
+# tensorflow-io's last release (0.37) pins tensorflow<2.17.
+UNSUPPORTED_SCHEMES = ("s3://", "hdfs://")
+UNSUPPORTED_SCHEME_REASON = (
+    "s3:// and hdfs:// are not built into TensorFlow 2.21 (they moved to tensorflow-io, "
+    "whose last release supports TensorFlow 2.16 at most)"
+)
+# Where a checkpoint.credentialsSecret is mounted (GOOGLE_APPLICATION_CREDENTIALS names the
+# key file under it).
+GCS_CREDENTIALS_MOUNT = "/var/run/secrets/etj/gcs"
 
+
+class CheckpointStorage(ApiModel):
+    """A ReadWriteMany claim etj creates for the job's checkpoints."""
+
+    storage_class_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description=(
+            "A StorageClass that can provision ReadWriteMany volumes (NFS, EFS, Filestore, "
+            "Azure Files, CephFS). Default: the operator's setting, else the cluster's default."
+        ),
+    )
+    size: Quantity = Field(default="10Gi", description="The claim's requested size.")
+    retain: bool = Field(
+        default=False,
+        description=(
+            "false: the claim is owned by the job and deleted with it; true: it outlives the "
+            "job (no owner reference, labelled training.etj.dev/job-name) for a later job."
+        ),
+    )
+
+
+class SecretKey(ApiModel):
+    """One key of a Secret in the job's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="The Secret's name.")
+    key: str = Field(default="key.json", min_length=1, description="The key holding the file.")
+
+
+_CHECKPOINT_RULES = (
+    Rule(
+        "(has(self.uri) ? 1 : 0) + (has(self.volume) ? 1 : 0) + (has(self.storage) ? 1 : 0) <= 1",
+        "checkpoint: set at most one of uri, volume and storage",
+        lambda c: sum(x is not None for x in (c.uri, c.volume, c.storage)) <= 1,
+    ),
+    Rule(
+        "!has(self.uri) || !(self.uri.startsWith('s3://') || self.uri.startsWith('hdfs://'))",
+        f"checkpoint.uri: {UNSUPPORTED_SCHEME_REASON}; use gs://bucket/prefix or a "
+        "ReadWriteMany volume (checkpoint.storage)",
+        lambda c: c.uri is None or not c.uri.startswith(UNSUPPORTED_SCHEMES),
+    ),
+    Rule(
+        "!has(self.uri) || self.uri.startsWith('gs://') || self.uri.startsWith('/')",
+        "checkpoint.uri must be gs://bucket/prefix or an absolute path that every replica "
+        "sees (a shared volume its pod template mounts)",
+        lambda c: c.uri is None or c.uri.startswith(("gs://", "/")),
+    ),
+    Rule(
+        "!has(self.uri) || !(self.uri == '/tmp' || self.uri.startsWith('/tmp/'))",
+        "checkpoint.uri: /tmp is each replica's own (an emptyDir etj mounts): use a path on a "
+        "volume every replica mounts",
+        lambda c: c.uri is None or not (c.uri == "/tmp" or c.uri.startswith("/tmp/")),
+    ),
+)
+
+
+class CheckpointSpec(ApiModel):
+    """Where and how often training state is saved.
+
+    A job with more than one pod needs checkpoints every pod sees (each ps writes its
+    own shards, the chief the index, every worker restores): ``storage``, ``uri`` or a
+    shared ``volume``. One pod alone may keep the default, an emptyDir."""
+
+    model_config = ApiModel.model_config | {"json_schema_extra": _cel(*_CHECKPOINT_RULES)}
+
+    uri: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description=(
+            "gs://bucket/prefix, or an absolute path on a volume every replica mounts: "
+            "checkpoints go to <uri>/<namespace>/<job name>. s3:// and hdfs:// are not supported "
+            "(not built into TensorFlow 2.21)."
+        ),
+    )
     volume: dict[str, Any] | None = Field(
         default=None,
         description=(
             "A Pod volume source (e.g. {persistentVolumeClaim: {claimName: ckpt}}) mounted on "
-            "every replica; each ps writes its own shards. Default: an emptyDir (lost with the pod)."
+            "every replica; a job with several pods needs a ReadWriteMany claim (not an "
+            "emptyDir or a hostPath). Default (no uri, volume or storage): an emptyDir, for "
+            "one-pod jobs only."
+        ),
+    )
+    storage: CheckpointStorage | None = Field(
+        default=None,
+        description=(
+            "A ReadWriteMany PersistentVolumeClaim <job>-checkpoints etj creates, kept across "
+            "restarts and suspend."
+        ),
+    )
+    credentials_secret: SecretKey | None = Field(
+        default=None,
+        description=(
+            "A Secret holding a Google service-account key for gs:// paths (checkpoints and "
+            "data): mounted read-only, GOOGLE_APPLICATION_CREDENTIALS names it. Leave it out "
+            "with workload identity."
         ),
     )
     mount_path: str = Field(
         default="/var/lib/etj/checkpoints",
         pattern=r"^/.*",
-        description="Where the volume is mounted in every replica.",
+        description="Where the volume (or the claim of storage) is mounted in every replica.",
     )
     every_steps: int = Field(default=1000, ge=1, description="Checkpoint interval in steps.")
     keep: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> CheckpointSpec:
+        check_rules(self, _CHECKPOINT_RULES)
+        return self
+
+    @property
+    def shared(self) -> bool:
+        """A place several pods may share was chosen (a volume's kind is checked later)."""
+        return self.uri is not None or self.storage is not None or self.volume is not None
 
 
 class RestartBackoff(ApiModel):
@@ -807,6 +919,59 @@ class PodTemplateOverrides(ApiModel):
     env: list[EnvVar] | None = Field(default=None, description="Extra environment variables.")
 
 
+# The one line that refuses checkpoints a multi-pod job's pods cannot share, said by
+# ``etj.api.storage.sharing_problems`` after planning (which resolves strategy Auto and
+# the ps count) in ``etj validate`` and the operator; not in the model itself, which
+# ``etj run`` (one host, one work directory) and the trainer also parse.
+CHECKPOINT_NOT_SHARED = (
+    "checkpoint: this job reads and writes checkpoints from several pods (each ps its "
+    "shards, the chief the index, every worker restores) and the default emptyDir is each "
+    "pod's own: set checkpoint.storage (a ReadWriteMany claim etj creates), checkpoint.uri "
+    "(gs://bucket/prefix, or a path every pod mounts) or checkpoint.volume (a ReadWriteMany "
+    "claim)"
+)
+_DATA_SCHEME_RULES = (
+    Rule(
+        "!has(self.data) || !has(self.data.files) || !(self.data.files.pattern.startsWith('s3://') || self.data.files.pattern.startsWith('hdfs://'))",
+        f"data.files.pattern: {UNSUPPORTED_SCHEME_REASON}; use gs:// or a ReadOnlyMany volume "
+        "(data.files.volume)",
+        lambda s: s.data.files is None or not s.data.files.pattern.startswith(UNSUPPORTED_SCHEMES),
+    ),
+    Rule(
+        "!has(self.data) || !has(self.data.validation) || !(self.data.validation.pattern.startsWith('s3://') || self.data.validation.pattern.startsWith('hdfs://'))",
+        f"data.validation.pattern: {UNSUPPORTED_SCHEME_REASON}; use gs:// or a ReadOnlyMany "
+        "volume (data.files.volume)",
+        lambda s: (
+            s.data.validation is None
+            or not s.data.validation.pattern.startswith(UNSUPPORTED_SCHEMES)
+        ),
+    ),
+)
+
+
+class Placement(ApiModel):
+    """Where replicas go, and how fast a lost node's replicas are replaced."""
+
+    spread: bool = Field(
+        default=True,
+        description=(
+            "Spread the replicas of each role over nodes (a topologySpreadConstraint on "
+            "kubernetes.io/hostname, ScheduleAnyway), so one node's loss takes one ps, not "
+            "all. A role template's topologySpreadConstraints replace it."
+        ),
+    )
+    node_loss_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description=(
+            "How long a replica stays bound to a node that is NotReady or unreachable before "
+            "it is evicted and replaced (its tolerationSeconds; Kubernetes' default is 300). "
+            "Default: the operator's setting (30)."
+        ),
+    )
+
+
 def _managed_by(obj: str) -> str:
     """CEL: the effective runPolicy.managedBy of ``obj`` (the default when not given)."""
     return (
@@ -881,6 +1046,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": _cel(
             *_EPOCH_RULES,
+            *_DATA_SCHEME_RULES,
             (
                 "!(self.strategy == 'MultiWorkerMirrored' && has(self.replicas) && has(self.replicas.ps))",
                 "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
@@ -923,6 +1089,10 @@ class EmbeddingTrainingJobSpec(ApiModel):
     pod_template: PodTemplateOverrides | None = Field(
         default=None, description="Overrides merged into every replica's Pod."
     )
+    placement: Placement = Field(
+        default_factory=Placement,
+        description="Spreading replicas over nodes; how fast a lost node's replicas are replaced.",
+    )
 
     @model_validator(mode="after")
     def _strategy_replicas(self) -> EmbeddingTrainingJobSpec:
@@ -936,4 +1106,5 @@ class EmbeddingTrainingJobSpec(ApiModel):
         check_rules(self, CHIEF_RULES)
         if self.strategy == Strategy.PARAMETER_SERVER and r.worker.replicas < 1:
             raise ValueError("strategy ParameterServer needs at least one worker")
+        check_rules(self, _DATA_SCHEME_RULES)
         return self

@@ -105,6 +105,22 @@ if TYPE_CHECKING:
     "Empty: none.",
 )
 @click.option(
+    "--checkpoint-storage-class",
+    default=None,
+    envvar="ETJ_CHECKPOINT_STORAGE_CLASS",
+    help="StorageClass of checkpoint.storage claims that name none (default: the cluster's "
+    "default class); it must provision ReadWriteMany volumes.",
+)
+@click.option(
+    "--node-loss-seconds",
+    type=click.IntRange(0, 3600),
+    default=30,
+    envvar="ETJ_NODE_LOSS_SECONDS",
+    show_default=True,
+    help="Seconds a replica stays on a NotReady or unreachable node before it is evicted "
+    "and replaced (a job's placement.nodeLossSeconds overrides it).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["json", "plain"]),
     default="json",
@@ -124,6 +140,8 @@ def operator(
     max_memory_on_oom: str,
     gang_scheduler: str,
     network_policy: str,
+    checkpoint_storage_class: str | None,
+    node_loss_seconds: int,
     log_format: str,
     verbose: bool,
 ) -> None:
@@ -159,6 +177,8 @@ def operator(
         metrics_port=metrics_port,
         gang_scheduler=GangScheduler(gang_scheduler),
         network_policy=_network_policy(network_policy),
+        checkpoint_storage_class=checkpoint_storage_class or None,
+        node_loss_seconds=node_loss_seconds,
     )
     if metrics_port:
         start_http_server(metrics_port)

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
+from etj.api.storage import claims_to_read, sharing_problems
 from etj.controller import metrics
 from etj.controller.cache import WatchCache
 from etj.controller.settings import OperatorSettings
@@ -38,7 +39,7 @@ from etj.reconcile.policies.gang import REASON_UNAVAILABLE
 from etj.reconcile.progress import parse_evaluation, parse_progress
 from etj.render import RenderSettings, build_config_map, build_pod, build_service
 from etj.render.networkpolicy import build_network_policy
-from etj.render.objects import build_gang_object
+from etj.render.objects import build_checkpoint_claim, build_gang_object
 from etj.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
 from etj.validation import validate_manifest
 
@@ -149,6 +150,12 @@ class Reconciler:
         raw_pods = await self._pods(namespace, name)
         pods = [p for p in (observe_pod(r) for r in raw_pods) if p is not None]
         plan = validated.plan
+        refusal = None
+        if plan is not None and not raw_pods and status.phase not in FINISHED_PHASES:
+            # Before the first pod: can the pods share the claims the job names?
+            refusal = await self._claims_refusal(job, plan)
+            if refusal is not None:
+                plan = None
         has_service = plan is not None and await self._has("Service", namespace, name)
         has_cm = plan is not None and await self._has("ConfigMap", namespace, name)
         render = self._render(dict(status.memory_limits))
@@ -158,7 +165,8 @@ class Reconciler:
         world = World(
             job=job,
             plan=plan,
-            plan_error="; ".join(str(p) for p in validated.problems) or None,
+            plan_error=refusal or "; ".join(str(p) for p in validated.problems) or None,
+            refusal_reason="StorageNotShared" if refusal else "InvalidSpec",
             pods=pods,
             has_service=has_service,
             has_config_map=has_cm,
@@ -189,7 +197,23 @@ class Reconciler:
             memory_limits=memory_limits,
             gang_scheduler=self.settings.gang_scheduler,
             network_policy=self.settings.network_policy,
+            storage_class=self.settings.checkpoint_storage_class,
+            node_loss_seconds=self.settings.node_loss_seconds,
         )
+
+    async def _claims_refusal(self, job: EmbeddingTrainingJob, plan: ShardPlan) -> str | None:
+        """Why the job's pods cannot share the claims it names (their access modes, read
+        from the API); None when they can, or it names none."""
+        names = claims_to_read(job.spec)
+        if not names:
+            return None
+        modes = {}
+        for claim in names:
+            found = await self.kube.claim_access_modes(job.namespace, claim)
+            if found is not None:  # not there yet: its pods wait for it, as any pod would
+                modes[claim] = found
+        problems = sharing_problems(job.spec, plan.strategy, plan.ps_replicas, modes)
+        return "; ".join(f"{f}: {m}" for f, m in problems) or None
 
     async def _gang(self, gang: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
         """The job's gang object as the API has it (None when the cache already says it is
@@ -284,6 +308,9 @@ class Reconciler:
             # first, a lost delete is only asked again (the replica is in restartingPods).
             _count_restarts(job.status, d.status)
             await self._write_status(obj, d.status)
+        for pod in d.force_delete_pods:
+            if not await self.kube.delete_pod(ns, pod, force=True) and self.cache is not None:
+                self.cache.forget_pod(ns, name, pod)
         for pod in d.delete_pods:
             if not await self.kube.delete_pod(ns, pod) and self.cache is not None:
                 # Already gone (404): a deletion the watch did not show (it expired and
@@ -291,6 +318,11 @@ class Reconciler:
                 # newer truth; a pod left in the cache would be deleted again forever and
                 # never recreated.
                 self.cache.forget_pod(ns, name, pod)
+        claim = build_checkpoint_claim(job, render) if plan is not None else None
+        if claim is not None and d.create_pods:
+            # Before its pods (they mount it); "already exists" on later passes is success,
+            # and the claim outlives restarts and suspend.
+            await self.kube.create(claim)
         if plan is not None and d.create_pods:
             pods = await asyncio.to_thread(
                 lambda: [build_pod(job, plan, r, i, render) for r, i in d.create_pods]

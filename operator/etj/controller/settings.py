@@ -22,3 +22,7 @@ class OperatorSettings:
     gang_scheduler: GangScheduler = GangScheduler.WORKLOAD
     # A NetworkPolicy per job (--network-policy); None: none.
     network_policy: NetworkPolicySettings | None = None
+    # The StorageClass of checkpoint.storage claims that name none (None: the cluster's).
+    checkpoint_storage_class: str | None = None
+    # tolerationSeconds of the not-ready/unreachable taints (placement.nodeLossSeconds).
+    node_loss_seconds: int = 30

@@ -59,7 +59,8 @@ def run(
         manifest, config_maps = split_job_file(docs)
     except JobFileError as e:
         raise InputError(file, str(e)) from None
-    result = with_derived_names(validate_manifest(manifest))
+    # Every replica runs on this host and shares the work directory's checkpoints.
+    result = with_derived_names(validate_manifest(manifest, shared_storage=False))
     if not result.ok or result.job is None or result.plan is None:
         for problem in result.problems:
             click.echo(f"{display_name(file)}: {problem}", err=True)

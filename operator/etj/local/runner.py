@@ -144,6 +144,10 @@ class LocalRunner:
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         spec = job.spec.model_copy(deep=True)
         spec.checkpoint.mount_path = str(self.workdir / "checkpoints")
+        if spec.checkpoint.uri is not None and not spec.checkpoint.uri.startswith("gs://"):
+            # A path on a cluster's shared volume: here the work directory stands for it
+            # (a fresh run starts afresh, --resume resumes), as for storage and volume.
+            spec.checkpoint.uri = None
         meta = job.metadata.model_copy(update={"namespace": "local", "uid": None, "generation": 1})
         self.job = job.model_copy(update={"spec": spec, "metadata": meta, "status": None})
         self.plan = plan

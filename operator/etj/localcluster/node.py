@@ -407,11 +407,14 @@ class ProcessNode:
 
 def _map_paths(text: str, mounts: dict[str, str]) -> str:
     """Replace container mount paths (whole path prefixes) by local directories, in one
-    pass: a replacement is never rewritten again by a shorter mount (``/tmp``)."""
+    pass: a replacement is never rewritten again by a shorter mount (``/tmp``), and a
+    mount path inside a longer path (``/tmp`` in ``/var/tmp/...``) is not one."""
     if not mounts:
         return text
     ordered = sorted(mounts, key=len, reverse=True)
-    pattern = re.compile("(?:" + "|".join(re.escape(m) for m in ordered) + r')(?=[/"\s]|$)')
+    pattern = re.compile(
+        r'(?<![^"\s=:,\[])(?:' + "|".join(re.escape(m) for m in ordered) + r')(?=[/"\s]|$)'
+    )
     return pattern.sub(lambda m: mounts[m.group(0)], text)
 
 

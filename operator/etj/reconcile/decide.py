@@ -38,6 +38,7 @@ from etj.reconcile.policies.gang import (
     REASON_UNSCHEDULABLE,
     gang_state,
 )
+from etj.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.reconcile.policies.oom import raised_limit
 from etj.reconcile.policies.restart import Failure, classify, restart_group
 from etj.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
@@ -76,6 +77,9 @@ class World:
     gang: str | None = None
     # Its gang object exists as the plan wants it (else it is made or remade).
     gang_current: bool = True
+    # The Failed condition's reason when the job cannot run (plan is None): InvalidSpec,
+    # or StorageNotShared when the pods cannot share the claims the job names.
+    refusal_reason: str = "InvalidSpec"
 
 
 @dataclass
@@ -90,6 +94,8 @@ class Decision:
     # Make (or remake, sized from the plan) the job's gang object, before any pod.
     apply_gang: bool = False
     delete_pods: list[str] = field(default_factory=list)
+    # Pods of lost nodes, deleted at once (grace 0): no kubelet will finish their deletion.
+    force_delete_pods: list[str] = field(default_factory=list)
     create_pods: list[tuple[str, int]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
@@ -177,7 +183,7 @@ def decide(world: World) -> Decision:
         return Decision(skipped="being deleted")
     p = _Pass(world)
     if world.plan is None:
-        return _invalid(p, world.plan_error or "the job cannot be planned")
+        return _invalid(p, world.plan_error or "the job cannot be planned", world.refusal_reason)
     p.st.strategy = world.plan.strategy
     p.st.shard_plan = world.plan
     replicas = replica_set(job, world.plan)
@@ -227,6 +233,7 @@ def decide(world: World) -> Decision:
         p.finish(Phase.SUCCEEDED, "JobSucceeded", success_message(replicas, success))
         p.d.requeue_after = seconds_to_expiry(world.now, rp.ttl_seconds_after_finished, world.now)
         return p.done(replicas)
+    p.d.force_delete_pods = pods_to_force_delete(world.pods)
     if _handle_failures(p, replicas):
         return p.done(replicas)
     _create_missing(p, replicas)
@@ -281,9 +288,9 @@ def _gang(p: _Pass, replicas: ReplicaSet) -> None:
     p.condition(CONDITION_SCHEDULED, state.scheduled, state.reason, state.message)
 
 
-def _invalid(p: _Pass, error: str) -> Decision:
+def _invalid(p: _Pass, error: str, reason: str = "InvalidSpec") -> Decision:
     if p.st.phase != Phase.FAILED.value:
-        p.finish(Phase.FAILED, "InvalidSpec", error)
+        p.finish(Phase.FAILED, reason, error)
         p.d.delete_pods = pods_to_suspend(p.w.pods)  # nothing may run for an invalid job
     return p.done()
 
@@ -338,6 +345,14 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         p.finish(Phase.FAILED, "ReplicaFailed", permanent[0].why)
         return True
     whys = "; ".join(f.why for f in failures)
+    for f in failures:
+        if f.pod.node_lost:
+            p.event(
+                "Warning",
+                "NodeLost",
+                f"{f.pod.name} was lost with its node {f.pod.node_name or '(unknown)'}: a "
+                "disruption, replaced without counting against backoffLimit",
+            )
     # Disruptions (evicted, preempted, stopped by a queue) are not the job's failures: as
     # batch/v1 Job's podFailurePolicy Ignore on DisruptionTarget, they are not counted.
     counted = any(not f.pod.disrupted for f in failures)

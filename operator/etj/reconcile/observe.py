@@ -45,6 +45,8 @@ class PodState:
     # The scheduler's word when it could not place the pod (PodScheduled False,
     # Unschedulable), e.g. "0/1 nodes are available: 1 Insufficient cpu."
     unschedulable: str | None = None
+    # Taken off a NotReady or unreachable node (etj.reconcile.policies.nodeloss).
+    node_lost: bool = False
 
     def ran_seconds(self, now: datetime) -> float | None:
         """How long the container ran (until now if it still runs); None if unknown."""
@@ -83,6 +85,8 @@ class PodState:
 
     def describe(self) -> str:
         """How the pod ended, for events and messages."""
+        if self.node_lost:
+            return f"{self.name} was lost with its node {self.node_name or '(unknown)'}"
         if self.disrupted:
             return f"{self.name} was disrupted (evicted, preempted or stopped by its queue)"
         if self.terminating and not self.finished:
@@ -146,6 +150,25 @@ def _memory_limit(pod: dict[str, Any]) -> int | None:
     return None
 
 
+# The pod's condition reason the taint manager gives when it evicts a pod off a tainted
+# node, and the pod reason older node controllers set.
+REASON_TAINT_MANAGER = "DeletionByTaintManager"
+REASON_NODE_LOST = "NodeLost"
+
+
+def node_lost(pod: dict[str, Any]) -> bool:
+    """The pod was taken off its node because the node is NotReady or unreachable."""
+    status = pod.get("status") or {}
+    if status.get("reason") == REASON_NODE_LOST:
+        return True
+    return any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == REASON_TAINT_MANAGER
+        for c in status.get("conditions") or []
+    )
+
+
 def observe_pod(pod: dict[str, Any]) -> PodState | None:
     """The state of one of a job's pods; None for a pod that is not a replica."""
     meta = pod.get("metadata") or {}
@@ -157,7 +180,8 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
     status = pod.get("status") or {}
     exit_code, reason, message = _container_termination(pod)
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    disrupted = any(conditions.get(t) == "True" for t in DISRUPTION_CONDITIONS)
+    lost = node_lost(pod)
+    disrupted = lost or any(conditions.get(t) == "True" for t in DISRUPTION_CONDITIONS)
     scheduled: dict[str, Any] = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
     )
@@ -177,6 +201,7 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         started_at=started_at,
         finished_at=finished_at,
         disrupted=disrupted,
+        node_lost=lost,
         node_name=(pod.get("spec") or {}).get("nodeName") or None,
         unschedulable=(scheduled.get("message") or "the scheduler cannot place it")
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"

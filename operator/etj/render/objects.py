@@ -41,6 +41,7 @@ from etj.api.constants import (
     TRAINER_CONFIG_MOUNT,
     VOLUME_CHECKPOINTS,
     VOLUME_DATA,
+    VOLUME_GCS_CREDENTIALS,
     VOLUME_MODEL_CODE,
     VOLUME_TMP,
     VOLUME_TRAINER_CONFIG,
@@ -49,7 +50,7 @@ from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.podtemplate import runs_own_program
 from etj.api.quantity import format_bytes, quantity_bytes
-from etj.api.spec import GangScheduler, ResourceRequirements, Strategy
+from etj.api.spec import GCS_CREDENTIALS_MOUNT, GangScheduler, ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.render.kueue import kueue_pod_metadata
 from etj.render.podtemplate import merge_pod_template, template_resources
@@ -79,6 +80,12 @@ class RenderSettings:
     gang_scheduler: GangScheduler = GangScheduler.WORKLOAD
     # A NetworkPolicy per job (etj.render.networkpolicy); None: none.
     network_policy: NetworkPolicySettings | None = None
+    # The StorageClass of checkpoint.storage claims that name none (None: the cluster's
+    # default class).
+    storage_class: str | None = None
+    # tolerationSeconds for node.kubernetes.io/not-ready and unreachable of jobs whose
+    # placement.nodeLossSeconds is not set (Kubernetes' default is 300).
+    node_loss_seconds: int = 30
 
 
 # JSON escapes a character outside the BMP as a UTF-16 surrogate pair (backslash-u d800
@@ -165,8 +172,49 @@ def config_map_name(job_name: str) -> str:
 
 
 def checkpoint_dir(job: EmbeddingTrainingJob) -> str:
-    # A per-job directory: one checkpoint volume may be shared by several jobs.
-    return f"{job.spec.checkpoint.mount_path.rstrip('/')}/{job.name}"
+    # A per-job directory: one checkpoint volume may serve several jobs, and one bucket
+    # prefix (or shared path) several namespaces.
+    ckpt = job.spec.checkpoint
+    if ckpt.uri is not None:
+        return f"{ckpt.uri.rstrip('/')}/{job.namespace}/{job.name}"
+    return f"{ckpt.mount_path.rstrip('/')}/{job.name}"
+
+
+def checkpoint_claim_name(job_name: str) -> str:
+    return f"{job_name}-checkpoints"
+
+
+# Label of a checkpoint claim kept after its job (checkpoint.storage.retain).
+LABEL_RETAINED = "training.etj.dev/retained"
+
+
+def build_checkpoint_claim(
+    job: EmbeddingTrainingJob, settings: RenderSettings
+) -> dict[str, Any] | None:
+    """The ReadWriteMany claim of ``checkpoint.storage``; None when the job has none. Owned
+    by the job (deleted with it) unless ``retain``: then only labelled with the job's name."""
+    storage = job.spec.checkpoint.storage
+    if storage is None:
+        return None
+    labels = common_labels(job)
+    meta: dict[str, Any] = {
+        "name": checkpoint_claim_name(job.name),
+        "namespace": job.namespace,
+        "labels": labels,
+    }
+    owner = owner_reference(job)
+    if storage.retain:
+        labels[LABEL_RETAINED] = "true"
+    elif owner is not None:
+        meta["ownerReferences"] = [owner]
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": storage.size}},
+    }
+    storage_class = storage.storage_class_name or settings.storage_class
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 
 def build_trainer_config(
@@ -289,18 +337,37 @@ def replica_resources(
 
 def _volumes(job: EmbeddingTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     spec = job.spec
-    checkpoint_source = spec.checkpoint.volume or {"emptyDir": {}}
+    ckpt = spec.checkpoint
     volumes = [
         {"name": VOLUME_TRAINER_CONFIG, "configMap": {"name": config_map_name(job.name)}},
-        {"name": VOLUME_CHECKPOINTS, **checkpoint_source},
         # TensorFlow writes temporary files; the root filesystem is read-only.
         {"name": VOLUME_TMP, "emptyDir": {}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": VOLUME_TRAINER_CONFIG, "mountPath": TRAINER_CONFIG_MOUNT, "readOnly": True},
-        {"name": VOLUME_CHECKPOINTS, "mountPath": spec.checkpoint.mount_path},
         {"name": VOLUME_TMP, "mountPath": "/tmp"},
     ]
+    if ckpt.uri is None:
+        # (With a uri the trainer writes there: gs://, or a path the user's template mounts.)
+        source = ckpt.volume or {"emptyDir": {}}
+        if ckpt.storage is not None:
+            source = {"persistentVolumeClaim": {"claimName": checkpoint_claim_name(job.name)}}
+        volumes.insert(1, {"name": VOLUME_CHECKPOINTS, **source})
+        mounts.insert(1, {"name": VOLUME_CHECKPOINTS, "mountPath": ckpt.mount_path})
+    if ckpt.credentials_secret is not None:
+        secret = ckpt.credentials_secret
+        volumes.append(
+            {
+                "name": VOLUME_GCS_CREDENTIALS,
+                "secret": {
+                    "secretName": secret.name,
+                    "items": [{"key": secret.key, "path": secret.key}],
+                },
+            }
+        )
+        mounts.append(
+            {"name": VOLUME_GCS_CREDENTIALS, "mountPath": GCS_CREDENTIALS_MOUNT, "readOnly": True}
+        )
     files = spec.data.files
     if spec.data.source == "files" and files is not None and files.volume:
         volumes.append({"name": VOLUME_DATA, **files.volume})
@@ -319,6 +386,42 @@ def model_code_config_map(job: EmbeddingTrainingJob) -> str | None:
     return custom.config_map if custom is not None else None
 
 
+NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def placement(job: EmbeddingTrainingJob, role: str, settings: RenderSettings) -> dict[str, Any]:
+    """Pod spec fields that spread a role's replicas over nodes and replace those of a lost
+    node soon: a ScheduleAnyway spread on kubernetes.io/hostname (a role template's own
+    topologySpreadConstraints replace it), and NoExecute tolerations of the not-ready and
+    unreachable taints for nodeLossSeconds instead of the 300 s the API server adds."""
+    spec = job.spec
+    given = {
+        t.get("key") for t in (spec.pod_template.tolerations or [] if spec.pod_template else [])
+    }
+    seconds = spec.placement.node_loss_seconds
+    seconds = settings.node_loss_seconds if seconds is None else seconds
+    out: dict[str, Any] = {}
+    tolerations = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key in NODE_LOSS_TAINTS
+        if key not in given  # the user's own toleration of the taint wins
+    ]
+    tolerations += spec.pod_template.tolerations or [] if spec.pod_template else []
+    out["tolerations"] = tolerations
+    if spec.placement.spread:
+        out["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {
+                    "matchLabels": {LABEL_JOB_NAME: job.name, LABEL_REPLICA_TYPE: role}
+                },
+            }
+        ]
+    return out
+
+
 def _pod_overrides(job: EmbeddingTrainingJob) -> dict[str, Any]:
     t = job.spec.pod_template
     if t is None:
@@ -326,7 +429,7 @@ def _pod_overrides(job: EmbeddingTrainingJob) -> dict[str, Any]:
     wire = t.to_wire()
     keys = (
         "nodeSelector",
-        "tolerations",
+        "tolerations",  # (with etj's own: ``placement``)
         "affinity",
         "priorityClassName",
         "serviceAccountName",
@@ -382,6 +485,15 @@ def build_pod(
     if model_code_config_map(job) is not None:
         # The trainer puts this directory on sys.path before it imports custom.module.
         env.append({"name": MODEL_CODE_ENV, "value": MODEL_CODE_MOUNT})
+    secret = job.spec.checkpoint.credentials_secret
+    if secret is not None:
+        # TensorFlow's gs:// client reads the key file this names (never its contents here).
+        env.append(
+            {
+                "name": "GOOGLE_APPLICATION_CREDENTIALS",
+                "value": f"{GCS_CREDENTIALS_MOUNT}/{secret.key}",
+            }
+        )
     env += [e.to_wire() for e in (template.env or [])] if template else []
     ports = [{"name": "tf", "containerPort": settings.tf_port, "protocol": "TCP"}]
     if (role, index) == replicas.leader():
@@ -403,7 +515,7 @@ def build_pod(
         annotations=annotations,
         owner=owner_reference(job),
         grace_seconds=settings.grace_seconds,
-        pod_overrides={**_pod_overrides(job), **gang.spec},
+        pod_overrides={**_pod_overrides(job), **placement(job, role, settings), **gang.spec},
         container=CONTAINER_NAME,
         image=job.spec.image or settings.default_image,
         image_pull_policy=job.spec.image_pull_policy,
@@ -452,16 +564,19 @@ def build_objects(
     job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings | None = None
 ) -> list[dict[str, Any]]:
     """Every object the operator creates for a job: the NetworkPolicy (if the settings ask
-    for one), Service, ConfigMap, the gang object (if gang-scheduled), then the Pods."""
+    for one), Service, ConfigMap, the checkpoint claim (checkpoint.storage), the gang object
+    (if gang-scheduled), then the Pods."""
     from etj.render.networkpolicy import build_network_policy  # it builds on this module
 
     settings = settings or RenderSettings()
     gang = build_gang_object(job, plan, settings)
     policy = build_network_policy(job, settings)
+    claim = build_checkpoint_claim(job, settings)
     return [
         *([policy] if policy is not None else []),
         build_service(job, settings),
         build_config_map(job, plan, settings),
+        *([claim] if claim is not None else []),
         *([gang] if gang is not None else []),
         *build_pods(job, plan, settings),
     ]
