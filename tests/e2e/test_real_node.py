@@ -257,6 +257,8 @@ class PodWatch:
 def quickstart_job(name: str, claim: str) -> dict:
     job = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
     job["metadata"]["name"] = name
+    # The test's own ReadWriteMany claim instead of the quickstart's checkpoint.storage.
+    job["spec"]["checkpoint"].pop("storage", None)
     job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": claim}}
     return job
 
