@@ -71,6 +71,13 @@ ORDINARY: dict[str, Any] = {
 }
 
 W = "spec.replicas.worker.template.spec"
+# A hostPath is refused for host access alone only in a one-process job: in a multi-pod job
+# it is also refused because the pods may not share it (etj.api.storage), which an opted-in
+# namespace does not lift.
+ONE_PROCESS = (
+    ("spec.strategy", "MultiWorkerMirrored"),
+    ("spec.replicas", {"worker": {"replicas": 1}}),
+)
 TRAINER = f"{W}.containers[0]"
 PROXY = f"{W}.containers[1]"
 
@@ -120,7 +127,7 @@ HOSTILE: list[Case] = [
     Case(
         "checkpoint-host-path-etc",
         (("host-path", "spec.checkpoint.volume.hostPath"),),
-        _set(("spec.checkpoint.volume", {"hostPath": {"path": "/etc"}})),
+        _set(("spec.checkpoint.volume", {"hostPath": {"path": "/etc"}}), *ONE_PROCESS),
     ),
     Case(
         "checkpoint-mounted-over-etc",
@@ -199,7 +206,8 @@ HOSTILE: list[Case] = [
                     "source": "files",
                     "files": {"pattern": "/data/*.tfrecord", "volume": {"hostPath": {"path": "/"}}},
                 },
-            )
+            ),
+            *ONE_PROCESS,
         ),
     ),
     Case(
