@@ -387,7 +387,7 @@ _FILE_RULES = (
     ),
     Rule(
         "!has(self.delimiter) || self.delimiter != '\"' || (has(self.quote) && self.quote == 'none')",
-        'data.files.delimiter \'"\' needs quote: none (the quote cannot also be the delimiter)',
+        "data.files.delimiter '\"' needs quote: none (the quote cannot also be the delimiter)",
         lambda f: f.delimiter != '"' or f.quote == "none",
     ),
 )
@@ -448,7 +448,7 @@ class FileData(ApiModel):
     quote: Literal['"', "none"] = Field(
         default='"',
         description=(
-            'csv: the quote character (RFC 4180: a field quoted whole may hold the delimiter, '
+            "csv: the quote character (RFC 4180: a field quoted whole may hold the delimiter, "
             '"" inside it is one quote; a quoted field ends on its line), or none for files '
             'that use " as data.'
         ),

@@ -167,7 +167,9 @@ class Fields:
             use_quote_delim=True,
         )
         cells = tf.tensor_scatter_nd_update(cells, where, tf.stack(decoded, axis=1))
-        bad_quoting = tf.scatter_nd(where, tf.logical_not(ok), tf.shape(has_quote, out_type=tf.int64))
+        bad_quoting = tf.scatter_nd(
+            where, tf.logical_not(ok), tf.shape(has_quote, out_type=tf.int64)
+        )
         wrong_count = tf.logical_and(tf.not_equal(found, n), tf.logical_not(has_quote))
         return cells, [
             (bad_quoting, lambda i: self._quoting(line[i])),
@@ -229,9 +231,7 @@ class DelimitedParser:
         # file's first line is the first of its batch).
         line = tf.cond(
             tf.equal(number[0], 1),
-            lambda: tf.concat(
-                [tf.strings.regex_replace(line[:1], "^\\x{feff}", ""), line[1:]], 0
-            ),
+            lambda: tf.concat([tf.strings.regex_replace(line[:1], "^\\x{feff}", ""), line[1:]], 0),
             lambda: line,
         )
         # Blank lines (a trailing newline, an empty last line) are not records.
