@@ -93,6 +93,10 @@ def test_a_header_without_the_declared_columns_fails_the_job_at_once(
     for f in spec["model"]["features"]:
         f["name"] = renames.get(f["name"], f["name"])
     spec["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 3}
+    # Steps, not epochs: counting the records would meet the header first, on the chief,
+    # outside any traced function; the files are first opened where the dataset function
+    # is traced (under ParameterServer by the coordinator, for every worker).
+    spec["training"] = {"batchSizePerReplica": 64, "steps": 20}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     workdir = tmp_path / "run"
