@@ -2,6 +2,11 @@
 job: the delimiter, whether there is a header, each column's kind (label, dense, categorical, multi-valued) and cardinality, the
 tables' sizes. What ``etj init --from-data`` writes.
 
+Lines are cut as the trainer cuts them (RFC 4180 quoting with Python's ``csv``: a field
+quoted whole may hold the delimiter), so a quoted title with a comma in it is one column;
+a sample whose quotes are not RFC 4180 (a quote inside an unquoted field) is read with
+``quote: none``, as the trainer then must.
+
 Heuristics a person would apply, in order: a column named like a label (``label``,
 ``click``, ``clicked``, ``target``, ``y``) or the first column holding only 0/1 is the
 label (a ``rating`` column of 0.5..5 becomes a label with threshold 4 when nothing else
@@ -17,6 +22,7 @@ Pure: takes lines, returns data; no I/O.
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from dataclasses import dataclass
@@ -44,12 +50,36 @@ class Column:
     settings: dict[str, Any]  # the feature's other fields (transform, delimiter, ...)
 
 
+def _well_formed(delimiter: str) -> re.Pattern[str]:
+    """A line the trainer reads with quoting: each field unquoted (no quote) or quoted
+    whole (``""`` for a quote inside)."""
+    d = re.escape(delimiter)
+    field = f'(?:[^"{d}]*|"(?:[^"]|"")*")'
+    return re.compile(f"{field}(?:{d}{field})*")
+
+
+def quoting(lines: list[str], delimiter: str) -> str:
+    """``"`` when every sample line holding a quote is RFC 4180 quoted, else ``none``."""
+    pattern = _well_formed(delimiter)
+    quoted = [line for line in lines if '"' in line]
+    return '"' if all(pattern.fullmatch(line) for line in quoted) else "none"
+
+
+def split_lines(lines: list[str], delimiter: str, quote: str = '"') -> list[list[str]]:
+    """Each line's fields, cut as the trainer cuts them."""
+    if quote == "none":
+        return [line.split(delimiter) for line in lines]
+    return [next(csv.reader([line], delimiter=delimiter), [""]) for line in lines]
+
+
 def sniff_delimiter(lines: list[str]) -> str:
-    """The delimiter splitting every sample line into the same number (>1) of fields."""
+    """The delimiter splitting every sample line into the same number (>1) of fields
+    (fields quoted whole count once, whatever they hold)."""
     best, score = ",", 0
     for d in DELIMITERS:
-        counts = {line.count(d) for line in lines if line}
-        if len(counts) == 1 and (n := counts.pop()) > 0 and n > score:
+        rows = split_lines([line for line in lines if line], d, quoting(lines, d))
+        counts = {len(r) for r in rows}
+        if len(counts) == 1 and (n := counts.pop()) > 1 and n > score:
             best, score = d, n
     return best
 
@@ -139,7 +169,8 @@ def _kind(
         return "skip", {}
     for d in MULTI_DELIMITERS:
         with_d = sum(1 for v in present if d in v)
-        if present and with_d > 0.05 * len(present):
+        # Two values (F and M, yes and no) are one choice each, never a list.
+        if distinct > 2 and with_d > 0.05 * len(present):
             longest = max(len([p for p in v.split(d) if p]) for v in present)
             return "categorical", {"delimiter": d, "maxLength": min(max(longest, 1), 1024)}
     numbers = present and all(_is_number(v) for v in present)
@@ -196,7 +227,8 @@ def build_job(
     if len(lines) < 2:
         raise ValueError("the sample needs at least two non-empty lines")
     delimiter = sniff_delimiter(lines[:200])
-    split = [line.split(delimiter) for line in lines]
+    quote = quoting(lines, delimiter)
+    split = split_lines(lines, delimiter, quote)
     header = has_header(split[0], split[1:])
     names = [c.strip() for c in split[0]] if header else [f"c{i}" for i in range(len(split[0]))]
     rows = split[1:] if header else split
@@ -207,6 +239,8 @@ def build_job(
         "header": header,
         "compression": compression,
     }
+    if quote == "none":
+        files["quote"] = "none"
     if not header:
         files["columns"] = names
     return _job(name, profile(names, rows, total_rows), files)

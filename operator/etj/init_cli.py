@@ -25,7 +25,8 @@ def _sample(path: Path, lines: int) -> tuple[list[str], int]:
     opener = gzip.open if gz else open
     # Streamed, not read whole: a click log can be many gigabytes.
     with reading(str(path)):
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        # utf-8-sig: a byte-order mark is no part of the first column's name.
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:
             sample = list(itertools.islice(f, lines))
         size = os.path.getsize(path) * (4 if gz else 1)  # gzip of text: ~4x smaller
     per_line = max(sum(len(x.encode()) for x in sample) / max(len(sample), 1), 1.0)

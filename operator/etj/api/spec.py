@@ -394,6 +394,11 @@ _FILE_RULES = (
         "data.files.columns must name the columns when header is false",
         lambda f: f.header or bool(f.columns),
     ),
+    Rule(
+        "!has(self.delimiter) || self.delimiter != '\"' || (has(self.quote) && self.quote == 'none')",
+        "data.files.delimiter '\"' needs quote: none (the quote cannot also be the delimiter)",
+        lambda f: f.delimiter != '"' or f.quote == "none",
+    ),
 )
 _EPOCH_RULES = (
     Rule(
@@ -448,6 +453,14 @@ class FileData(ApiModel):
         default=None,
         max_length=4096,
         description="csv without a header: the column names, in file order.",
+    )
+    quote: Literal['"', "none"] = Field(
+        default='"',
+        description=(
+            "csv: the quote character (RFC 4180: a field quoted whole may hold the delimiter, "
+            '"" inside it is one quote; a quoted field ends on its line), or none for files '
+            'that use " as data.'
+        ),
     )
     compression: Literal["auto", "none", "gzip"] = Field(
         default="auto", description="auto (gzip when a file name ends in .gz), none or gzip."
