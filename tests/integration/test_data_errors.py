@@ -85,8 +85,8 @@ def test_a_header_mismatch_fails_the_job_at_once_with_the_data_error(
     )
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     # The file as the trainer opened it (the process node maps /data to its host path).
-    assert re.search(
-        r"DataError\): \S*/ratings-00000\.csv:1: the header lacks the declared column\(s\) "
+    assert re.match(
+        r"DataError: \S*/ratings-00000\.csv:1: the header lacks the declared column\(s\) "
         r"userId, movieId \(it has: user_id, movie_id,",
         failed["message"],
     ), failed

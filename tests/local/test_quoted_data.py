@@ -104,7 +104,7 @@ def test_a_header_without_the_declared_columns_fails_the_job_at_once(
     text = " ".join(out.stdout.split())
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     where = f"{data}:1: the header lacks the declared column(s) userId, movieId (it has: user_id,"
-    assert f"(DataError): {where}" in text, text[-3000:]
+    assert f"DataError: {where}" in text, text[-3000:]
     assert "fix the data" in text
     assert "Restarting:" not in text and "backoffLimit" not in text
     first = "movies-chief-0" if "ps" in replicas else "movies-worker-0"

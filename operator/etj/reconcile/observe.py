@@ -94,15 +94,15 @@ class PodState:
         parts = [f"{self.name} {self.phase.lower()}"]
         if self.exit_code is not None:
             parts.append(f"with exit code {self.exit_code}")
+        if self.trainer_reason in SAYS_WHAT_TO_FIX and self.message:
+            # The trainer's own words first, e.g. "DataError: /data/day_0.txt:81733:
+            # expected 40 fields, found 39": the file and line a person must fix are the
+            # job's message; which pod said it follows.
+            return f"{self.message.strip()} ({' '.join(parts)})"
         reasons = [r for r in (self.reason, self.trainer_reason) if r]
         if reasons:
             parts.append(f"({', '.join(reasons)})")
-        text = " ".join(parts)
-        if self.trainer_reason in SAYS_WHAT_TO_FIX and self.message:
-            # e.g. "DataError: /data/day_0.txt:81733: expected 40 fields, found 39": the
-            # file and line a person must fix belong in the job's condition.
-            text += f": {self.message.split(': ', 1)[1]}"
-        return text
+        return " ".join(parts)
 
 
 # Trainer reasons whose message names what a person must fix (a file and line, ...).
