@@ -1,7 +1,9 @@
 """A dynamic (collisionless) embedding table on stock TensorFlow: ids earn rows of a pool.
 
-Keys are raw 64-bit ids (``keys_of``: a string through Fingerprint64, the hash fixed tables
-use, an integer as it is). The table is one variable of ``vocabularySize + capacity`` rows:
+Keys are raw ids (``keys_of``: a string through Fingerprint64, the hash fixed tables use,
+kept to 63 bits; an integer as it is). A negative key is a missing value (an empty string, a
+multi-valued feature's padding): it reads row 0 and is never counted or admitted. The table
+is one variable of ``vocabularySize + capacity`` rows:
 
 - rows ``[0, vocabularySize)`` are the **fallback**, hashed as a fixed table hashes (row 0
   for missing values, the rest ``1 + key mod (vocabularySize - 1)``): every id without a
@@ -54,12 +56,26 @@ FREE = -1
 NO_SLOT = -1
 
 
+# Row of missing values (negative keys), as in a fixed table.
+MISSING_ROW = 0
+# String keys keep Fingerprint64's low 63 bits, so every id is a non-negative key (two of
+# a billion distinct strings share a key with odds of about 3 %, against a row in a
+# hashed table).
+KEY_MASK = (1 << 63) - 1
+
+
 def keys_of(values: tf.Tensor) -> tf.Tensor:
-    """Raw 64-bit keys: a string's Fingerprint64 (the hash ``to_hash_bucket_fast`` takes
-    modulo a fixed table's rows), an integer id as it is."""
+    """Keys of ids: a string's Fingerprint64 (the hash ``to_hash_bucket_fast`` takes modulo
+    a fixed table's rows) in 63 bits, an empty string -1 (missing); an integer as it is."""
     if values.dtype == tf.string:
-        return tf.bitcast(tf.fingerprint(values), tf.int64)
+        keys = tf.bitwise.bitwise_and(tf.bitcast(tf.fingerprint(values), tf.int64), KEY_MASK)
+        return tf.where(tf.strings.length(values) == 0, tf.constant(-1, tf.int64), keys)
     return tf.cast(values, tf.int64)
+
+
+def _flat(keys: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """An export's keys and scalar values as vectors (a traced export has no static shape)."""
+    return tf.reshape(keys, [-1]), tf.reshape(values, [-1])
 
 
 @dataclass(frozen=True)
@@ -142,10 +158,11 @@ class DynamicTable(tf.Module):
 
     def rows(self, keys: tf.Tensor) -> tf.Tensor:
         """Pool rows of ``keys`` (int64; deduplicate them first: the index's lookup is a
-        serial loop under its lock): the key's own row if admitted, else its fallback row.
-        Reads only."""
+        serial loop under its lock): the key's own row if admitted, else its fallback row,
+        row 0 for a missing (negative) key. Reads only."""
         slots = self.index.lookup(keys)
-        return tf.where(slots >= 0, self.fallback_rows + slots, self.fallback_row(keys))
+        other = tf.where(keys < 0, tf.constant(MISSING_ROW, tf.int64), self.fallback_row(keys))
+        return tf.where(slots >= 0, self.fallback_rows + slots, other)
 
     def observe(self, keys: tf.Tensor, occurrences: tf.Tensor, step: tf.Tensor) -> tf.Operation:
         """Record that unique ``keys`` occurred ``occurrences`` times at ``step``: admitted
@@ -153,7 +170,9 @@ class DynamicTable(tf.Module):
         candidate's increment, which only delays its admission; ``last_seen`` takes the
         maximum, in any order.)"""
         step = tf.cast(step, tf.int64)
-        occurrences = tf.cast(occurrences, tf.int64)
+        present = keys >= 0
+        keys = tf.boolean_mask(keys, present)
+        occurrences = tf.boolean_mask(tf.cast(occurrences, tf.int64), present)
         slots = self.index.lookup(keys)
         admitted = slots >= 0
         seen_slots = tf.boolean_mask(slots, admitted)
@@ -191,6 +210,16 @@ class DynamicTable(tf.Module):
         admitted = self._admit(step)
         self._prune(step)
         return {"evicted": evicted, "admitted": admitted, "used": self.used_slots()}
+
+    def maintain_if_due(self, step: Any, slots: Sequence[SlotReset] = ()) -> tf.Tensor:
+        """``maintain`` when ``step`` is a multiple of ``maintainEverySteps`` (inside a
+        ``tf.function`` too); the rows in use after."""
+        step = tf.cast(step, tf.int64)
+
+        def run() -> tf.Tensor:
+            return self.maintain(step, slots)["used"]
+
+        return tf.cond(tf.equal(step % self.maintain_every_steps, 0), run, self.used_slots)
 
     def used_slots(self) -> tf.Tensor:
         return tf.reduce_sum(tf.cast(self.last_seen.read_value() != FREE, tf.int64))
@@ -237,7 +266,7 @@ class DynamicTable(tf.Module):
             return tf.identity(n)
 
     def _admit(self, step: tf.Tensor) -> tf.Tensor:
-        keys, counts = self.candidate_count.export()
+        keys, counts = _flat(*self.candidate_count.export())
         ready = counts >= self.admit_after
         keys, counts = tf.boolean_mask(keys, ready), tf.boolean_mask(counts, ready)
         free = self.free_slots()
@@ -257,17 +286,16 @@ class DynamicTable(tf.Module):
             return tf.cast(n, tf.int64)
 
     def _prune(self, step: tf.Tensor) -> None:
-        keys, seen = self.candidate_seen.export()
+        keys, seen = _flat(*self.candidate_seen.export())
         if self.evict_after_steps is not None:
             stale = step - seen >= self.evict_after_steps
             self._drop(tf.boolean_mask(keys, stale))
             keep = tf.logical_not(stale)
             keys, seen = tf.boolean_mask(keys, keep), tf.boolean_mask(seen, keep)
-        extra = tf.size(keys) - self.capacity
-        if extra > 0:
-            # The least recently seen go: top_k of -seen.
-            oldest = tf.math.top_k(-seen, k=extra, sorted=False).indices
-            self._drop(tf.gather(keys, oldest))
+        # Over capacity, the least recently seen go (top_k of -seen; k = 0 drops none).
+        extra = tf.maximum(tf.size(keys) - self.capacity, 0)
+        oldest = tf.math.top_k(-seen, k=extra, sorted=False).indices
+        self._drop(tf.gather(keys, oldest))
 
     def _drop(self, keys: tf.Tensor) -> None:
         self.candidate_count.remove(keys)
