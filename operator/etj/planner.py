@@ -95,6 +95,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from etj.api.architectures import linear_table_name
+from etj.api.dynamic import table_rows
 from etj.api.plan import PsPlan, ShardPlan, TablePlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.spec import (
@@ -165,11 +166,6 @@ def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
 INDEX_ENTRY_BYTES = 64
 ROW_STATE_BYTES = 16
 CANDIDATE_ENTRY_BYTES = 2 * INDEX_ENTRY_BYTES
-
-
-def table_rows(table: EmbeddingTable) -> int:
-    """Rows of the table's variable: a dynamic table's pool follows its fallback rows."""
-    return table.vocabulary_size + (table.dynamic.capacity if table.dynamic else 0)
 
 
 def dynamic_overhead_bytes(table: EmbeddingTable, spec: EmbeddingTrainingJobSpec) -> int:

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from etj.api.spec import EmbeddingTable
-from etj_trainer.models.dynamic import FREE, DynamicTable, SlotReset, keys_of
+from etj_trainer.data.keys import keys_of
+from etj_trainer.models.dynamic import FREE, DynamicTable, SlotReset
 
 PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

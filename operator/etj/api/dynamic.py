@@ -68,6 +68,12 @@ class DynamicTable(ApiModel):
     )
 
 
+def table_rows(table: Any) -> int:
+    """Rows of an ``EmbeddingTable``'s variable: a dynamic table's pool follows its
+    ``vocabularySize`` fallback rows."""
+    return int(table.vocabulary_size) + (table.dynamic.capacity if table.dynamic else 0)
+
+
 def _dynamic_names(m: Any) -> set[str]:
     return {t.name for t in m.embeddings if t.dynamic is not None}
 

@@ -1,7 +1,7 @@
 """A dynamic (collisionless) embedding table on stock TensorFlow: ids earn rows of a pool.
 
-Keys are raw ids (``keys_of``: a string through Fingerprint64, the hash fixed tables use,
-kept to 63 bits; an integer as it is). A negative key is a missing value (an empty string, a
+Keys are raw ids (``etj_trainer.data.keys.keys_of``: a string through Fingerprint64, the
+hash fixed tables use, kept to 63 bits; an integer as it is). A negative key is a missing value (an empty string, a
 multi-valued feature's padding): it reads row 0 and is never counted or admitted. The table
 is one variable of ``vocabularySize + capacity`` rows:
 
@@ -49,6 +49,7 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.spec import EmbeddingTable
+from etj_trainer.data.keys import keys_of
 
 # last_seen of a free slot.
 FREE = -1
@@ -58,19 +59,6 @@ NO_SLOT = -1
 
 # Row of missing values (negative keys), as in a fixed table.
 MISSING_ROW = 0
-# String keys keep Fingerprint64's low 63 bits, so every id is a non-negative key (two of
-# a billion distinct strings share a key with odds of about 3 %, against a row in a
-# hashed table).
-KEY_MASK = (1 << 63) - 1
-
-
-def keys_of(values: tf.Tensor) -> tf.Tensor:
-    """Keys of ids: a string's Fingerprint64 (the hash ``to_hash_bucket_fast`` takes modulo
-    a fixed table's rows) in 63 bits, an empty string -1 (missing); an integer as it is."""
-    if values.dtype == tf.string:
-        keys = tf.bitwise.bitwise_and(tf.bitcast(tf.fingerprint(values), tf.int64), KEY_MASK)
-        return tf.where(tf.strings.length(values) == 0, tf.constant(-1, tf.int64), keys)
-    return tf.cast(values, tf.int64)
 
 
 def _flat(keys: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -156,11 +144,16 @@ class DynamicTable(tf.Module):
             return tf.zeros_like(keys)
         return 1 + tf.math.floormod(keys, self.fallback_rows - 1)
 
+    def _slots_of(self, keys: tf.Tensor) -> tf.Tensor:
+        """The index's slot of each key (``NO_SLOT`` for none), shaped as ``keys`` (a traced
+        lookup has no static shape)."""
+        return tf.reshape(self.index.lookup(keys), tf.shape(keys))
+
     def rows(self, keys: tf.Tensor) -> tf.Tensor:
         """Pool rows of ``keys`` (int64; deduplicate them first: the index's lookup is a
         serial loop under its lock): the key's own row if admitted, else its fallback row,
         row 0 for a missing (negative) key. Reads only."""
-        slots = self.index.lookup(keys)
+        slots = self._slots_of(keys)
         other = tf.where(keys < 0, tf.constant(MISSING_ROW, tf.int64), self.fallback_row(keys))
         return tf.where(slots >= 0, self.fallback_rows + slots, other)
 
@@ -173,7 +166,7 @@ class DynamicTable(tf.Module):
         present = keys >= 0
         keys = tf.boolean_mask(keys, present)
         occurrences = tf.boolean_mask(tf.cast(occurrences, tf.int64), present)
-        slots = self.index.lookup(keys)
+        slots = self._slots_of(keys)
         admitted = slots >= 0
         seen_slots = tf.boolean_mask(slots, admitted)
         mark = self.last_seen.scatter_max(
