@@ -5,12 +5,15 @@ restores the index with the pool."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import job_spec, trainer_config
+from harness import job_spec, trainer_config, trainer_env
 
 from etj_trainer.data.pipeline import make_dataset
 from etj_trainer.task.checkpoint import Checkpoints
@@ -19,7 +22,7 @@ from etj_trainer.task.state import TrainingState
 CAPACITY = 120
 
 
-def _config(tmp_path: Path):
+def _config(tmp_path: Path, steps: int = 60, export_dir: Path | None = None):
     spec = job_spec(
         strategy="MultiWorkerMirrored",
         replicas={"worker": {"replicas": 1}},
@@ -41,9 +44,11 @@ def _config(tmp_path: Path):
             "denseFeatures": 4,
             "hiddenUnits": [16],
         },
-        training={"steps": 60, "batchSizePerReplica": 32, "stepsPerExecution": 10},
+        training={"steps": steps, "batchSizePerReplica": 32, "stepsPerExecution": 10},
     )
-    return trainer_config(spec, checkpoint_dir=tmp_path / "ckpt")
+    return trainer_config(
+        spec, checkpoint_dir=tmp_path / "ckpt", every_steps=20, export_dir=export_dir
+    )
 
 
 def _admitted(state: TrainingState) -> dict[int, int]:
@@ -99,3 +104,62 @@ def test_a_checkpoint_without_the_dynamic_state_is_refused(tmp_path: Path):
     )
     with pytest.raises(AssertionError):
         state.restore_dynamic(path)
+
+
+def _events(stdout: str) -> list[dict]:
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def _train(tmp_path: Path, steps: int) -> list[dict]:
+    path = tmp_path / f"config-{steps}.json"
+    path.write_text(json.dumps(_config(tmp_path, steps).to_wire()))
+    # No TF_CONFIG: the trainer's single-process mode.
+    env = {k: v for k, v in trainer_env().items() if k != "TF_CONFIG"}
+    result = subprocess.run(
+        [sys.executable, "-m", "etj_trainer", "--config", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return _events(result.stdout)
+
+
+def _saved_invariants(path: str) -> int:
+    """Check a saved dynamic table offline (index against row state); its rows in use."""
+    reader = tf.train.load_checkpoint(path)
+    base = "model/dynamic/user_id"
+    keys = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
+    slots = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
+    row_key = reader.get_tensor(f"{base}/row_key/.ATTRIBUTES/VARIABLE_VALUE")
+    last_seen = reader.get_tensor(f"{base}/last_seen/.ATTRIBUTES/VARIABLE_VALUE")
+    assert len(set(keys.tolist())) == len(keys) and len(set(slots.tolist())) == len(slots)
+    assert len(keys) <= CAPACITY and np.all((slots >= 0) & (slots < CAPACITY))
+    assert np.array_equal(row_key[slots], keys)
+    assert set(np.nonzero(last_seen != -1)[0].tolist()) == set(slots.tolist())
+    return len(keys)
+
+
+@pytest.mark.extended  # make test-all; CI runs the in-process sibling above (the same training and restore)
+def test_the_trainer_process_trains_a_dynamic_table_and_resumes_from_its_checkpoint(
+    tmp_path: Path,
+):
+    first = _train(tmp_path, 40)
+    assert {"event": "done", "step": 40}.items() <= next(
+        e for e in first if e.get("event") == "done"
+    ).items()
+    at_40 = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    assert at_40 is not None and _saved_invariants(at_40) > 0
+    second = _train(tmp_path, 60)
+    restored = next(e for e in second if e.get("event") == "restored")
+    assert restored["step"] == 40
+    assert next(e for e in second if e.get("event") == "done")["step"] == 60
+    assert _saved_invariants(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))) > 0
