@@ -95,7 +95,7 @@ def _one_key_space(m: Any) -> bool:
 # Rules on model (embeddings + features); the CEL runs on ModelSpec's wire form.
 DYNAMIC_MODEL_RULES = (
     Rule(
-        "!has(self.features) || self.features.all(f, !has(f.vocabularyFile) || !self.embeddings.exists(t, t.name == f.table && has(t.dynamic)))",
+        "!has(self.features) || self.features.all(f, !has(f.vocabularyFile) || !has(f.table) || !self.embeddings.exists(t, t.name == f.table && has(t.dynamic)))",
         "a feature of a dynamic table has no vocabularyFile (every id earns its own row); "
         "drop vocabularyFile or dynamic",
         lambda m: (
