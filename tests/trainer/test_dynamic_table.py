@@ -179,6 +179,29 @@ def test_a_full_pool_admits_the_most_frequent_ready_ids_and_the_rest_wait():
     assert t.rows(tf.constant([2, 4], tf.int64)).numpy().tolist() == [0, 0]
 
 
+@given(order=st.permutations(list(range(12))), capacity=st.integers(1, 5))
+@PROPERTY
+def test_ties_go_by_key_whatever_order_the_ids_came_in(order, capacity):
+    """The same counts admit the same ids into the same rows and prune the same
+    candidates, whatever the order of insertion (a restore inserts in another order)."""
+    reference = table(capacity=capacity, admit_after=2)
+    shuffled = table(capacity=capacity, admit_after=2)
+    ids = [k for k in range(12) for _ in range(2)]
+    for k in range(12):
+        feed(reference, [k, k], step=0)
+    for k in order:
+        feed(shuffled, [k, k], step=0)
+    reference.maintain(0)
+    shuffled.maintain(0)
+    assert admitted(shuffled) == admitted(reference)
+    assert set(admitted(reference)) == set(range(capacity))  # every count 2: lowest keys
+    for t in (reference, shuffled):
+        feed(t, ids, step=1)
+        t.maintain(1)
+    keys = [set(t.candidate_count.export()[0].numpy().tolist()) for t in (reference, shuffled)]
+    assert keys[0] == keys[1] and len(keys[0]) <= capacity
+
+
 def test_lookup_deduplicates_counts_repeats_and_trains_the_rows_it_reads():
     t = table(capacity=4, admit_after=2, fallback=3)
     ids = tf.constant([[5, 5], [6, 7]], tf.int64)

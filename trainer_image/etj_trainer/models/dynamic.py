@@ -66,6 +66,18 @@ def _flat(keys: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.reshape(keys, [-1]), tf.reshape(values, [-1])
 
 
+def _ranked(keys: tf.Tensor, score: tf.Tensor) -> tf.Tensor:
+    """Positions of unique ``keys`` by ``score``, highest first, ties by key ascending.
+
+    A hash table exports in an order of its own (a restored table inserts in another), so
+    the order must come from the data alone: the same state then admits and prunes the
+    same ids in every process and after every restore.
+    """
+    by_key = tf.argsort(keys, stable=True)
+    by_score = tf.argsort(tf.gather(score, by_key), direction="DESCENDING", stable=True)
+    return tf.gather(by_key, by_score)
+
+
 @dataclass(frozen=True)
 class SlotReset:
     """An optimizer slot of the table (same shape as the pool) and its initial value."""
@@ -265,7 +277,7 @@ class DynamicTable(tf.Module):
         free = self.free_slots()
         n = tf.minimum(tf.size(keys), tf.size(free))
         # Most frequent first, when there are more ready ids than free slots.
-        order = tf.math.top_k(counts, k=n, sorted=True).indices
+        order = _ranked(keys, counts)[:n]
         keys, slots = tf.gather(keys, order), free[:n]
         ops = [
             self.index.insert(keys, slots),
@@ -285,10 +297,9 @@ class DynamicTable(tf.Module):
             self._drop(tf.boolean_mask(keys, stale))
             keep = tf.logical_not(stale)
             keys, seen = tf.boolean_mask(keys, keep), tf.boolean_mask(seen, keep)
-        # Over capacity, the least recently seen go (top_k of -seen; k = 0 drops none).
+        # Over capacity, the least recently seen go.
         extra = tf.maximum(tf.size(keys) - self.capacity, 0)
-        oldest = tf.math.top_k(-seen, k=extra, sorted=False).indices
-        self._drop(tf.gather(keys, oldest))
+        self._drop(tf.gather(keys, _ranked(keys, -seen)[:extra]))
 
     def _drop(self, keys: tf.Tensor) -> None:
         self.candidate_count.remove(keys)
