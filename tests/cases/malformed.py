@@ -683,9 +683,9 @@ CASES: list[Case] = [
     ),
     Case(
         "dynamic-mixed-value-types",
-        "cel",
+        "plan",
         "spec.model",
-        "the features of a dynamic table are all strings or all ints",
+        "are all strings or all ints",
         _both(
             _set(f"{E0}.dynamic", {"capacity": 1000}),
             _set(

@@ -30,7 +30,7 @@ from etj.api.architectures import (
 from etj.api.base import ApiModel, Quantity
 from etj.api.constants import MANAGED_BY
 from etj.api.custom import CUSTOM_RULES, CustomModel
-from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable
+from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable, check_key_space
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.podtemplate import PodTemplate
 from etj.api.rules import Rule, cel_extra, check_rules
@@ -332,6 +332,7 @@ class ModelSpec(ApiModel):
         check_rules(self, ARCHITECTURE_RULES)
         check_rules(self, CUSTOM_RULES)
         check_rules(self, DYNAMIC_MODEL_RULES)
+        check_key_space(self)
         if self.architecture == Architecture.DLRM and self.interaction_inputs < 2:
             raise ValueError(
                 "architecture dlrm takes dot products between the embedding inputs and the "
