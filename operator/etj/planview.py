@@ -54,7 +54,7 @@ def print_plan(job: EmbeddingTrainingJob, plan: ShardPlan, console: Console | No
     console.print(tables)
     dynamic = [t for t in plan.tables if t.capacity is not None]
     if dynamic:
-        pools = Table(title="Dynamic tables (collisionless: ids admitted into a pool)")
+        pools = Table(title="Dynamic tables")
         for col in ("table", "capacity", "fallback rows", "bytes"):
             pools.add_column(col, justify="left" if col == "table" else "right")
         for t in dynamic:
