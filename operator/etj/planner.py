@@ -65,6 +65,23 @@ time, and reading one holds about ``RESTORE_COPIES`` copies of it. Measured with
 pieces: 1.87 GiB peak training, 2.47 GiB restoring; TensorFlow's own restore, which reads a
 ps's whole state before assigning any, peaked at 3.14 GiB).
 
+Dynamic tables (``model.embeddings[].dynamic``). The pool is one table of
+``vocabularySize + capacity`` rows (the fallback rows first), sharded and placed as any
+table; beside it live the index (key -> row), a key and a last-seen step per pool row, and
+the admission candidates (occurrence count and last-seen step per key not yet admitted).
+Those are counted per entry (``dynamic_overhead_bytes``) and spread over the pool's rows,
+so each shard carries its share:
+
+- index entry, ``INDEX_ENTRY_BYTES`` = 64: a ``MutableHashTable`` int64 -> int64 is a hash
+  map of 16-byte slots kept under its maximum load and doubled when full (about 20-40 bytes
+  an entry), plus the 16-byte key/value copy its export makes at every checkpoint save;
+  ``DenseHashTable`` is not used (it needs two key values reserved as empty/deleted, which
+  raw 64-bit keys may take, and never shrinks after erase);
+- row state, ``ROW_STATE_BYTES`` = 16: the row's key and its last-seen step (int64 each);
+- candidates: two such tables (count, last seen), so ``2 x INDEX_ENTRY_BYTES`` a candidate;
+  the trainer prunes them to ``capacity`` at each pass, and one interval adds at most
+  ``maintainEverySteps x batchSizePerReplica x ids per example`` new keys.
+
 Strategy ``Auto``: MultiWorkerMirrored when all tables (with slots) fit in
 ``sharding.mirroredMaxBytes`` — every worker then holds a copy — else ParameterServer.
 ``ps: auto``: the fewest ps (up to ``maxReplicas``) whose memory request fits each ps's
@@ -77,6 +94,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from etj.api.architectures import linear_table_name
+from etj.api.dynamic import table_rows
 from etj.api.plan import PsPlan, ShardPlan, TablePlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.spec import (
@@ -119,6 +138,8 @@ class _Table:
     dtype: str
     optimizer: str
     bytes_per_row: int
+    # A dynamic table's pool rows (``rows`` counts its fallback rows too); None: fixed.
+    capacity: int | None = None
 
     @property
     def bytes(self) -> int:
@@ -141,20 +162,66 @@ def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
     return table.dimension * DTYPE_BYTES[table.dtype] * (1 + OPTIMIZER_SLOTS[optimizer])
 
 
+# Per-entry estimates of a dynamic table's index and counters (see the module docstring).
+INDEX_ENTRY_BYTES = 64
+ROW_STATE_BYTES = 16
+CANDIDATE_ENTRY_BYTES = 2 * INDEX_ENTRY_BYTES
+
+
+def dynamic_overhead_bytes(table: EmbeddingTable, spec: EmbeddingTrainingJobSpec) -> int:
+    """Bytes of a dynamic table's index, row state and admission candidates (0 for a
+    fixed table)."""
+    if table.dynamic is None:
+        return 0
+    d = table.dynamic
+    new_keys = (
+        d.maintain_every_steps
+        * spec.training.batch_size_per_replica
+        * ids_per_example(spec, table.name)
+    )
+    # Pruned to capacity at each pass; a pass finds at most one interval's new keys more.
+    return _capacity_overhead(d.capacity) + new_keys * CANDIDATE_ENTRY_BYTES
+
+
+def _capacity_overhead(capacity: int) -> int:
+    """Index entries and row state of ``capacity`` rows, and as many candidates."""
+    return capacity * (INDEX_ENTRY_BYTES + ROW_STATE_BYTES + CANDIDATE_ENTRY_BYTES)
+
+
+def ids_per_example(spec: EmbeddingTrainingJobSpec, name: str) -> int:
+    """Most ids one example looks up in table ``name`` (a first-order table: those of the
+    table it belongs to)."""
+    model = spec.model
+    own = {t.name: t for t in model.embeddings}
+    base = next((t for t in model.embeddings if linear_table_name(t.name) == name), own.get(name))
+    if base is None:
+        return 1
+    if model.features is None:
+        return base.ids_per_example
+    return max(1, sum(f.values_per_example for f in model.features if f.table == base.name))
+
+
 def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
     default_opt = str(spec.training.optimizer)
-    return [
-        _Table(
-            name=t.name,
-            rows=t.vocabulary_size,
-            dimension=t.dimension,
-            dtype=t.dtype,
-            optimizer=str(t.optimizer or default_opt),
-            bytes_per_row=table_bytes_per_row(t, default_opt),
+    out = []
+    # The first-order tables of wideDeep/deepFM too: ModelSpec.tables is the one list.
+    for t in spec.model.tables:
+        rows = table_rows(t)
+        # A dynamic table's index and counters, spread over its rows (rounded up, so the
+        # total is never under the estimate): each shard carries its share.
+        overhead = -(-dynamic_overhead_bytes(t, spec) // rows)
+        out.append(
+            _Table(
+                name=t.name,
+                rows=rows,
+                dimension=t.dimension,
+                dtype=t.dtype,
+                optimizer=str(t.optimizer or default_opt),
+                bytes_per_row=table_bytes_per_row(t, default_opt) + overhead,
+                capacity=t.dynamic.capacity if t.dynamic else None,
+            )
         )
-        # The first-order tables of wideDeep/deepFM too: ModelSpec.tables is the one list.
-        for t in spec.model.tables
-    ]
+    return out
 
 
 def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> str:
@@ -327,6 +394,7 @@ def _ps_plan(
                 shards=k,
                 rows_per_shard=rows_per_shard(t.rows, k),
                 ps_of_shard=placement,
+                capacity=t.capacity,
             )
         )
     requests = _requests(loads, spec)
@@ -381,6 +449,32 @@ def _check_shard_limits(tables: list[_Table], minimum: list[int], max_shard: int
         )
 
 
+def _check_dynamic_fits(
+    spec: EmbeddingTrainingJobSpec, tables: list[_Table], spare: int, most_ps: int
+) -> None:
+    """A dynamic table whose pool alone passes what ``most_ps`` ps can hold: refused by its
+    capacity, with the capacity that would fit."""
+    headroom = Fraction(spec.sharding.ps_memory_headroom)
+    room = Fraction(spare * most_ps) / headroom
+    for i, (t, e) in enumerate(zip(tables, spec.model.tables, strict=True)):
+        if t.capacity is None or t.bytes <= room:
+            continue
+        slots_row = table_bytes_per_row(e, str(spec.training.optimizer))
+        fixed = e.vocabulary_size * slots_row + (
+            dynamic_overhead_bytes(e, spec) - _capacity_overhead(t.capacity)
+        )
+        # (+1: the overhead is spread over the rows rounded up, at most a byte a row.)
+        per_row = slots_row + _capacity_overhead(1) + 1
+        fits = max(0, math.floor((room - fixed) / per_row))
+        raise PlanError(
+            f"spec.{_where(i, len(spec.model.embeddings))}.dynamic.capacity",
+            f"dynamic table {t.name!r} needs {human_bytes(t.bytes)} (capacity {t.capacity:,} "
+            f"rows with optimizer slots, index and counters) but {most_ps} ps with "
+            f"{human_bytes(spare)} each beyond their base memory hold about {fits:,} rows of "
+            "it; lower capacity, or give the ps more memory or replicas",
+        )
+
+
 def _largest_shard_request(t: _Table, shards: int, spec: EmbeddingTrainingJobSpec) -> int:
     rows = -(-t.rows // shards)
     return memory_request(rows * t.bytes_per_row, rows * t.variable_bytes_per_row, spec)
@@ -428,6 +522,8 @@ def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
         )
     ps_spec = spec.replicas.ps
     requested = ps_spec.replicas if ps_spec is not None else "auto"
+    most_ps = requested if isinstance(requested, int) else (ps_spec.max_replicas if ps_spec else 64)
+    _check_dynamic_fits(spec, tables, budget - base, most_ps)
     if isinstance(requested, int):
         loads = _loads(tables, shard_counts(tables, minimum, requested), requested)
         requests = _requests(loads, spec)
@@ -485,6 +581,7 @@ def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> Shar
                 shards=1,
                 rows_per_shard=[t.rows],
                 ps_of_shard=[],
+                capacity=t.capacity,
             )
             for t in tables
         ],

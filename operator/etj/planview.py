@@ -52,6 +52,19 @@ def print_plan(job: EmbeddingTrainingJob, plan: ShardPlan, console: Console | No
             _compress(t.ps_of_shard),
         )
     console.print(tables)
+    dynamic = [t for t in plan.tables if t.capacity is not None]
+    if dynamic:
+        pools = Table(title="Dynamic tables")
+        for col in ("table", "capacity", "fallback rows", "bytes"):
+            pools.add_column(col, justify="left" if col == "table" else "right")
+        for t in dynamic:
+            capacity = t.capacity or 0
+            pools.add_row(t.name, f"{capacity:,}", f"{t.rows - capacity:,}", human_bytes(t.bytes))
+        console.print(pools)
+        console.print(
+            "A dynamic table's bytes count its pool and fallback rows with optimizer slots, "
+            "its index and its admission counters."
+        )
     if plan.ps:
         ps = Table(title="Parameter servers")
         for col in ("ps", "shards", "bytes", "memory request"):

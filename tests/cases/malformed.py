@@ -741,4 +741,67 @@ CASES: list[Case] = [
         "spec.restartPolicy may not be set",
         _set("spec.replicas.ps.template", {"spec": {"restartPolicy": "Always"}}),
     ),
+    # ---- dynamic tables (model.embeddings[].dynamic) -------------------------------------
+    Case(
+        "dynamic-capacity-zero",
+        "schema",
+        f"{F0}.dynamic.capacity",
+        "greater than or equal to 1",
+        _set(f"{E0}.dynamic", {"capacity": 0}),
+    ),
+    Case(
+        "dynamic-admit-after-zero",
+        "schema",
+        f"{F0}.dynamic.admitAfter",
+        "greater than or equal to 1",
+        _set(f"{E0}.dynamic", {"capacity": 1000, "admitAfter": 0}),
+    ),
+    Case(
+        "dynamic-no-capacity",
+        "schema",
+        f"{F0}.dynamic.capacity",
+        "required",
+        _set(f"{E0}.dynamic", {"admitAfter": 2}),
+    ),
+    Case(
+        "dynamic-with-vocabulary-file",
+        "cel",
+        "spec.model",
+        "a feature of a dynamic table has no vocabularyFile",
+        _both(
+            _set(f"{E0}.dynamic", {"capacity": 1000}),
+            _set(
+                "spec.model.features",
+                [*FEATURES[:1], {**FEATURES[1], "vocabularyFile": "/v.txt"}, FEATURES[2]],
+            ),
+        ),
+    ),
+    Case(
+        "dynamic-mixed-value-types",
+        "plan",
+        "spec.model",
+        "are all strings or all ints",
+        _both(
+            _set(f"{E0}.dynamic", {"capacity": 1000}),
+            _set(
+                "spec.model.features",
+                [
+                    *FEATURES,
+                    {
+                        "name": "user2",
+                        "kind": "categorical",
+                        "table": "user_id",
+                        "valueType": "int",
+                    },
+                ],
+            ),
+        ),
+    ),
+    Case(
+        "dynamic-capacity-does-not-fit",
+        "plan",
+        f"{F0}.dynamic.capacity",
+        "lower capacity",
+        _set(f"{E0}.dynamic", {"capacity": 200_000_000}),
+    ),
 ]

@@ -30,6 +30,7 @@ from etj.api.architectures import (
 from etj.api.base import ApiModel, Quantity
 from etj.api.constants import MANAGED_BY
 from etj.api.custom import CUSTOM_RULES, CustomModel
+from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable, check_key_space
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.podtemplate import PodTemplate
 from etj.api.rules import Rule, cel_extra, check_rules
@@ -239,13 +240,22 @@ class EmbeddingTable(ApiModel):
         default=None,
         description="Optimizer for this table only (default: training.optimizer).",
     )
+    dynamic: DynamicTable | None = Field(
+        default=None,
+        description=(
+            "Make the table collisionless: ids get rows of a pool of dynamic.capacity rows "
+            "as they are admitted; vocabularySize rows are then the fallback of the others."
+        ),
+    )
 
 
 class ModelSpec(ApiModel):
     """The CTR model: embedding tables, dense features and a tower (an architecture)."""
 
     model_config = ApiModel.model_config | {
-        "json_schema_extra": _cel(*MODEL_FEATURE_RULES, *ARCHITECTURE_RULES, *CUSTOM_RULES)
+        "json_schema_extra": _cel(
+            *MODEL_FEATURE_RULES, *ARCHITECTURE_RULES, *CUSTOM_RULES, *DYNAMIC_MODEL_RULES
+        )
     }
 
     embeddings: list[EmbeddingTable] = Field(
@@ -330,6 +340,8 @@ class ModelSpec(ApiModel):
         check_rules(self, MODEL_FEATURE_RULES)
         check_rules(self, ARCHITECTURE_RULES)
         check_rules(self, CUSTOM_RULES)
+        check_rules(self, DYNAMIC_MODEL_RULES)
+        check_key_space(self)
         if self.architecture == Architecture.DLRM and self.interaction_inputs < 2:
             raise ValueError(
                 "architecture dlrm takes dot products between the embedding inputs and the "

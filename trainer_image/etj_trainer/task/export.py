@@ -171,6 +171,10 @@ def manifest(state: TrainingState) -> dict[str, Any]:
 
 def export(state: TrainingState, export_dir: str) -> Path:
     """Write the export to ``export_dir`` (replacing an older one); its path."""
+    dynamic = [t.name for t in state.config.model.tables if t.dynamic is not None]
+    if dynamic:
+        # Serving would need the index too (to come): never export pools served as hashed.
+        raise ValueError(f"exporting dynamic tables ({', '.join(dynamic)}) is not supported yet")
     final = Path(export_dir)
     staging = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
