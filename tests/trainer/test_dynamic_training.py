@@ -163,3 +163,14 @@ def test_the_trainer_process_trains_a_dynamic_table_and_resumes_from_its_checkpo
     assert restored["step"] == 40
     assert next(e for e in second if e.get("event") == "done")["step"] == 60
     assert _saved_invariants(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))) > 0
+
+
+def test_a_dynamic_table_under_a_distributed_strategy_is_a_model_error(tmp_path: Path):
+    """Until ParameterServer and MultiWorkerMirrored carry dynamic tables, a job that asks
+    for one there fails at once with a line a person can act on (ModelError: permanent
+    under every restartPolicy), not with a trainer bug's exit."""
+    from etj_trainer.models.ctr import CtrModel, TablePartitioner
+    from etj_trainer.models.custom import ModelError
+
+    with pytest.raises(ModelError, match=r"table 'user_id' is dynamic: .* fixed table"):
+        CtrModel(_config(tmp_path), TablePartitioner())

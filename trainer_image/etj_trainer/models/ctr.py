@@ -30,7 +30,7 @@ from etj.api.spec import EmbeddingTable, ModelSpec
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import DENSE_KEY, INPUT_PREFIX, Lookup, lookups
 from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
-from etj_trainer.models.custom import tower_variables, trainable_variables
+from etj_trainer.models.custom import ModelError, tower_variables, trainable_variables
 from etj_trainer.models.dynamic import DynamicTable, SlotReset
 
 STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
@@ -179,9 +179,12 @@ class CtrModel(tf.Module):
         for i, table in enumerate(self.specs):
             if table.dynamic is not None:
                 if partitioner is not None or tf.distribute.has_strategy():
-                    raise ValueError(
+                    # A ModelError: the job fails at once with this line as its message
+                    # (no restart can help), not with a trainer bug's exit.
+                    raise ModelError(
                         f"table {table.name!r} is dynamic: dynamic tables train in a single "
-                        "process for now (ParameterServer and MultiWorkerMirrored come next)"
+                        "process for now (ParameterServer and MultiWorkerMirrored come next); "
+                        "drop its dynamic settings to train it as a fixed table"
                     )
                 self.dynamic[table.name] = DynamicTable(
                     table, (seed, i), STORAGE_DTYPES[table.dtype], EMBEDDING_INIT, self.tables[i]
