@@ -26,10 +26,12 @@ help:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tests/cluster/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[operator,trainer,dev]'
+	@# The test cluster (etj cluster, python -m etj_testcluster): dev only, not in the product.
+	$(PY) -m pip install -q -e tests/cluster
 	touch $@
 
 lint: venv

@@ -39,8 +39,8 @@ import yaml  # noqa: E402
 
 from etj.api.job import EmbeddingTrainingJob  # noqa: E402
 from etj.api.trainer import TrainerConfig  # noqa: E402
-from etj.infer import build_job  # noqa: E402
-from etj.planner import build_plan  # noqa: E402
+from etj.cli.from_data import build_job  # noqa: E402
+from etj.core.planner import build_plan  # noqa: E402
 from etj_trainer.data.clicklogs import write  # noqa: E402
 from etj_trainer.data.pipeline import feature_dataset, make_dataset  # noqa: E402
 from etj_trainer.task.state import TrainingState  # noqa: E402

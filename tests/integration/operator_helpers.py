@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from etj.local.procs import free_port, processes_under
-from etj.localcluster import LocalCluster
+from etj.local.launch import free_port, processes_under
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 
@@ -139,13 +139,13 @@ class OperatorProcess:
 
 @contextlib.contextmanager
 def process_node(cluster: LocalCluster, state: Path, namespaces: list[str], log: Path) -> Any:
-    """The process-backed node (``etj.localcluster.node``) serving ``namespaces``; on exit
+    """The process-backed node (``etj_testcluster.process_node``) serving ``namespaces``; on exit
     it is stopped and nothing it started may outlive it."""
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "etj.localcluster.node",
+            "etj_testcluster.process_node",
             "--kubeconfig",
             str(cluster.kubeconfig),
             "--state-dir",
@@ -174,7 +174,7 @@ class KubeletStandIn:
     def __init__(self, cluster: LocalCluster, namespace: str, run_pods: bool = True):
         from kubernetes import client
 
-        from etj.k8s import load_config
+        from etj.controller.kube import load_config
 
         self.namespace = namespace
         self.core = client.CoreV1Api(load_config(str(cluster.kubeconfig)))

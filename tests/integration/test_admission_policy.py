@@ -19,8 +19,8 @@ import yaml
 from click.testing import CliRunner
 
 from etj.api.admission import ALLOW_PRIVILEGED_LABEL, CHECKS
-from etj.cli import main
-from etj.localcluster import LocalCluster
+from etj.cli.main import main
+from etj_testcluster import LocalCluster
 from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case
 
 from .conftest import ROOT, apply_crds, create_namespace, require_binaries, wait_for

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, apply_crds, create_namespace, require_binaries, wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods

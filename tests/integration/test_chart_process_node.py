@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.local.procs import free_port, processes_under
-from etj.localcluster import LocalCluster
+from etj.local.launch import free_port, processes_under
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, wait_for
 from .operator_helpers import job_status, process_node

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 from etj_trainer.data.clicklogs import write_train_and_validation
 
 from .conftest import wait_for

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.convert import convert_tfjob
-from etj.localcluster import LocalCluster
-from etj.render import RenderSettings, build_pods
-from etj.validation import validate_manifest
+from etj.cli.convert import convert_tfjob
+from etj.core.render import RenderSettings, build_pods
+from etj.core.validation import validate_manifest
+from etj_testcluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 

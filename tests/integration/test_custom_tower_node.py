@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, wait_for
 from .operator_helpers import OperatorProcess, job_status

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 from etj_trainer.data.clicklogs import write
 
 from .conftest import wait_for

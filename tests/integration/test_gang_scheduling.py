@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, require_binaries, wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods

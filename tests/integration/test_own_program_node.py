@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.convert import convert_tfjob
-from etj.localcluster import LocalCluster
+from etj.cli.convert import convert_tfjob
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods

@@ -131,7 +131,7 @@ def main(kube_score: str, helm: str) -> int:
 
 
 def default_helm() -> str:
-    from etj.localcluster.cluster import cache_dir, default_bin_dir, k8s_version
+    from etj_testcluster.cluster import cache_dir, default_bin_dir, k8s_version
 
     for directory in (default_bin_dir(), cache_dir() / "bin" / k8s_version()):
         if (directory / "helm").is_file():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.local.procs import processes_under
+from etj.local.launch import processes_under
 from etj_trainer.data.clicklogs import write_train_and_validation
 
 ROOT = Path(__file__).resolve().parents[2]

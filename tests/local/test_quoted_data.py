@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.local.procs import processes_under
+from etj.local.launch import processes_under
 from etj_trainer.data.clicklogs import write
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]

@@ -20,7 +20,7 @@ import pytest
 from harness import job_spec, read_events, trainer_config, trainer_env
 
 from etj.api.constants import REASON_COMPLETED
-from etj.reconcile.progress import parse_completion
+from etj.core.reconcile.progress import parse_completion
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, parse_config
 from etj_trainer.task.auc import auc_from_histogram
@@ -386,7 +386,7 @@ def test_a_feature_schema_trains_on_synthetic_data(tf: Any) -> None:
     assert c26.shape == (64, 1) and c26.min() >= 0 and c26.max() < 100  # c25's rows
     assert 0.05 < batch["label"].numpy().mean() < 0.95
     from etj.api.trainer import TrainerConfig
-    from etj.planner import build_plan
+    from etj.core.planner import build_plan
     from etj_trainer.models.ctr import CtrModel
 
     config = TrainerConfig(

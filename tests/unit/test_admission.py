@@ -20,8 +20,8 @@ from etj.api.admission import (
     host_access_problems,
     policy,
 )
-from etj.cli import main
-from etj.validation import validate_manifest
+from etj.cli.main import main
+from etj.core.validation import validate_manifest
 from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ import json
 import yaml
 from click.testing import CliRunner
 
-from etj.cli import main
-from etj.crd import crd_yaml
+from etj.cli.main import main
+from etj.core.crd import crd_yaml
 
 from .conftest import ROOT, load_example
 

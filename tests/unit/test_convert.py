@@ -15,12 +15,12 @@ from click.testing import CliRunner
 
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.spec import GangScheduler
-from etj.cli import main
-from etj.convert import ConversionError, convert_tfjob
-from etj.render import RenderSettings, build_pods
-from etj.render.objects import replica_set
-from etj.render.scheduling import build_gang, gang_scheduler
-from etj.validation import validate_manifest
+from etj.cli.convert import ConversionError, convert_tfjob
+from etj.cli.main import main
+from etj.core.render import RenderSettings, build_pods
+from etj.core.render.objects import replica_set
+from etj.core.render.scheduling import build_gang, gang_scheduler
+from etj.core.validation import validate_manifest
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "tfjob"
 TFJOBS = [

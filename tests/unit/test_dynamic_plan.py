@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from etj.api.dynamic import DYNAMIC_MODEL_RULES
 from etj.api.spec import EmbeddingTrainingJobSpec
-from etj.cli import main
-from etj.planner import (
+from etj.cli.main import main
+from etj.core.planner import (
     CANDIDATE_ENTRY_BYTES,
     INDEX_ENTRY_BYTES,
     ROW_STATE_BYTES,

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from etj.infer import build_job, has_header, sniff_delimiter
-from etj.validation import validate_manifest
+from etj.cli.from_data import build_job, has_header, sniff_delimiter
+from etj.core.validation import validate_manifest
 
 
 def _criteo(n: int = 300) -> list[str]:
@@ -91,7 +91,7 @@ def test_etj_init_writes_a_job_that_validates(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from etj.cli import main as cli
+    from etj.cli.main import main as cli
 
     data = tmp_path / "ratings.csv"
     data.write_text("\n".join(_movielens()) + "\n")
@@ -113,7 +113,7 @@ def test_etj_init_from_parquet_types_lists_and_nulls(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from etj.cli import main as cli
+    from etj.cli.main import main as cli
 
     rng = random.Random(2)
     n = 400
@@ -159,7 +159,7 @@ def test_etj_init_from_parquet_types_lists_and_nulls(tmp_path):
 def test_etj_init_names_a_damaged_parquet_file(tmp_path):
     from click.testing import CliRunner
 
-    from etj.cli import main as cli
+    from etj.cli.main import main as cli
 
     data = tmp_path / "broken.parquet"
     data.write_bytes(b"PAR1" + b"\0" * 64)
@@ -174,7 +174,7 @@ def test_quoted_fields_are_one_column_each(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from etj.cli import main as cli
+    from etj.cli.main import main as cli
     from etj_trainer.data.clicklogs import MOVIELENS_1M_HEADER, write
 
     (path,) = write("movielens-1m", tmp_path, 1, 400)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.convert import convert_tfjob
+from etj.cli.convert import convert_tfjob
+from etj.core.validation import validate_manifest
 from etj.local.runner import LocalRunner
-from etj.validation import validate_manifest
 
 from .conftest import ROOT
 
@@ -26,7 +26,7 @@ def _runner(manifest: dict, workdir: Path) -> LocalRunner:
 
 
 def _pod(runner: LocalRunner, role: str) -> dict:
-    from etj.render import build_pod
+    from etj.core.render import build_pod
 
     return build_pod(runner.job, runner.plan, role, 0, runner.settings, runner._address)
 

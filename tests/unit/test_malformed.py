@@ -12,9 +12,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from etj.cli import main
-from etj.crd import build_crd
-from etj.validation import validate_manifest
+from etj.cli.main import main
+from etj.core.crd import build_crd
+from etj.core.validation import validate_manifest
 from tests.cases.malformed import BASE, CASES, Case
 
 from .conftest import load_example

@@ -1,4 +1,4 @@
-"""The optional NetworkPolicy per job (etj.render.networkpolicy): rendered with the job's
+"""The optional NetworkPolicy per job (etj.core.render.networkpolicy): rendered with the job's
 objects when the operator's settings ask for it, admitting exactly the job's pods on the
 TensorFlow port and the operator's pods on the metrics port; created by the operator."""
 
@@ -11,9 +11,9 @@ import pytest
 from etj.api.constants import METRICS_PORT, TF_PORT
 from etj.controller.reconciler import Reconciler
 from etj.controller.settings import OperatorSettings
-from etj.render import RenderSettings, build_objects
-from etj.render.networkpolicy import NetworkPolicySettings
-from etj.validation import validate_manifest
+from etj.core.render import RenderSettings, build_objects
+from etj.core.render.networkpolicy import NetworkPolicySettings
+from etj.core.validation import validate_manifest
 
 from .fake_api import FakeKube
 from .test_reconciler import NS, manifest, no_metrics

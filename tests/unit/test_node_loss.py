@@ -8,8 +8,8 @@ import copy
 from typing import Any
 
 from etj.api.status import Phase
-from etj.reconcile.observe import observe_pod
-from etj.reconcile.policies.nodeloss import pods_to_force_delete
+from etj.core.reconcile.observe import observe_pod
+from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 
 from .fake_api import stamp
 from .reconcile_helpers import all_pods, make_job, pod, run

@@ -1,13 +1,13 @@
 """policies/completion: the leader decides success (or every worker, under successPolicy
 AllWorkers); cleanPodPolicy decides what goes."""
 
-from etj.reconcile.policies.completion import (
+from etj.core.reconcile.policies.completion import (
     job_succeeded,
     leader_succeeded,
     pods_to_clean,
     success_message,
 )
-from etj.tfconfig import ReplicaSet
+from etj.core.tfconfig import ReplicaSet
 
 from .reconcile_helpers import pod
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from etj.api.constants import REASON_CHECKPOINT_MISMATCH, REASON_DATA_ERROR, REASON_MODEL_ERROR
-from etj.reconcile.policies.restart import classify, restart_group
-from etj.tfconfig import ReplicaSet
+from etj.core.reconcile.policies.restart import classify, restart_group
+from etj.core.tfconfig import ReplicaSet
 
 from .reconcile_helpers import pod
 

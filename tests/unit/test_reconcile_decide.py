@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from etj.api.status import Evaluation, Phase, Progress
-from etj.reconcile import World, decide
+from etj.core.reconcile import World, decide
 
 from .reconcile_helpers import T0, all_pods, later, make_job, pod, run, with_status
 
 
 def test_new_job_creates_service_config_map_and_every_pod():
     job = make_job()
-    from etj.planner import build_plan
+    from etj.core.planner import build_plan
 
     d = decide(
         World(

@@ -1,6 +1,6 @@
 """observe_pod: a Pod object as the API returns it, read into a PodState."""
 
-from etj.reconcile.observe import observe_pod
+from etj.core.reconcile.observe import observe_pod
 
 
 def pod_obj(**status):

@@ -9,9 +9,9 @@ from typing import Any
 
 from etj.api import EmbeddingTrainingJob
 from etj.api.trainer import TrainerConfig
-from etj.planner import build_plan
-from etj.render import RenderSettings, build_config_map, build_pod
-from etj.render.objects import LABEL_RETAINED, build_checkpoint_claim, build_objects
+from etj.core.planner import build_plan
+from etj.core.render import RenderSettings, build_config_map, build_pod
+from etj.core.render.objects import LABEL_RETAINED, build_checkpoint_claim, build_objects
 
 from .conftest import job_manifest
 

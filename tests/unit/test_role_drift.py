@@ -1,7 +1,7 @@
 """The trainer and the operator name the same roles and pick the same leader.
 
 Each package keeps its own copy (the trainer's ``Role`` and ``is_leader``; the operator's
-``etj.tfconfig`` role tuples and ``ReplicaSet.leader``), so a role renamed or added on one
+``etj.core.tfconfig`` role tuples and ``ReplicaSet.leader``), so a role renamed or added on one
 side only, or a leader rule changed on one side only, fails here rather than in a cluster.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.convert import convert_tfjob
-from etj.render import RenderSettings, build_pods, replica_set
-from etj.tfconfig import ALL_ROLES, TRAINING_ROLES, ReplicaSet
-from etj.validation import validate_manifest
+from etj.cli.convert import convert_tfjob
+from etj.core.render import RenderSettings, build_pods, replica_set
+from etj.core.tfconfig import ALL_ROLES, TRAINING_ROLES, ReplicaSet
+from etj.core.validation import validate_manifest
 from etj_trainer import sdk
 from etj_trainer.task.cluster import CLUSTER_ROLES, Role, is_leader
 

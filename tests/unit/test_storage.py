@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from etj.api import EmbeddingTrainingJob
 from etj.api.spec import CHECKPOINT_NOT_SHARED
 from etj.api.storage import claims_to_read, job_pods, sharing_problems
-from etj.cli import main
-from etj.planner import build_plan
-from etj.validation import validate_manifest
+from etj.cli.main import main
+from etj.core.planner import build_plan
+from etj.core.validation import validate_manifest
 
 from .conftest import job_manifest
 

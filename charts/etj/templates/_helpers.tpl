@@ -29,7 +29,7 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
-{{/* The operator's permissions: exactly what etj.k8s, kopf's watches and
+{{/* The operator's permissions: exactly what etj.controller.kube, kopf's watches and
      events use (the leader Lease has its own Role). Shared by the ClusterRole and the
      per-namespace Roles. */}}
 {{- define "etj.rules" -}}
@@ -70,7 +70,7 @@ app.kubernetes.io/component: operator
 
 
 {{/* Gang scheduling: the gang objects of the chosen backends (gangScheduling.backends),
-     with exactly the verbs etj.k8s uses on them: get (is it as wanted?), create, and
+     with exactly the verbs etj.controller.kube uses on them: get (is it as wanted?), create, and
      delete for a Workload (its pod groups are immutable: remade when the plan changes) or
      patch for a PodGroup. */}}
 {{- define "etj.gangRules" -}}

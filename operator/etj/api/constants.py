@@ -53,7 +53,7 @@ REASON_COMPLETED = "TrainingComplete"
 
 # Kueue's plain-Pod group integration (sigs.k8s.io/kueue pkg/controller/jobs/pod/constants;
 # the same keys since v0.7). A job labelled with the queue name runs as one pod group: one
-# Kueue Workload admitted all at once. See etj.render.kueue.
+# Kueue Workload admitted all at once. See etj.core.render.kueue.
 KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # A WorkloadPriorityClass for the group (copied from the job like the queue name).
 KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"

@@ -6,7 +6,7 @@ etj names its objects after it — the Service ``<job>`` (a DNS-1035 label), the
 ``<job>-<role>-<index>`` whose hostname is the pod name (a DNS-1123 label), the trainer
 ConfigMap, the gang object, label values — so the job's name must be a DNS-1123 label and
 every derived name must pass its own kind's rule. ``object_name_problems`` checks the
-objects as rendered (``etj.render.build_objects``), so a limit is never a copy of how a
+objects as rendered (``etj.core.render.build_objects``), so a limit is never a copy of how a
 name is made.
 
 Pure: no I/O.

@@ -1,6 +1,6 @@
 """The shard plan as data: how tables are split and where each shard lives.
 
-Computed by ``etj.planner``; written to ``status.shardPlan`` and into the trainer config,
+Computed by ``etj.core.planner``; written to ``status.shardPlan`` and into the trainer config,
 so the operator, the trainer and the user all read the same plan. Pure data.
 """
 

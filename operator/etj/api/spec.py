@@ -1,11 +1,11 @@
 """The ``spec`` of an EmbeddingTrainingJob: what a user writes.
 
 These models are the single source of truth for the API: the CRD's OpenAPI schema is
-generated from them (``etj.crd``), ``etj validate`` uses them, and the trainer reads the
+generated from them (``etj.core.crd``), ``etj validate`` uses them, and the trainer reads the
 model/data/training parts from the rendered trainer config. Validation that a schema can
 express lives here as field constraints (or as CEL rules under ``x-kubernetes-validations``
 for cross-field rules) so the API server rejects a bad job before the operator sees it;
-checks only code can make (does the plan fit?) live in ``etj.validation``.
+checks only code can make (does the plan fit?) live in ``etj.core.validation``.
 
 Pure: no I/O, no environment, no kopf or Kubernetes client.
 """
@@ -120,7 +120,7 @@ class ChiefSpec(ReplicaSpec):
     replicas: int = Field(default=1, ge=0, le=1, description="0 or 1 chief.")
 
 
-# Most ps a job may have (``etj.planner`` says why); the schema's maximum for both fields.
+# Most ps a job may have (``etj.core.planner`` says why); the schema's maximum for both fields.
 MAX_PS = 1024
 
 
@@ -1030,7 +1030,7 @@ def _chief_count(spec: EmbeddingTrainingJobSpec) -> int | None:
 # Who may lead a job. etj's own trainer under ParameterServer is ParameterServerStrategy's
 # coordinator model: the chief runs the training loop, so it needs exactly one. A job whose
 # workers run their own command follows TFJob's rules instead (dist-mnist's between-graph
-# replication: PS + Worker and no Chief, worker 0 is the chief; etj.tfconfig's leader rule).
+# replication: PS + Worker and no Chief, worker 0 is the chief; etj.core.tfconfig's leader rule).
 # CEL cannot see into a template's Pod spec (it preserves unknown fields), so the API server
 # admits a chief-less ParameterServer job whose workers have a template at all, and the
 # model checks that the template gives a command or an image (etj validate, and the

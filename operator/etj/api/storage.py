@@ -11,7 +11,7 @@ whose every training role runs its own program (a converted TFJob) keeps its che
 where its program chooses: only its explicit volumes are checked.
 
 ``etj validate`` knows the spec and the plan (``sharing_problems`` without claims); the
-operator also reads the claims the job names (through ``etj.k8s``) and passes their
+operator also reads the claims the job names (through ``etj.controller.kube``) and passes their
 access modes in. Each problem is one line naming the field to change.
 
 Pure: no I/O; the claims come in as plain data.

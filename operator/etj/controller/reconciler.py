@@ -1,8 +1,8 @@
 """One reconcile pass of one job: read the world, call the pure core, apply the Decision.
 
 The world is read from the ``WatchCache`` the watches keep (no API request per pass), or,
-without one, from the API through ``etj.k8s``; the decision is ``etj.reconcile.decide``;
-objects come from ``etj.render``. Writes go through ``etj.k8s`` and their answers go back
+without one, from the API through ``etj.controller.kube``; the decision is ``etj.core.reconcile.decide``;
+objects come from ``etj.core.render``. Writes go through ``etj.controller.kube`` and their answers go back
 into the cache (a 404 on a delete included), so the next pass sees them before the watch
 event arrives. The status is written before any pod is deleted or created (a pod deleted
 before its failure is recorded would take the failure with it), at most once per pass,
@@ -31,17 +31,17 @@ from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
 from etj.api.storage import claims_to_read, sharing_problems
 from etj.controller import metrics
 from etj.controller.cache import WatchCache
+from etj.controller.kube import ApiRefused, Kube
 from etj.controller.settings import OperatorSettings
-from etj.k8s import ApiRefused, Kube
-from etj.reconcile import Decision, World, decide, observe_pod
-from etj.reconcile.decide import Event, failed_status, gang_unavailable, iso
-from etj.reconcile.policies.gang import REASON_UNAVAILABLE
-from etj.reconcile.progress import parse_evaluation, parse_progress
-from etj.render import RenderSettings, build_config_map, build_pod, build_service
-from etj.render.networkpolicy import build_network_policy
-from etj.render.objects import build_checkpoint_claim, build_gang_object
-from etj.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
-from etj.validation import validate_manifest
+from etj.core.reconcile import Decision, World, decide, observe_pod
+from etj.core.reconcile.decide import Event, failed_status, gang_unavailable, iso
+from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
+from etj.core.reconcile.progress import parse_evaluation, parse_progress
+from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
+from etj.core.render.networkpolicy import build_network_policy
+from etj.core.render.objects import build_checkpoint_claim, build_gang_object
+from etj.core.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
+from etj.core.validation import validate_manifest
 
 log = logging.getLogger("etj.controller")
 
