@@ -138,6 +138,7 @@ def test_etj_plan_shows_the_dynamic_tables(tmp_path):
         "apiVersion: training.etj.dev/v1alpha1\nkind: EmbeddingTrainingJob\n"
         "metadata: {name: dyn}\nspec:\n  model:\n    embeddings:\n"
         "    - {name: user, vocabularySize: 7, dimension: 16, dynamic: {capacity: 123456}}\n"
+        "  checkpoint: {uri: gs://ckpt/dyn}\n"
     )
     out = CliRunner().invoke(main, ["plan", str(job)], terminal_width=200)
     assert out.exit_code == 0, out.output
