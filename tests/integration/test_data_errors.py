@@ -23,8 +23,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
 NAME = "movies"
 
 
-def _job(tmp_path: Path, strategy: str) -> dict[str, Any]:
-    (data,) = write("movielens-1m", tmp_path / "data", 1, 200, prefix="ratings")
+def _job(shared: Path, strategy: str) -> dict[str, Any]:
+    # Data and checkpoints where every pod sees them (a multi-pod job on a hostPath or the
+    # emptyDir default is refused before it starts).
+    (data,) = write("movielens-1m", shared / "data", 1, 200, prefix="ratings")
     replicas: dict[str, Any] = {"worker": {"replicas": 2}}
     if strategy == "ParameterServer":
         replicas = {"worker": {"replicas": 1}, "ps": {"replicas": 1}}
@@ -51,11 +53,11 @@ def _job(tmp_path: Path, strategy: str) -> dict[str, Any]:
             "data": {
                 "source": "files",
                 "files": {
-                    "pattern": f"/data/{data.name}",
+                    "pattern": str(data),
                     "format": "csv",
-                    "volume": {"hostPath": {"path": str(data.parent)}},
                 },
             },
+            "checkpoint": {"uri": str(shared / "ckpt")},
             "training": {"batchSizePerReplica": 32, "steps": 20},
             # A failure a restart may cure would be retried here: this one must not be.
             "runPolicy": {
@@ -73,10 +75,10 @@ def test_a_header_mismatch_fails_the_job_at_once_with_the_data_error(
     namespace: str,
     node: Path,
     operator: OperatorProcess,
-    tmp_path: Path,
+    shared_dir: Path,
     strategy: str,
 ):
-    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(_job(tmp_path, strategy)))
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(_job(shared_dir, strategy)))
     status = wait_for(
         lambda: (s := job_status(crds, namespace, NAME)).get("phase") == "Failed" and s,
         300,
@@ -84,7 +86,7 @@ def test_a_header_mismatch_fails_the_job_at_once_with_the_data_error(
         every=1,
     )
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
-    # The file as the trainer opened it (the process node maps /data to its host path).
+    # The file as the trainer opened it.
     assert re.match(
         r"DataError: \S*/ratings-00000\.csv:1: the header lacks the declared column\(s\) "
         r"userId, movieId \(it has: user_id, movie_id,",
