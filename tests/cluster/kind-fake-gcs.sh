@@ -5,9 +5,10 @@
 # TensorFlow's GCS filesystem has no endpoint setting: it always calls
 # https://www.googleapis.com (JSON API, uploads) and https://storage.googleapis.com (reads).
 # So fake-gcs-server (github.com/fsouza/fake-gcs-server, built from Go modules into
-# $ETJ_CACHE/bin) serves HTTPS on port 443 of a Service with a fixed ClusterIP
-# ($GCS_IP), with a certificate for those two names from a test CA made here
-# ($ETJ_CACHE/kind/gcs-ca; never a real CA). A pod that wants gs:// adds
+# $ETJ_CACHE/bin) serves plain HTTP inside its pod, behind tests/cluster/gcs-front (TLS
+# with a certificate for those two names from a test CA made here, $ETJ_CACHE/kind/gcs-ca,
+# never a real CA; it also drops the "Transfer-Encoding: identity" header TF sends and
+# Go's HTTP server refuses), on port 443 of a Service with a fixed ClusterIP ($GCS_IP). A pod that wants gs:// adds
 #   hostAliases: [{ip: $GCS_IP, hostnames: [www.googleapis.com, storage.googleapis.com]}]
 #   env: CURL_CA_BUNDLE=/etc/etj-gcs/ca.crt, NO_GCE_CHECK=true,
 #        GOOGLE_AUTH_TOKEN_FOR_TESTING=<anything>
@@ -26,7 +27,7 @@ KUBECTL="$CACHE/bin/${ETJ_K8S_VERSION:-v1.35.4}/kubectl"
 GCS_IP="${ETJ_KIND_GCS_IP:-10.96.0.50}"
 CA_DIR="$CACHE/kind/gcs-ca"
 SHARED=/tmp/etj-kind-shared
-IMAGE="localhost/etj-kind/fake-gcs-server:$FAKE_GCS_VERSION"
+GOENV=(GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod)
 eval "$(bash "$HERE/kind-docker.sh" env)"
 say() { printf '[kind-fake-gcs %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 kubectl() { "$KUBECTL" "$@"; }
@@ -35,11 +36,12 @@ kubectl() { "$KUBECTL" "$@"; }
 if ! "$CACHE/bin/fake-gcs-server" -help 2>&1 | grep -q -- -public-host \
   || [ "$(cat "$CACHE/bin/fake-gcs-server.version" 2>/dev/null)" != "$FAKE_GCS_VERSION" ]; then
   say "building fake-gcs-server $FAKE_GCS_VERSION"
-  (export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local CGO_ENABLED=0 \
-    GOBIN="$CACHE/bin" GOFLAGS=-mod=mod
-    nice -n 10 go install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION")
+  env "${GOENV[@]}" GOBIN="$CACHE/bin" nice -n 10 go install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
   echo "$FAKE_GCS_VERSION" >"$CACHE/bin/fake-gcs-server.version"
 fi
+(cd "$HERE/gcs-front" && env "${GOENV[@]}" go build -trimpath -ldflags "-s -w" -o "$CACHE/bin/gcs-front" .)
+front_sum=$(sha256sum "$CACHE/bin/gcs-front" | cut -c1-12)
+IMAGE="localhost/etj-kind/fake-gcs-server:$FAKE_GCS_VERSION-$front_sum"
 
 # The test CA and the server certificate for the GCS host names.
 if [ ! -f "$CA_DIR/tls.crt" ]; then
@@ -59,7 +61,7 @@ fi
 if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
   root="$(mktemp -d)"
   mkdir -p "$root/usr/local/bin" "$root/tmp"
-  cp "$CACHE/bin/fake-gcs-server" "$root/usr/local/bin/"
+  cp "$CACHE/bin/fake-gcs-server" "$CACHE/bin/gcs-front" "$root/usr/local/bin/"
   tar -C "$root" -c . | docker import --change 'ENTRYPOINT ["/usr/local/bin/fake-gcs-server"]' - "$IMAGE" >/dev/null
   rm -rf "$root"
 fi
@@ -99,17 +101,22 @@ spec:
         - name: fake-gcs
           image: $IMAGE
           imagePullPolicy: Never
-          args: [-scheme, https, -host, 0.0.0.0, -port, "443",
-                 -cert-location, /tls/tls.crt, -private-key-location, /tls/tls.key,
+          args: [-scheme, http, -host, 127.0.0.1, -port, "4443",
                  -public-host, storage.googleapis.com, -external-url, https://www.googleapis.com,
                  -backend, filesystem, -filesystem-root, /var/lib/etj-shared/gcs, -log-level, warn]
+          volumeMounts:
+            - {name: objects, mountPath: /var/lib/etj-shared/gcs}
+        - name: tls-front
+          image: $IMAGE
+          imagePullPolicy: Never
+          command: [/usr/local/bin/gcs-front]
+          args: [-listen, ":443", -cert, /tls/tls.crt, -key, /tls/tls.key, -upstream, "127.0.0.1:4443"]
           ports: [{containerPort: 443}]
           readinessProbe:
             tcpSocket: {port: 443}
             periodSeconds: 2
           volumeMounts:
             - {name: tls, mountPath: /tls, readOnly: true}
-            - {name: objects, mountPath: /var/lib/etj-shared/gcs}
       volumes:
         - name: tls
           secret: {secretName: fake-gcs-tls}

@@ -5,7 +5,10 @@ the calls TF 2.21's built-in GCS filesystem makes for a checkpoint (resumable up
 metadata stat, ranged reads, listing, rewrite for rename, delete). TF has no endpoint
 setting: it always calls https://www.googleapis.com and https://storage.googleapis.com.
 Here its libcurl reaches fake-gcs-server through a loopback CONNECT proxy (``https_proxy``)
-and trusts a test CA (``CURL_CA_BUNDLE``); ``NO_GCE_CHECK`` and
+and trusts a test CA (``CURL_CA_BUNDLE``). fake-gcs-server alone does not do: TF sends
+``Transfer-Encoding: identity`` on empty-body POSTs (starting an upload, rename's rewrite)
+and Go's HTTP server answers 501, so every save fails after 10 retries (7 min); the TLS
+front tests/cluster/gcs-front drops that header and says the scheme was https. ``NO_GCE_CHECK`` and
 ``GOOGLE_AUTH_TOKEN_FOR_TESTING`` keep it off the metadata server. In the cluster the pods
 use hostAliases instead of the proxy.
 
@@ -36,13 +39,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.trainer]
 
 CACHE = Path(os.environ.get("ETJ_CACHE", Path.home() / ".cache" / "etj"))
 FAKE_GCS = CACHE / "bin" / "fake-gcs-server"
+GCS_FRONT = CACHE / "bin" / "gcs-front"
 GCS_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 BUCKET = "etj-ckpt"
 
 
 def _skip_reason() -> str | None:
-    if not FAKE_GCS.exists():
-        return f"no {FAKE_GCS} (make kind-up builds it)"
+    for binary in (FAKE_GCS, GCS_FRONT):
+        if not binary.exists():
+            return f"no {binary} (make kind-up builds it)"
     if shutil.which("openssl") is None:
         return "openssl is not installed"
     return None
@@ -132,19 +137,28 @@ def fake_gcs(tmp_path: Path) -> Iterator[tuple[dict[str, str], ConnectProxy]]:
     ca, crt, key = make_test_ca(tmp_path)
     data = tmp_path / "data"
     (data / BUCKET).mkdir(parents=True)
-    port = free_port()
+    port, plain_port = free_port(), free_port()
     server = subprocess.Popen(
-        [str(FAKE_GCS), "-scheme", "https", "-host", "127.0.0.1", "-port", str(port),
-         "-cert-location", str(crt), "-private-key-location", str(key),
+        [str(FAKE_GCS), "-scheme", "http", "-host", "127.0.0.1", "-port", str(plain_port),
          "-public-host", "storage.googleapis.com", "-external-url", "https://www.googleapis.com",
          "-backend", "memory", "-data", str(data), "-log-level", "warn"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    # TLS, and the header Go's HTTP server refuses, are gcs-front's (tests/cluster/gcs-front).
+    front = subprocess.Popen(
+        [str(GCS_FRONT), "-listen", f"127.0.0.1:{port}", "-cert", str(crt), "-key", str(key),
+         "-upstream", f"127.0.0.1:{plain_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     proxy = ConnectProxy(port)
 
     def listening() -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
+        # The server first: the readiness probe itself goes through the front.
+        for p in (plain_port, port):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", p)) != 0:
+                    return False
+        return True
 
     try:
         wait_for(listening, 30, "fake-gcs-server to listen", every=0.2)
@@ -161,10 +175,11 @@ def fake_gcs(tmp_path: Path) -> Iterator[tuple[dict[str, str], ConnectProxy]]:
         yield env, proxy
     finally:
         proxy.close()
-        server.terminate()
-        out, _ = server.communicate(timeout=30)
-        if out.strip():
-            print("fake-gcs-server log:\n" + out[-4000:])
+        for name, proc in (("gcs-front", front), ("fake-gcs-server", server)):
+            proc.terminate()
+            out, _ = proc.communicate(timeout=30)
+            if out.strip():
+                print(f"{name} log:\n" + out[-4000:])
 
 
 CHECKPOINT_ROUNDTRIP = textwrap.dedent(
@@ -228,7 +243,7 @@ def test_tf_checkpoint_roundtrip_on_fake_gcs(
     env, proxy = fake_gcs
     proc = subprocess.run(
         [sys.executable, "-c", CHECKPOINT_ROUNDTRIP, f"gs://{BUCKET}/x"],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     result_line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert result_line, f"TF child failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
