@@ -14,7 +14,9 @@ eval "$(bash "$HERE/kind-docker.sh" env)"
 say() { printf '[kind-load-images %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 shopt -s nullglob
-archives=("$CACHE"/images/*.tar)
+# The operator and the trainer (not the pause of the local real node, nor the stand-in
+# base image the trainer is built on).
+archives=("$CACHE"/images/etj-operator-*.tar "$CACHE"/images/etj-trainer-*.tar)
 if [ "${#archives[@]}" = 0 ]; then
   say "no image archives in $CACHE/images: run \`make images\`, then $0 $NAME"
   exit 0
@@ -26,7 +28,7 @@ load_node() {
     if docker exec "$node" test -f "/var/lib/etj-images/$base"; then continue; fi
     start=$SECONDS
     docker exec -i "$node" ctr -n k8s.io images import --all-platforms - <"$a" >/dev/null
-    docker exec "$node" sh -c "mkdir -p /var/lib/etj-images && rm -f /var/lib/etj-images/${base%%-*}-*.tar && touch /var/lib/etj-images/$base"
+    docker exec "$node" sh -c "mkdir -p /var/lib/etj-images && rm -f /var/lib/etj-images/${base%-*}-*.tar && touch /var/lib/etj-images/$base"
     say "$node: $base imported in $((SECONDS - start)) s"
   done
 }

@@ -104,13 +104,19 @@ proxy_root="$WORK/proxy-root"
 mkdir -p "$proxy_root"
 (
   cd "$ROOTFS"
-  for p in iptables libip4tc2 libip6tc2 libxtables12 libnftnl11 libmnl0 libnetfilter-conntrack3 \
-    libnfnetlink0 conntrack libc6 libgcc-s1; do
-    chroot "$ROOTFS" dpkg -L "$p" 2>/dev/null | while read -r f; do [ -f ".$f" ] || [ -L ".$f" ] && echo ".$f"; done
-  done | grep -v -e '^./usr/share/' >"$WORK/proxy-files"
-  ls -d ./etc/alternatives/*tables* ./usr/sbin/*tables* ./lib64 ./lib ./bin ./sbin 2>/dev/null >>"$WORK/proxy-files" || true
+  {
+    # The merged-/usr links first, then every file under its /usr path (tar does not
+    # extract through a link).
+    ls -d ./lib64 ./lib ./bin ./sbin ./etc/alternatives/*tables* ./usr/sbin/*tables*
+    for p in iptables libip4tc2 libip6tc2 libxtables12 libnftnl11 libmnl0 libnetfilter-conntrack3 \
+      libnfnetlink0 conntrack libc6 libgcc-s1; do
+      chroot "$ROOTFS" dpkg -L "$p" | sed -e 's#^/\(lib\|lib64\|bin\|sbin\)/#/usr/\1/#' \
+        | while read -r f; do if [ -f ".$f" ] || [ -L ".$f" ]; then echo ".$f"; fi; done
+    done | grep -v -e '^./usr/share/' | sort -u
+  } >"$WORK/proxy-files"
   tar -c --no-recursion -T "$WORK/proxy-files" | tar -C "$proxy_root" -x
 )
+chroot "$proxy_root" /usr/sbin/iptables --version >/dev/null || die "kube-proxy's root has no working iptables"
 
 declare -A IMAGES
 etcd_tag="$("$BIN/etcd" --version | sed -n 's/^etcd Version: //p')-0"
@@ -188,10 +194,13 @@ docker commit \
   --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
   --change 'CMD []' \
   --change 'ENV container=docker' \
-  --change 'STOPSIGNAL SIGRTMIN+3' \
   --change "LABEL dev.etj.inputs=$KEY" \
   --change "LABEL dev.etj.etcd-tag=$etcd_tag" \
   --change "LABEL dev.etj.coredns-tag=$coredns_tag" \
-  "$BUILDER" "$TAG" >/dev/null
+  "$BUILDER" "$TAG-commit" >/dev/null
+# systemd stops cleanly on SIGRTMIN+3 (SIGTERM makes it re-execute); `docker commit`
+# cannot set a stop signal, a one-line build on top can (metadata only).
+printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\n' "$TAG-commit" | DOCKER_BUILDKIT=0 docker build -q -t "$TAG" - >/dev/null
+docker rmi "$TAG-commit" >/dev/null || true
 say "built $TAG in $((SECONDS - start)) s"
 echo "$TAG"
