@@ -97,6 +97,9 @@ spec:
   template:
     metadata: {labels: {app: fake-gcs}}
     spec:
+      # The Service "fake-gcs" would inject FAKE_GCS_PORT=tcp://..., which fake-gcs-server
+      # reads as its own port setting.
+      enableServiceLinks: false
       containers:
         - name: fake-gcs
           image: $IMAGE

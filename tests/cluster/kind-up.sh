@@ -118,6 +118,8 @@ YAML
 
 cluster_running() {
   "$KIND" get clusters 2>/dev/null | grep -qx "$NAME" || return 1
+  # Another node image (its inputs changed): a new cluster.
+  [ "$(docker inspect -f '{{.Config.Image}}' "$NAME-control-plane" 2>/dev/null)" = "$IMAGE" ] || return 1
   local n
   for n in $("$KIND" get nodes --name "$NAME"); do
     [ "$(docker inspect -f '{{.State.Running}}' "$n" 2>/dev/null)" = true ] || return 1
@@ -173,6 +175,10 @@ else
   say "kind create cluster ${args[*]}"
   "$KIND" create cluster "${args[@]}"
   say "created in $((SECONDS - start)) s"
+  # The API server by the control-plane node's address on the kind network (in its
+  # certificate): no dependence on docker-proxy's published port.
+  cp_ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$NAME-control-plane")
+  kubectl config set-cluster "kind-$NAME" --server="https://$cp_ip:6443" >/dev/null
 fi
 [ "$LOCAL_IMAGE" = 1 ] && setup_pod_network
 kubectl wait --for=condition=Ready node --all --timeout=300s >/dev/null
