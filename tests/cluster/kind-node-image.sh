@@ -17,7 +17,7 @@
 #      generated kind config points kubeadm's imageRepository there), imported into the
 #      node's containerd with `ctr -n k8s.io images import`, and the container committed.
 # Cached: the image is tagged etj-kind-node:<k8s-version>-<key>, key = sha256 of every
-# input (the binaries, the node files, this script, the base's package list); the rootfs
+# input (the binaries, the node files, $RECIPE, the base's package list); the rootfs
 # under $ETJ_CACHE/kind/rootfs-<key>. A warm run is a `docker image inspect`.
 # Needs root and the private Docker engine (tests/cluster/kind-docker.sh start).
 set -euo pipefail
@@ -51,7 +51,7 @@ ROOTFS_KEY=$(printf '%s\n' "$SUITE" "$PACKAGES" | sha256sum | cut -c1-12)
 KEY=$({
   printf '%s\n' "$RECIPE" "$K8S_VERSION" "$ROOTFS_KEY"
   (cd "$BIN" && sha256sum "${NODE_BINS[@]}" "${IMAGE_BINS[@]}")
-  sha256sum "$0" "$HERE/kind-runc-wrapper.sh" "$HERE"/kind-node/*
+  sha256sum "$HERE/kind-runc-wrapper.sh" "$HERE"/kind-node/*
 } | sha256sum | cut -c1-12)
 TAG="etj-kind-node:$K8S_VERSION-$KEY"
 if docker image inspect "$TAG" >/dev/null 2>&1; then
@@ -202,5 +202,9 @@ docker commit \
 # cannot set a stop signal, a one-line build on top can (metadata only).
 printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\n' "$TAG-commit" | DOCKER_BUILDKIT=0 docker build -q -t "$TAG" - >/dev/null
 docker rmi "$TAG-commit" >/dev/null || true
+# Older node images are not needed any more (one still used by a cluster stays).
+for old in $(docker images etj-kind-node --format '{{.Repository}}:{{.Tag}}' | grep -vx "$TAG"); do
+  docker rmi "$old" >/dev/null 2>&1 || true
+done
 say "built $TAG in $((SECONDS - start)) s"
 echo "$TAG"
