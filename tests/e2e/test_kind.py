@@ -71,7 +71,7 @@ def quickstart(claim: str) -> dict:
             ]
         }
     }
-    job["spec"]["replicas"]["ps"]["template"] = {"affinity": away_from_chief}
+    job["spec"]["replicas"]["ps"]["template"] = {"spec": {"affinity": away_from_chief}}
     return job
 
 
