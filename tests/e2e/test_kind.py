@@ -1,9 +1,10 @@
 """End to end on the local kind cluster (``make images kind-up``: three nodes, one control
 plane and two workers): helm install, the quickstart with its checkpoints on the
 ReadWriteMany etj-shared class, its ps and its chief on different nodes (read from each
-pod's ``spec.nodeName``), Succeeded, its checkpoint files seen on the host directory every
-node shares; helm uninstall leaves nothing. Skips, saying why, without root or a cluster
-(see conftest.kind_missing).
+pod's ``spec.nodeName``); a ps killed while its node is cordoned comes back on the other
+node and the chief restores the last checkpoint from the shared volume; Succeeded, the
+checkpoint files seen on the host directory every node shares; helm uninstall leaves
+nothing. Skips, saying why, without root or a cluster (see conftest.kind_missing).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ OPERATOR_IMAGE = os.environ.get("ETJ_E2E_OPERATOR_IMAGE", "localhost/etj-operato
 TRAINER_IMAGE = os.environ.get("ETJ_E2E_TRAINER_IMAGE", "localhost/etj-trainer:dev")
 # The host directory kind-config.yaml mounts into every node at /var/lib/etj-shared.
 SHARED = Path("/tmp/etj-kind-shared")
-STEPS = 3000
+# Long enough that the ps kill happens in the first two thirds (checked before it).
+STEPS = 8000
 
 
 class Kind:
@@ -45,6 +47,23 @@ class Kind:
 
     def node_of(self, pod: str) -> str:
         return self.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}").stdout
+
+    def progress(self, key: str) -> int:
+        return int((self.status("quickstart").get("progress") or {}).get(key) or 0)
+
+    def pod_state(self, pod: str) -> list[str]:
+        """uid, phase and node of a pod (empty when it does not exist)."""
+        return self.kubectl(
+            "get", "pod", pod, "-o", "jsonpath={.metadata.uid} {.status.phase} {.spec.nodeName}",
+            check=False,
+        ).stdout.split()  # fmt: skip
+
+    def restored_step(self) -> int | None:
+        # The trainer logs {"event": "restored", "step": N} when it resumes a checkpoint.
+        logs = self.kubectl("logs", "quickstart-chief-0", check=False).stdout.splitlines()
+        events = [json.loads(x) for x in logs if x.startswith("{")]
+        steps = [e["step"] for e in events if e.get("event") == "restored"]
+        return steps[-1] if steps else None
 
 
 def quickstart(claim: str) -> dict:
@@ -123,6 +142,36 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
         ps = {k.node_of("quickstart-ps-0"), k.node_of("quickstart-ps-1")}
         print(f"chief on {chief}, ps on {sorted(ps)}")
         assert chief and "" not in ps and chief not in ps, (chief, ps)
+
+        # A ps lost while its node takes no new pods: it comes back on the other node, and
+        # the restarted chief restores the last checkpoint from the shared volume (which the
+        # new ps reads from there too).
+        wait_for(lambda: k.progress("lastCheckpointStep") > 0, 900, "a checkpoint")
+        at = k.progress("step")
+        assert at < STEPS * 2 // 3, f"step {at} of {STEPS} before the ps kill: raise STEPS"
+        before_kill = k.progress("lastCheckpointStep")
+        restarts = k.status("quickstart").get("restarts", 0)
+        old_uid, _, old_node = k.pod_state("quickstart-ps-0")
+        k.kubectl("cordon", old_node)
+        try:
+            k.kubectl("delete", "pod", "quickstart-ps-0", "--grace-period=1", "--wait=false")
+            wait_for(
+                lambda: k.status("quickstart").get("restarts", 0) > restarts, 300, "ps restart"
+            )
+
+            def back_elsewhere() -> bool:
+                got = k.pod_state("quickstart-ps-0")
+                return len(got) == 3 and got[0] != old_uid and got[1] == "Running"
+
+            wait_for(back_elsewhere, 600, "ps-0 running again")
+        finally:
+            k.kubectl("uncordon", old_node)
+        new_node = k.node_of("quickstart-ps-0")
+        print(f"ps-0 killed at step {at} on {old_node}, back on {new_node}")
+        assert new_node != old_node, (old_node, new_node)
+        restored = wait_for(k.restored_step, 600, "the restarted chief to restore")
+        assert restored >= before_kill, (restored, before_kill)
+
         wait_for(
             lambda: k.status("quickstart").get("phase") == "Succeeded", 1800, "Succeeded", every=5
         )
