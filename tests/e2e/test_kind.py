@@ -136,7 +136,8 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
         assert host_path.startswith("/var/lib/etj-shared/volumes/"), host_path
         on_host = SHARED / host_path.removeprefix("/var/lib/etj-shared/")
 
-        k.kubectl("apply", "-f", "-", input=yaml.safe_dump(quickstart("quickstart-checkpoints")))
+        job = quickstart("quickstart-checkpoints")
+        k.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
         wait_for(lambda: k.status("quickstart").get("phase") == "Running", 900, "Running")
         chief = k.node_of("quickstart-chief-0")
         ps = {k.node_of("quickstart-ps-0"), k.node_of("quickstart-ps-1")}
@@ -146,7 +147,8 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
         # A ps lost while its node takes no new pods: it comes back on the other node, and
         # the restarted chief restores the last checkpoint from the shared volume (which the
         # new ps reads from there too).
-        wait_for(lambda: k.progress("lastCheckpointStep") > 0, 900, "a checkpoint")
+        every = job["spec"]["checkpoint"]["everySteps"]
+        wait_for(lambda: k.progress("lastCheckpointStep") >= 2 * every, 900, "two checkpoints")
         at = k.progress("step")
         assert at < STEPS * 2 // 3, f"step {at} of {STEPS} before the ps kill: raise STEPS"
         before_kill = k.progress("lastCheckpointStep")
@@ -167,9 +169,12 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
         finally:
             k.kubectl("uncordon", old_node)
         new_node = k.node_of("quickstart-ps-0")
-        print(f"ps-0 killed at step {at} on {old_node}, back on {new_node}")
         assert new_node != old_node, (old_node, new_node)
         restored = wait_for(k.restored_step, 600, "the restarted chief to restore")
+        print(
+            f"ps-0 killed at step {at} (checkpoint {before_kill}) on {old_node}, "
+            f"back on {new_node}; the chief restored step {restored}"
+        )
         assert restored >= before_kill, (restored, before_kill)
 
         wait_for(
