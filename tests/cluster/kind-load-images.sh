@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Load the project's images (the docker archives `make images` leaves under
-# $ETJ_CACHE/images, named <image>-<inputs key>.tar) into every node of the local kind
-# cluster with `ctr -n k8s.io images import`, the nodes side by side. A node remembers
+# $ETJ_CACHE/images, named <image>-<inputs key>.tar) into every worker node of the local
+# kind cluster with `ctr -n k8s.io images import`, the nodes side by side. A node remembers
 # which archives it holds (/var/lib/etj-images/<archive>), so a warm run imports only
 # changed images. Called by tests/cluster/kind-up.sh with the cluster name; an empty
 # $ETJ_CACHE/images is reported, not an error (run `make images`, then this again).
@@ -32,12 +32,19 @@ load_node() {
     say "$node: $base imported in $((SECONDS - start)) s"
   done
 }
-pids=()
+# The workers only: etj's pods (the operator too) never run on the tainted control plane,
+# and each copy costs a node the archive twice over (content and unpacked layers).
+nodes=()
 for node in $("$KIND" get nodes --name "$NAME"); do
+  [ "$(docker inspect -f '{{index .Config.Labels "io.x-k8s.kind.role"}}' "$node")" = control-plane ] || nodes+=("$node")
+done
+[ "${#nodes[@]}" -gt 0 ] || nodes=("$NAME-control-plane")  # a one-node cluster
+pids=()
+for node in "${nodes[@]}"; do
   load_node "$node" & pids+=($!)
 done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 [ "$rc" = 0 ] || { echo "kind-load-images: an import failed" >&2; exit 1; }
-node=$("$KIND" get nodes --name "$NAME" | head -1)
-say "images in every node: $(docker exec "$node" ctr -n k8s.io images ls -q | grep -v -e '^sha256:' -e '^localhost/etj-kind/' | tr '\n' ' ')"
+node=${nodes[0]}
+say "images in every worker node: $(docker exec "$node" ctr -n k8s.io images ls -q | grep -v -e '^sha256:' -e '^localhost/etj-kind/' | tr '\n' ' ')"
