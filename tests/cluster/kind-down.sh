@@ -19,6 +19,10 @@ if [ -S /run/etj-docker/docker.sock ] && [ -x "$KIND" ]; then
 fi
 bash "$HERE/kind-docker.sh" stop
 rm -f "$CACHE/kind/kubeconfig"
+if [ -f "$CACHE/kind/created-lib-modules" ]; then
+  rmdir /lib/modules 2>/dev/null || true
+  rm -f "$CACHE/kind/created-lib-modules"
+fi
 [ "${ETJ_KIND_PURGE:-0}" = 1 ] && rm -rf /tmp/etj-kind-shared
 
 left=()

@@ -35,6 +35,12 @@ die() { echo "kind-up: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "root is needed (a private Docker engine and privileged node containers)"
 total=$SECONDS
 mkdir -p "$KIND_CACHE" "$SHARED"
+# kind mounts /lib/modules into every node; Docker would create it on a host without one.
+# Made here instead, and remembered, so kind-down removes it again.
+if [ ! -e /lib/modules ]; then
+  mkdir /lib/modules
+  touch "$KIND_CACHE/created-lib-modules"
+fi
 bash "$HERE/kind-docker.sh" start
 eval "$(bash "$HERE/kind-docker.sh" env)"
 
