@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from .conftest import KIND_BIN_DIR, ROOT, sh, wait_for
+from .test_fake_gcs import CHECKPOINT_ROUNDTRIP, GCS_HOSTS
 
 pytestmark = pytest.mark.e2e
 
@@ -29,6 +30,9 @@ TRAINER_IMAGE = os.environ.get("ETJ_E2E_TRAINER_IMAGE", "localhost/etj-trainer:d
 SHARED = Path("/tmp/etj-kind-shared")
 # Long enough that the ps kill happens in the first two thirds (checked before it).
 STEPS = 8000
+# fake-gcs-server's Service address and bucket (tests/cluster/kind-fake-gcs.sh).
+GCS_IP = "10.96.0.50"
+GCS_BUCKET = "etj-ckpt"
 
 
 class Kind:
@@ -194,3 +198,66 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
         "get", "all", "-A", "-l", "app.kubernetes.io/managed-by=etj", "-o", "name"
     ).stdout
     assert leftovers.strip() == ""
+
+
+def test_tf_checkpoint_on_fake_gcs_from_a_pod(kind_kubeconfig: str) -> None:
+    """gs:// from inside the cluster, as a job's pod would use it: TensorFlow in the trainer
+    image saves, lists, renames and restores checkpoints on fake-gcs-server (the
+    kind cluster's stand-in for GCS, tests/cluster/kind-fake-gcs.sh), and the objects are
+    seen on the host directory fake-gcs-server keeps them in."""
+    k = Kind(kind_kubeconfig)
+    name = "gcs-probe"
+    prefix = f"probe-{os.getpid()}"
+    # The loopback test's roundtrip, keeping the checkpoints (no rmtree) for the host to see.
+    script = CHECKPOINT_ROUNDTRIP.replace('step("rmtree", remove_tree)', "")
+    assert script != CHECKPOINT_ROUNDTRIP
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "hostAliases": [{"ip": GCS_IP, "hostnames": list(GCS_HOSTS)}],
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": TRAINER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", script, f"gs://{GCS_BUCKET}/{prefix}"],
+                    "env": [
+                        {"name": "CURL_CA_BUNDLE", "value": "/etc/etj-gcs/ca.crt"},
+                        {"name": "NO_GCE_CHECK", "value": "true"},
+                        {"name": "GOOGLE_AUTH_TOKEN_FOR_TESTING", "value": "etj-fake-token"},
+                        {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
+                    ],
+                    "volumeMounts": [{"name": "ca", "mountPath": "/etc/etj-gcs"}],
+                }
+            ],
+            "volumes": [{"name": "ca", "configMap": {"name": "etj-gcs-ca"}}],
+        },
+    }
+    k.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
+    k.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
+    try:
+        phase = wait_for(
+            lambda: (
+                k.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout
+                in ("Succeeded", "Failed")
+                and k.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout
+            ),
+            600,
+            "the probe pod to finish",
+        )
+        logs = k.kubectl("logs", name).stdout
+        assert phase == "Succeeded", logs[-3000:]
+        result = [ln for ln in logs.splitlines() if ln.startswith("RESULT ")]
+        assert result, logs[-3000:]
+        steps = json.loads(result[0][len("RESULT ") :])
+        failed = {s: v["error"] for s, v in steps.items() if not v["ok"]}
+        assert not failed, failed
+        assert steps["restore"]["value"] == {"step": 300, "emb_equal": True}
+        # The objects, on the host: fake-gcs-server's filesystem backend, a file each.
+        objects = sorted(p.name for p in (SHARED / "gcs" / GCS_BUCKET / prefix).iterdir())
+        assert any("ckpt-300.index" in o for o in objects), objects
+    finally:
+        k.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=false", check=False)
