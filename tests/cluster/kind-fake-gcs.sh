@@ -71,11 +71,12 @@ for node in $("$KIND" get nodes --name "$NAME"); do
 done
 
 mkdir -p "$SHARED/gcs/etj-ckpt"
-kubectl create namespace etj-gcs --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+ensure_ns() { kubectl get namespace "$1" >/dev/null 2>&1 || kubectl create namespace "$1" >/dev/null; }
+ensure_ns etj-gcs
 kubectl -n etj-gcs create secret tls fake-gcs-tls --cert "$CA_DIR/tls.crt" --key "$CA_DIR/tls.key" \
   --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 for ns in etj-gcs default etj-system; do
-  kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  ensure_ns "$ns"
   kubectl -n "$ns" create configmap etj-gcs-ca --from-file=ca.crt="$CA_DIR/ca.crt" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 done
