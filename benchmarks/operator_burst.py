@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 from kubernetes import client  # noqa: E402
 from tests.integration.operator_helpers import KubeletStandIn, OperatorProcess  # noqa: E402
 
-from etj.k8s import load_config  # noqa: E402
-from etj.localcluster import LocalCluster  # noqa: E402
+from etj.controller.kube import load_config  # noqa: E402
+from etj_testcluster import LocalCluster  # noqa: E402
 
 PODS_PER_JOB = 7
 

@@ -40,9 +40,9 @@ from kubernetes import client, watch  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from tests.integration.operator_helpers import OperatorProcess  # noqa: E402
 
-from etj.k8s import load_config  # noqa: E402
-from etj.localcluster import LocalCluster  # noqa: E402
-from etj.localcluster.cluster import NODE_NAME  # noqa: E402
+from etj.controller.kube import load_config  # noqa: E402
+from etj_testcluster import LocalCluster  # noqa: E402
+from etj_testcluster.cluster import NODE_NAME  # noqa: E402
 from operator_burst import wait  # noqa: E402  (this directory: the same deadline-bounded poll)
 
 NS = "scale"

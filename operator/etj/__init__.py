@@ -1,9 +1,11 @@
 """etj: a Kubernetes operator for multi-worker TensorFlow training of large embedding models.
 
-The package is layered. The pure core (``etj.api``, ``etj.planner``, ``etj.tfconfig``,
-``etj.render``, ``etj.validation``, ``etj.crd``) does no I/O, reads no environment and imports
-neither kopf nor the Kubernetes client; the edges (``etj.k8s``, ``etj.controller``,
-``etj.localcluster``, ``etj.cli``) do the talking. Importing this package is cheap.
+The package is layered (import-linter checks it): the entry points (``etj.cli``) above the
+operator (``etj.controller``, the one place that talks to the API), the local runner
+(``etj.local``), the pure core (``etj.core``: plan, TF_CONFIG, validation, CRD, rendering,
+reconcile decisions; no I/O, no kopf) and the API types every layer shares (``etj.api``).
+The test cluster is not part of it (``etj_testcluster``, under tests/cluster). Importing
+this package is cheap.
 """
 
 __version__ = "0.1.0"

@@ -39,6 +39,7 @@ BASE: dict[str, Any] = {
             "hiddenUnits": [64, 32],
         },
         "training": {"steps": 100, "optimizer": "adagrad", "learningRate": 0.05},
+        "checkpoint": {"storage": {"size": "1Gi"}},
     },
 }
 
@@ -434,6 +435,49 @@ CASES: list[Case] = [
         "required",
         _set("spec.model.custom", {"module": "my_tower"}),
     ),
+    # ---- cel: where checkpoints and data may be ---------------------------------------------
+    Case(
+        "checkpoint-two-places",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint: set at most one of uri, volume and storage",
+        _set("spec.checkpoint", {"uri": "gs://bucket/ckpt", "storage": {"size": "1Gi"}}),
+    ),
+    Case(
+        "checkpoint-s3",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri: s3:// and hdfs:// are not built into TensorFlow 2.21",
+        _set("spec.checkpoint", {"uri": "s3://bucket/ckpt"}),
+    ),
+    Case(
+        "checkpoint-hdfs",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri: s3:// and hdfs:// are not built into TensorFlow 2.21",
+        _set("spec.checkpoint", {"uri": "hdfs://namenode/ckpt"}),
+    ),
+    Case(
+        "checkpoint-relative-uri",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri must be gs://bucket/prefix or an absolute path",
+        _set("spec.checkpoint", {"uri": "ckpt"}),
+    ),
+    Case(
+        "checkpoint-uri-in-tmp",
+        "cel",
+        "spec.checkpoint",
+        "checkpoint.uri: /tmp is each replica's own",
+        _set("spec.checkpoint", {"uri": "/tmp/ckpt"}),
+    ),
+    Case(
+        "data-s3",
+        "cel",
+        "spec",
+        "data.files.pattern: s3:// and hdfs:// are not built into TensorFlow 2.21",
+        _set("spec.data", {"source": "files", "files": {"pattern": "s3://bucket/train-*"}}),
+    ),
     Case(
         "ps-for-mirrored",
         "cel",
@@ -447,6 +491,32 @@ CASES: list[Case] = [
         "spec",
         "exactly one chief",
         _set("spec.replicas.chief.replicas", 0),
+    ),
+    Case(
+        # The API server admits it (CEL cannot see into the template's Pod spec); the
+        # template runs etj's trainer (no command, no image), which needs its coordinator.
+        "ps-strategy-no-chief-trainer-template",
+        "plan",
+        "spec",
+        "exactly one chief",
+        _both(
+            _set("spec.replicas.chief.replicas", 0),
+            _set("spec.replicas.worker.template", {"metadata": {"labels": {"team": "ads"}}}),
+        ),
+    ),
+    Case(
+        "all-workers-with-chief",
+        "cel",
+        "spec",
+        "successPolicy AllWorkers is for a job without a chief",
+        _set("spec.runPolicy.successPolicy", "AllWorkers"),
+    ),
+    Case(
+        "success-policy-unknown",
+        "schema",
+        "spec.runPolicy.successPolicy",
+        "'Chief' or 'AllWorkers'",
+        _set("spec.runPolicy.successPolicy", "AnyWorker"),
     ),
     Case(
         "ps-strategy-no-workers",
@@ -577,6 +647,31 @@ CASES: list[Case] = [
         "empty ps",
         _set("spec.replicas.ps.resources.limits.memory", "256Mi"),
     ),
+    # ---- plan: checkpoints and data several pods cannot share (etj.api.storage) -----------
+    Case(
+        "checkpoint-emptydir-default",
+        "plan",
+        "spec",
+        "the default emptyDir is each pod's own: set checkpoint.storage",
+        _delete("spec.checkpoint"),
+    ),
+    Case(
+        "checkpoint-hostpath",
+        "plan",
+        "spec.checkpoint.volume",
+        "a hostPath is each node's own directory, and this job's 5 pods",
+        _set("spec.checkpoint", {"volume": {"hostPath": {"path": "/ckpt"}}}),
+    ),
+    Case(
+        "data-emptydir",
+        "plan",
+        "spec.data.files.volume",
+        "an emptyDir is each pod's own",
+        _set(
+            "spec.data",
+            {"source": "files", "files": {"pattern": "/data/*", "volume": {"emptyDir": {}}}},
+        ),
+    ),
     Case(
         "row-over-max-shard",
         "plan",
@@ -645,5 +740,68 @@ CASES: list[Case] = [
         "spec.replicas.ps.template",
         "spec.restartPolicy may not be set",
         _set("spec.replicas.ps.template", {"spec": {"restartPolicy": "Always"}}),
+    ),
+    # ---- dynamic tables (model.embeddings[].dynamic) -------------------------------------
+    Case(
+        "dynamic-capacity-zero",
+        "schema",
+        f"{F0}.dynamic.capacity",
+        "greater than or equal to 1",
+        _set(f"{E0}.dynamic", {"capacity": 0}),
+    ),
+    Case(
+        "dynamic-admit-after-zero",
+        "schema",
+        f"{F0}.dynamic.admitAfter",
+        "greater than or equal to 1",
+        _set(f"{E0}.dynamic", {"capacity": 1000, "admitAfter": 0}),
+    ),
+    Case(
+        "dynamic-no-capacity",
+        "schema",
+        f"{F0}.dynamic.capacity",
+        "required",
+        _set(f"{E0}.dynamic", {"admitAfter": 2}),
+    ),
+    Case(
+        "dynamic-with-vocabulary-file",
+        "cel",
+        "spec.model",
+        "a feature of a dynamic table has no vocabularyFile",
+        _both(
+            _set(f"{E0}.dynamic", {"capacity": 1000}),
+            _set(
+                "spec.model.features",
+                [*FEATURES[:1], {**FEATURES[1], "vocabularyFile": "/v.txt"}, FEATURES[2]],
+            ),
+        ),
+    ),
+    Case(
+        "dynamic-mixed-value-types",
+        "plan",
+        "spec.model",
+        "are all strings or all ints",
+        _both(
+            _set(f"{E0}.dynamic", {"capacity": 1000}),
+            _set(
+                "spec.model.features",
+                [
+                    *FEATURES,
+                    {
+                        "name": "user2",
+                        "kind": "categorical",
+                        "table": "user_id",
+                        "valueType": "int",
+                    },
+                ],
+            ),
+        ),
+    ),
+    Case(
+        "dynamic-capacity-does-not-fit",
+        "plan",
+        f"{F0}.dynamic.capacity",
+        "lower capacity",
+        _set(f"{E0}.dynamic", {"capacity": 200_000_000}),
     ),
 ]

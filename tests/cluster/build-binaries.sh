@@ -22,7 +22,7 @@
 # binaries cached) under 1 s.
 set -euo pipefail
 
-# Keep K8S_VERSION in step with etj.localcluster.cluster.K8S_VERSION (a test checks).
+# Keep K8S_VERSION in step with etj_testcluster.cluster.K8S_VERSION (a test checks).
 K8S_VERSION="${ETJ_K8S_VERSION:-v1.35.4}"
 ETCD_VERSION="${ETJ_ETCD_VERSION:-v3.5.35}"
 HELM_VERSION="${ETJ_HELM_VERSION:-v3.22.0}"

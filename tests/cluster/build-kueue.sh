@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build Kueue's manager from Go modules into ~/.cache/etj/bin/kueue-<version>/kueue, for the
-# tests that run a real Kueue against the local control plane (etj.localcluster.kueue).
+# tests that run a real Kueue against the local control plane (etj_testcluster.kueue).
 # Called by `make kueue`. Like build-binaries.sh: Go's module and build caches under
 # ~/.cache/etj/go, the installed toolchain, no cgo; a cached binary is not rebuilt.
 #

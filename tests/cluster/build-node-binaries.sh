@@ -35,7 +35,7 @@ done
 # The kubelet, with the control plane's flags from the same wrapper module (k8s packages
 # the control plane compiled come from the cache); `make test` as root builds it in the
 # control plane's own `go build` (ETJ_WITH_KUBELET=1), so this finds it cached. No
-# kube-proxy: the node's one iptables DNAT rule stands in for it (etj.localcluster.kubelet_node).
+# kube-proxy: the node's one iptables DNAT rule stands in for it (etj_testcluster.kubelet_node).
 if [ -x "$BIN/kubelet" ]; then
   say "kubelet: cached"
 else
@@ -46,7 +46,7 @@ else
 fi
 
 # CoreDNS with only the plugins the real node's Corefile uses (written by
-# etj.localcluster.kubelet_node: bind, errors, cache, kubernetes), the way CoreDNS documents
+# etj_testcluster.kubelet_node: bind, errors, cache, kubernetes), the way CoreDNS documents
 # compile-time plugin selection: a main package that imports them and sets the directives.
 # The full plugin set (cloud DNS providers, etcd, dnstap, ...) compiles ~4x the code.
 # Listed in CoreDNS's plugin.cfg order: the order the plugins see a query.

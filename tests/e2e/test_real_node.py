@@ -1,5 +1,5 @@
 """End to end on real containers: the cluster ``ETJ_E2E_KUBECONFIG`` names, else the local
-cluster with its real node (``etj.localcluster.kubelet_node``: containerd, kubelet, CoreDNS),
+cluster with its real node (``etj_testcluster.kubelet_node``: containerd, kubelet, CoreDNS),
 started and stopped as the README does it, ``etj cluster up --node kubelet`` / ``etj cluster
 down``.
 
@@ -38,8 +38,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.localcluster.cluster import LocalCluster, default_bin_dir, missing_binaries
-from etj.localcluster.kubelet_node import (
+from etj_testcluster.cluster import LocalCluster, default_bin_dir, missing_binaries
+from etj_testcluster.kubelet_node import (
     KUBELET_NODE_NAME,
     KubeletNode,
     unavailable_reason,
@@ -257,6 +257,8 @@ class PodWatch:
 def quickstart_job(name: str, claim: str) -> dict:
     job = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
     job["metadata"]["name"] = name
+    # The test's own ReadWriteMany claim instead of the quickstart's checkpoint.storage.
+    job["spec"]["checkpoint"].pop("storage", None)
     job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": claim}}
     return job
 

@@ -1,4 +1,4 @@
-"""Fixtures for tests against the real local control plane (``etj.localcluster``).
+"""Fixtures for tests against the real local control plane (``etj_testcluster``).
 
 ``cluster`` (session): a LocalCluster in a temp dir (never the developer's
     ``~/.cache/etj/cluster``), stopped at the end of the session whatever happens.
@@ -7,7 +7,7 @@
 ``namespace``: a fresh, uniquely named namespace per test (its default ServiceAccount
     ready), deleted afterwards.
 ``api_client`` (session): a ``kubernetes.client.ApiClient`` for the cluster.
-``kube`` (session): an ``etj.k8s.Kube`` for the cluster.
+``kube`` (session): an ``etj.controller.kube.Kube`` for the cluster.
 
 Helpers: ``wait_for(predicate, timeout, what)`` polls with a deadline; ``apply_crds(cluster)``
 and ``create_namespace(cluster, labels)`` do for another cluster what the fixtures do;
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,7 +33,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from etj.localcluster import LocalCluster, default_bin_dir, missing_binaries
+from etj_testcluster import LocalCluster, default_bin_dir, missing_binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -145,7 +147,7 @@ def api_client(cluster: LocalCluster) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def kube(cluster: LocalCluster):  # type: ignore[no-untyped-def]
-    from etj.k8s import Kube, load_config
+    from etj.controller.kube import Kube, load_config
 
     return Kube(load_config(str(cluster.kubeconfig)))
 
@@ -197,6 +199,16 @@ def operator(crds: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Any
         yield op
     finally:
         op.stop()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every pod of the process node sees at the same path (checkpoint.uri,
+    data patterns): not under /tmp, which the node maps to each pod's own /tmp as a
+    container's /tmp is its own emptyDir, so not under pytest's tmp_path either."""
+    d = Path(tempfile.mkdtemp(prefix="etj-shared-", dir="/var/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from etj.local.procs import free_port, processes_under
-from etj.localcluster import LocalCluster
+from etj.local.launch import free_port, processes_under
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 
@@ -139,13 +139,13 @@ class OperatorProcess:
 
 @contextlib.contextmanager
 def process_node(cluster: LocalCluster, state: Path, namespaces: list[str], log: Path) -> Any:
-    """The process-backed node (``etj.localcluster.node``) serving ``namespaces``; on exit
+    """The process-backed node (``etj_testcluster.process_node``) serving ``namespaces``; on exit
     it is stopped and nothing it started may outlive it."""
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "etj.localcluster.node",
+            "etj_testcluster.process_node",
             "--kubeconfig",
             str(cluster.kubeconfig),
             "--state-dir",
@@ -174,7 +174,7 @@ class KubeletStandIn:
     def __init__(self, cluster: LocalCluster, namespace: str, run_pods: bool = True):
         from kubernetes import client
 
-        from etj.k8s import load_config
+        from etj.controller.kube import load_config
 
         self.namespace = namespace
         self.core = client.CoreV1Api(load_config(str(cluster.kubeconfig)))
@@ -182,6 +182,9 @@ class KubeletStandIn:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self.metrics_address: str | None = None
+        # A node whose kubelet stopped answering: its pods get no status and no deletion
+        # is confirmed for them.
+        self.lost_node: str | None = None
 
     def __enter__(self) -> KubeletStandIn:
         self._thread.start()
@@ -200,6 +203,8 @@ class KubeletStandIn:
     def sync(self) -> None:
         for pod in self.core.list_namespaced_pod(self.namespace).items:
             name = pod.metadata.name
+            if self.lost_node is not None and pod.spec.node_name == self.lost_node:
+                continue
             if pod.metadata.deletion_timestamp is not None:
                 self._confirm_deletion(name)
             elif self.run_pods and pod.status.phase == "Pending" and pod.spec.node_name:
@@ -292,6 +297,8 @@ def ps_job(name: str, workers: int = 2, ps: int = 1, **spec: Any) -> dict[str, A
             "strategy": "ParameterServer",
             "replicas": {"worker": {"replicas": workers}, "ps": {"replicas": ps}},
             "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            # Several pods share checkpoints; with the stand-in kubelet nothing is written.
+            "checkpoint": {"uri": "/shared/etj-checkpoints"},
             **spec,
         },
     }

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import (

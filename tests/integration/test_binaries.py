@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from etj.localcluster import K8S_VERSION, default_bin_dir
-from etj.localcluster.cluster import CONTROL_PLANE_BINARIES, cache_dir, k8s_version
+from etj_testcluster import K8S_VERSION, default_bin_dir
+from etj_testcluster.cluster import CONTROL_PLANE_BINARIES, cache_dir, k8s_version
 
 from .conftest import ROOT, require_binaries
 

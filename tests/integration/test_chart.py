@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, apply_crds, create_namespace, require_binaries, wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods
@@ -58,6 +58,9 @@ def test_lint_and_template(locked: LocalCluster):
         "Pod",  # the `helm test` pod (a test hook)
         "Service",
         "ServiceAccount",
+        # No host access or privilege through a job (test_admission_policy.py).
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     scoped = [
         d
@@ -89,6 +92,17 @@ def test_lint_and_template(locked: LocalCluster):
     assert not any(a.startswith("--leader-election") for a in _args(single))
     bad = helm(cluster, "template", "etj", CHART, "--set", "replicaCount=-1", check=False)
     assert bad.returncode != 0 and "replicaCount" in bad.stderr
+    # Checkpoint claims: created for checkpoint.storage, read (access modes) for a claim
+    # a job names; the cluster-wide class and the node-loss seconds as operator settings.
+    role = next(d for d in cluster_wide if d and d["kind"] == "ClusterRole")
+    assert {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create"]} in role["rules"]  # fmt: skip
+    assert "--node-loss-seconds=30" in _args(single)
+    assert not any(a.startswith("--checkpoint-storage-class") for a in _args(single))
+    classed = yaml.safe_load_all(
+        helm(cluster, "template", "etj", CHART, "--set", "checkpointStorageClass=efs-sc").stdout
+    )
+    deployment = next(d for d in classed if d and d["kind"] == "Deployment")["spec"]
+    assert "--checkpoint-storage-class=efs-sc" in _args(deployment)
 
 
 def _args(deployment_spec: dict) -> list[str]:

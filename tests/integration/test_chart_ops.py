@@ -21,8 +21,8 @@ from etj.api.constants import (
     LABEL_REPLICA_TYPE,
     MANAGED_BY_VALUE,
 )
-from etj.local.procs import free_port
-from etj.localcluster import LocalCluster
+from etj.local.launch import free_port
+from etj_testcluster import LocalCluster
 
 from .operator_helpers import OperatorProcess
 from .test_chart import CHART, helm
@@ -43,7 +43,7 @@ ALL_ON = (
 
 HELM_TEST_CANNOT_RUN_HERE = (
     "helm test cannot run on the local control plane: its node is process-backed "
-    "(etj.localcluster.node), with no container runtime, kube-proxy or cluster DNS. It runs "
+    "(etj_testcluster.process_node), with no container runtime, kube-proxy or cluster DNS. It runs "
     "the chart's operator pod (test_chart_process_node), but every pod shares the host's "
     "network, so the test pod's http://<release>-metrics.<ns>.svc:<port> neither resolves "
     "nor routes. test_the_helm_test_pods_own_command_* runs that pod's command against a "

@@ -1,7 +1,9 @@
 """The README's no-Docker path as a user takes it: a local cluster with its process-backed
 node, `helm install` of the chart — the operator then runs *in its pod*, on the node, under
-the chart's ServiceAccount (a bound token, as a kubelet gives one) — and `kubectl apply -f
-examples/quickstart.yaml`, which reaches Succeeded with its step in `kubectl get etj`.
+the chart's ServiceAccount (a bound token, as a kubelet gives one) — and
+examples/quickstart.yaml with its checkpoints on a host path (`checkpoint.uri`, as the
+README's line does it: no provisioner here), which reaches Succeeded with its step in
+`kubectl get etj`.
 `helm uninstall` then stops the operator's process."""
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.local.procs import free_port, processes_under
-from etj.localcluster import LocalCluster
+from etj.local.launch import free_port, processes_under
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, wait_for
 from .operator_helpers import job_status, process_node
@@ -47,7 +49,7 @@ def _operator_pod(cluster: LocalCluster) -> dict[str, Any] | None:
 
 
 def test_helm_install_then_the_quickstart_succeeds_on_the_process_node(
-    crds: LocalCluster, namespace: str, node_for: Path
+    crds: LocalCluster, namespace: str, node_for: Path, shared_dir: Path
 ):
     helm(
         crds,
@@ -75,6 +77,10 @@ def test_helm_install_then_the_quickstart_succeeds_on_the_process_node(
     doc = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
     # The quickstart as it is, shortened: 1000 steps (two checkpoints) instead of 6000.
     doc["spec"]["training"]["steps"] = 1000
+    # The process node has no storage provisioner for checkpoint.storage's claim; its pods
+    # are processes of this host, so an absolute path is one directory for all of them.
+    del doc["spec"]["checkpoint"]["storage"]
+    doc["spec"]["checkpoint"]["uri"] = str(shared_dir / "ckpt")
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_for(
         lambda: job_status(crds, namespace, "quickstart").get("phase") in ("Succeeded", "Failed"),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 from etj_trainer.data.clicklogs import write_train_and_validation
 
 from .conftest import wait_for
@@ -23,17 +23,19 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = "clicks"
 
 
-def _job(tmp_path: Path) -> dict[str, Any]:
-    _, valid = write_train_and_validation("criteo", tmp_path / "data", 2, 4000, 2000)
+def _job(shared: Path) -> dict[str, Any]:
+    _, valid = write_train_and_validation("criteo", shared / "data", 2, 4000, 2000)
     doc = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())
     doc["metadata"]["name"] = NAME
     data = doc["spec"]["data"]
-    # As on a cluster: the files on a volume, mounted read-only at /data in every replica.
-    data["files"]["volume"] = {"hostPath": {"path": str(tmp_path / "data")}}
-    data["files"]["pattern"] = "/data/train-*.txt"
-    data["validation"]["pattern"] = f"/data/{valid[0].name}"
+    # The process node's pods read this host's files (a hostPath data volume would be
+    # refused for a multi-pod job: on a cluster, gs:// or a ReadOnlyMany claim).
+    data["files"]["pattern"] = str(shared / "data" / "train-*.txt")
+    data["validation"]["pattern"] = str(shared / "data" / valid[0].name)
+    # On the process node every pod is a process of this host: an absolute path is one
+    # directory for all of them (on a cluster: checkpoint.storage, or a RWX volume).
     doc["spec"]["checkpoint"] = {
-        "volume": {"hostPath": {"path": str(tmp_path / "ckpt")}},
+        "uri": str(shared / "ckpt"),
         "everySteps": 200,
         "keep": 2,
     }
@@ -51,9 +53,9 @@ def test_criteo_job_survives_a_killed_worker_and_reports_held_out_auc(
     namespace: str,
     node: Path,
     operator: OperatorProcess,
-    tmp_path: Path,
+    shared_dir: Path,
 ):
-    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(_job(tmp_path)))
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(_job(shared_dir)))
 
     def step() -> int:
         return int((job_status(crds, namespace, NAME).get("progress") or {}).get("step") or 0)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
-from etj.localcluster.cluster import K8S_VERSION
+from etj_testcluster import LocalCluster
+from etj_testcluster.cluster import K8S_VERSION
 
 from .conftest import ROOT, apply_invalid, get_json, wait_for
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from etj.localcluster import K8S_VERSION
-from etj.localcluster.cluster import process_alive
+from etj_testcluster import K8S_VERSION
+from etj_testcluster.cluster import process_alive
 
 from .conftest import ROOT, require_binaries, wait_for
 
@@ -113,7 +113,7 @@ def test_fails(cluster, namespace):
 KILLED_WITHOUT_CLEANUP = """
 import json, os
 from pathlib import Path
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 def test_killed(tmp_path):
     c = LocalCluster(tmp_path / "c").start()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from etj.local.procs import processes_naming
+from etj.local.launch import processes_naming
 
 from .conftest import require_binaries, wait_for
 from .test_cluster_lifecycle import etj_cluster

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import get_json
 from .test_operator import apply, job

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, wait_for
 from .operator_helpers import OperatorProcess, job_status
@@ -49,8 +49,10 @@ def _manifests(checkpoints: Path) -> list[dict[str, Any]]:
         "optimizer": "adagrad",
         "learningRate": 0.05,
     }
+    # On the process node every pod is a process of this host: an absolute path is one
+    # directory for all of them (on a cluster: checkpoint.storage, or a RWX volume).
     spec["checkpoint"] = {
-        "volume": {"hostPath": {"path": str(checkpoints)}},
+        "uri": str(checkpoints),
         "everySteps": 100,
         "keep": 3,
     }
@@ -93,15 +95,15 @@ def _local_tower(checkpoint: str | None = None) -> Any:
 
 
 def test_custom_tower_from_a_config_map_survives_a_chief_kill_and_exports(
-    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):
     started = time.monotonic()
     phases: dict[str, float] = {}
-    checkpoints = tmp_path / "ckpt"
+    checkpoints = shared_dir / "ckpt"
     crds.kubectl(
         "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_manifests(checkpoints))
     )
-    directory = checkpoints / NAME
+    directory = checkpoints / namespace / NAME  # <uri>/<namespace>/<job>
     log = node / "logs" / namespace / f"{NAME}-chief-0.log"
 
     def checkpointed() -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import (
@@ -53,10 +53,12 @@ JOB: dict[str, Any] = {
 }
 
 
-def submit(cluster: LocalCluster, namespace: str, tmp_path: Path, **spec: Any) -> None:
+def submit(cluster: LocalCluster, namespace: str, shared: Path, **spec: Any) -> None:
     doc = copy.deepcopy(JOB)
+    # On the process node every pod is a process of this host: an absolute path is one
+    # directory for all of them (on a cluster: checkpoint.storage, or a RWX volume).
     doc["spec"]["checkpoint"] = {
-        "volume": {"hostPath": {"path": str(tmp_path / "ckpt")}},
+        "uri": str(shared / "ckpt"),
         "everySteps": 400,
         "keep": 3,
     }
@@ -98,9 +100,9 @@ def kill_replica(cluster: LocalCluster, namespace: str, name: str) -> str:
 
 @pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_ps_job_survives_a_killed_worker(
-    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):
-    submit(crds, namespace, tmp_path)
+    submit(crds, namespace, shared_dir)
     wait_for(lambda: step(crds, namespace) >= 800, 240, "training to pass step 800", every=1)
     old = kill_replica(crds, namespace, "e2e-worker-1")
     wait_for(
@@ -119,9 +121,9 @@ def test_ps_job_survives_a_killed_worker(
 
 @pytest.mark.extended  # make test-all; CI kills the chief on the node in test_custom_tower_node (restore checked) and a ps on the real node in tests/e2e
 def test_ps_chief_kill_resumes_from_the_last_checkpoint(
-    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):
-    submit(crds, namespace, tmp_path)
+    submit(crds, namespace, shared_dir)
     wait_checkpoint(crds, namespace, 800, timeout=240)
     before = job_status(crds, namespace, "e2e")["progress"]
     kill_replica(crds, namespace, "e2e-chief-0")
@@ -143,12 +145,12 @@ def test_ps_chief_kill_resumes_from_the_last_checkpoint(
 
 @pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_ps_hung_worker_restarts_the_whole_job_which_then_finishes(
-    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):
     """A worker stops answering (SIGSTOP: no error, no exit). The chief's watchdog stops it
     and says why in its termination message; the node puts that in the pod's status, the
     operator restarts every replica, and the job finishes: one restart, nothing lost."""
-    submit(crds, namespace, tmp_path, runPolicy={"backoffLimit": 4, "watchdogSeconds": 30})
+    submit(crds, namespace, shared_dir, runPolicy={"backoffLimit": 4, "watchdogSeconds": 30})
     wait_checkpoint(crds, namespace, 400, timeout=240)
     before = {n: p["metadata"]["uid"] for n, p in live_pods(crds, namespace).items()}
     pod = pods(crds, namespace)["e2e-worker-0"]
@@ -171,13 +173,13 @@ def test_ps_hung_worker_restarts_the_whole_job_which_then_finishes(
 
 @pytest.mark.extended  # make test-all (minutes; see the extended marker)
 def test_mirrored_job_restarts_all_workers_and_resumes(
-    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, tmp_path: Path
+    crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):
     replicas = {"worker": {"replicas": 2}}
     submit(
         crds,
         namespace,
-        tmp_path,
+        shared_dir,
         strategy="MultiWorkerMirrored",
         replicas=replicas,
         training={

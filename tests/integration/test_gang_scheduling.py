@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import ROOT, require_binaries, wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods
@@ -44,6 +44,8 @@ def gang_job(name: str) -> dict[str, Any]:
                 "ps": {"replicas": 1, "resources": ONE_CPU},
             },
             "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            # Several pods share checkpoints; these pods never run, nothing is written.
+            "checkpoint": {"uri": "/shared/etj-checkpoints"},
             "runPolicy": {"schedulingPolicy": {"gangScheduler": "Workload"}},
         },
     }

@@ -1,4 +1,4 @@
-"""A real Kueue (etj.localcluster.kueue, built by `make kueue`) admits an etj job as one
+"""A real Kueue (etj_testcluster.kueue, built by `make kueue`) admits an etj job as one
 plain-Pod group on the local control plane: the pods wait gated while their LocalQueue is
 missing, start once it exists, and when the job succeeds (its ps stopped by etj) Kueue
 counts the group's Workload finished.
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from etj.api.constants import KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL
-from etj.localcluster import LocalCluster
-from etj.localcluster.kueue import KUEUE_API, LocalKueue, missing
+from etj_testcluster import LocalCluster
+from etj_testcluster.kueue import KUEUE_API, LocalKueue, missing
 
 from .conftest import apply_crds, create_namespace, get_json, require_binaries, wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, live_pods

@@ -23,7 +23,7 @@ from etj.api.constants import (
     KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
     LABEL_REPLICA_TYPE,
 )
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods, pods

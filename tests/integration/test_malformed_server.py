@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 from tests.cases.malformed import CASES, Case
 
 from .conftest import apply_invalid

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import (
@@ -37,6 +37,8 @@ PS_JOB: dict[str, Any] = {
         "replicas": {"worker": {"replicas": 2}, "ps": {"replicas": 2}},
         "model": {"embeddings": [{"name": "user_id", "vocabularySize": 100000, "dimension": 16}]},
         "sharding": {"maxShardBytes": "4Mi"},
+        # Several pods share checkpoints; with the stand-in kubelet nothing is written.
+        "checkpoint": {"uri": "/shared/etj-checkpoints"},
         # A short back-off keeps these tests quick; its doubling is shown in unit tests.
         "runPolicy": {"backoffLimit": 3, "restartBackoff": {"initialSeconds": 1}},
     },

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import KubeletStandIn, OperatorProcess, job_status, live_pods, pods

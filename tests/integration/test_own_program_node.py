@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods
@@ -24,9 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 4000
 
 
-def own_program_job() -> dict[str, Any]:
+def own_program_job(checkpoints: Path) -> dict[str, Any]:
     job = yaml.safe_load((ROOT / "examples" / "own-program.yaml").read_text())
     job["metadata"]["name"] = "own"
+    # No provisioner for checkpoint.storage on the process node; its pods are processes of
+    # this host: an absolute path is one directory for all of them.
+    job["spec"]["checkpoint"] = {"uri": str(checkpoints)}
     for role in ("chief", "worker", "ps"):
         container = job["spec"]["replicas"][role]["template"]["spec"]["containers"][0]
         # The node runs each pod in its own directory: the program by its full path.
@@ -40,8 +43,10 @@ def test_own_program_survives_a_killed_worker(
     namespace: str,
     node: Path,
     operator: OperatorProcess,
+    shared_dir: Path,
 ):
-    crds.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(own_program_job()))
+    job = own_program_job(shared_dir / "ckpt")
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
 
     def step() -> int:
         return int((job_status(crds, namespace, "own").get("progress") or {}).get("step") or 0)

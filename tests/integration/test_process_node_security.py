@@ -1,5 +1,5 @@
 """The process-backed node honours a pod's securityContext as far as a process can
-(etj.localcluster.pod_security): a restricted pod's process runs with no capabilities and
+(etj_testcluster.pod_security): a restricted pod's process runs with no capabilities and
 no_new_privs, and a container a kubelet would refuse (runAsNonRoot as root) never starts
 and says why in its status."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster import LocalCluster
+from etj_testcluster import LocalCluster
 
 from .conftest import get_json, wait_for
 
@@ -70,7 +70,7 @@ def node(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[None
             [
                 sys.executable,
                 "-m",
-                "etj.localcluster.node",
+                "etj_testcluster.process_node",
                 "--kubeconfig",
                 str(cluster.kubeconfig),
                 "--state-dir",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.local.procs import processes_under
+from etj.local.launch import processes_under
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.local.procs import processes_under
+from etj.local.launch import processes_under
 from etj_trainer.data.clicklogs import write_train_and_validation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,6 +174,6 @@ def test_a_bad_line_fails_the_job_with_file_and_line(tmp_path: Path):
     where = f"{train}:301: expected 40 fields, found 3"
     message = (workdir / "logs" / "bad-chief-0.log.termination").read_text()
     assert message == f"DataError: {where}"
-    assert f"(DataError): {where}" in " ".join(out.stdout.split())
+    assert f"DataError: {where}" in " ".join(out.stdout.split())
     assert "Traceback" not in (workdir / "logs" / "bad-chief-0.log").read_text()
     assert processes_under(workdir) == []

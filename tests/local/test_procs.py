@@ -1,4 +1,4 @@
-"""etj.local.procs: a local process's termination message, read as a kubelet reads
+"""etj.local.launch: a local process's termination message, read as a kubelet reads
 ``terminationMessagePath`` with ``FallbackToLogsOnError`` (real short-lived processes)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from etj.api.constants import TERMINATION_LOG_ENV
-from etj.local.procs import Proc, start
+from etj.local.launch import Proc, start
 
 WRITE_AND_EXIT = """
 import os, sys

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 from etj.api import EmbeddingTrainingJob
-from etj.local.procs import processes_under
+from etj.core.planner import build_plan
+from etj.local.launch import processes_under
 from etj.local.runner import LocalRunner, Reporter
-from etj.planner import build_plan
 
 
 def _crashing_job(tmp_path: Path, message: str) -> LocalRunner:

@@ -26,7 +26,7 @@ from typing import Any
 
 from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
-from etj.planner import build_plan
+from etj.core.planner import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join([str(ROOT / "operator"), str(ROOT / "trainer_image")])

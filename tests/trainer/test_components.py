@@ -20,7 +20,7 @@ import pytest
 from harness import job_spec, read_events, trainer_config, trainer_env
 
 from etj.api.constants import REASON_COMPLETED
-from etj.reconcile.progress import parse_completion
+from etj.core.reconcile.progress import parse_completion
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, parse_config
 from etj_trainer.task.auc import auc_from_histogram
@@ -386,7 +386,7 @@ def test_a_feature_schema_trains_on_synthetic_data(tf: Any) -> None:
     assert c26.shape == (64, 1) and c26.min() >= 0 and c26.max() < 100  # c25's rows
     assert 0.05 < batch["label"].numpy().mean() < 0.95
     from etj.api.trainer import TrainerConfig
-    from etj.planner import build_plan
+    from etj.core.planner import build_plan
     from etj_trainer.models.ctr import CtrModel
 
     config = TrainerConfig(
@@ -473,6 +473,21 @@ def test_export_serves_the_trained_model_from_mapped_tables(tf: Any, tmp_path: P
     np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-5)
     table = np.load(out / "embeddings" / "user_id.npy", mmap_mode="r")
     assert isinstance(table, np.memmap) and table.shape == (500, 4)
+    # Next to checkpoints on a checkpoint.uri (gs://): the same files, through tf.io.gfile
+    # (TensorFlow's in-memory filesystem stands in for the bucket).
+    from etj_trainer.task.export import export_to
+
+    remote = "ram://etj-test/ckpt/export"
+    assert export_to(state, remote) == remote
+    local_files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    remote_files = sorted(
+        f"{d.removeprefix(remote).lstrip('/')}/{f}".lstrip("/")
+        for d, _, files in tf.io.gfile.walk(remote)
+        for f in files
+    )
+    assert remote_files == local_files
+    with tf.io.gfile.GFile(f"{remote}/tables.json") as f:
+        assert json.loads(f.read())["step"] == 5
 
 
 def test_local_run_on_files_trains_and_exits_0(tmp_path: Path) -> None:

@@ -118,7 +118,7 @@ def test_multi_valued_pooling_counts_present_values_only():
 def _config(model: ModelSpec, **training):
     from etj.api.job import EmbeddingTrainingJob
     from etj.api.trainer import TrainerConfig
-    from etj.planner import build_plan
+    from etj.core.planner import build_plan
 
     job = EmbeddingTrainingJob.from_manifest(
         {

@@ -8,7 +8,7 @@ exits retryable; ps and chief restarted resume and finish with no step lost), th
 evaluator scoring the final checkpoint, and a hung worker (the watchdog ends the chief
 with the retryable code and says so; every replica restarted resumes).
 
-Restarts follow the operator's rules (``etj.reconcile.policies.restart``), including its
+Restarts follow the operator's rules (``etj.core.reconcile.policies.restart``), including its
 one escalation: a chief stopped by its watchdog means some worker or ps is hung, and every
 replica restarts from the last checkpoint.
 """

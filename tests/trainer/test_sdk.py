@@ -12,10 +12,10 @@ import pytest
 
 from etj.api.constants import REASON_COMPLETED, SHARD_PLAN_ENV, TERMINATION_LOG_ENV
 from etj.api.plan import ShardPlan
-from etj.local.procs import free_port
-from etj.planner import build_plan
-from etj.reconcile.progress import parse_completion, parse_progress
-from etj.render import RenderSettings, build_config_map
+from etj.core.planner import build_plan
+from etj.core.reconcile.progress import parse_completion, parse_progress
+from etj.core.render import RenderSettings, build_config_map
+from etj.local.launch import free_port
 from etj_trainer import sdk
 
 NOW = "2026-01-01T00:00:00Z"
@@ -246,7 +246,7 @@ def test_restore_in_pieces_of_a_partitioned_table(tmp_path: Path):
 
 def test_checkpoint_dir_and_metrics_port_come_from_the_trainer_config(tmp_path: Path):
     from etj.api.job import EmbeddingTrainingJob
-    from etj.render import build_trainer_config
+    from etj.core.render import build_trainer_config
 
     job = EmbeddingTrainingJob.from_manifest(
         {

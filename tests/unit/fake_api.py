@@ -1,4 +1,4 @@
-"""An in-memory stand-in for ``etj.k8s.Kube``: objects with resourceVersions, every call
+"""An in-memory stand-in for ``etj.controller.kube.Kube``: objects with resourceVersions, every call
 logged in order, so tests can count requests and see what came before what."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # kind, ns, name
         self.log: list[tuple[str, ...]] = []
         self.fail_status_patch = False
-        # What apply_gang raises (e.g. etj.k8s.ApiRefused), if anything.
+        # What apply_gang raises (e.g. etj.controller.kube.ApiRefused), if anything.
         self.gang_refusal: Exception | None = None
 
     # ---- test set-up -------------------------------------------------------------------
@@ -88,8 +88,13 @@ class FakeKube:
         self.objects[key] = stored
         return copy.deepcopy(stored)
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
-        self.log.append(("delete", "Pod", name))
+    async def claim_access_modes(self, namespace: str, name: str) -> list[str] | None:
+        self.log.append(("get", "PersistentVolumeClaim", name))
+        claim = self.objects.get(("PersistentVolumeClaim", namespace, name))
+        return list(claim["spec"].get("accessModes") or []) if claim else None
+
+    async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
+        self.log.append(("delete", "Pod", name, *(("force",) if force else ())))
         return self.objects.pop(("Pod", namespace, name), None) is not None
 
     async def patch_job_status(

@@ -6,12 +6,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from etj.api import EmbeddingTrainingJob
-from etj.planner import build_plan
-from etj.reconcile import World, decide
-from etj.reconcile.decide import Decision
-from etj.reconcile.observe import PodState
-from etj.render.objects import replica_set
-from etj.tfconfig import pod_name
+from etj.core.planner import build_plan
+from etj.core.reconcile import World, decide
+from etj.core.reconcile.decide import Decision
+from etj.core.reconcile.observe import PodState
+from etj.core.render.objects import replica_set
+from etj.core.tfconfig import pod_name
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 

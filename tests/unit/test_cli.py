@@ -7,8 +7,8 @@ import json
 import yaml
 from click.testing import CliRunner
 
-from etj.cli import main
-from etj.crd import crd_yaml
+from etj.cli.main import main
+from etj.core.crd import crd_yaml
 
 from .conftest import ROOT, load_example
 
@@ -53,9 +53,12 @@ def test_render_prints_every_object_as_documents():
     result = run("render", QUICKSTART, "--namespace", "ml")
     assert result.exit_code == 0
     docs = list(yaml.safe_load_all(result.output))
-    assert [d["kind"] for d in docs] == ["Service", "ConfigMap"] + ["Pod"] * 5
+    # The quickstart's checkpoints are on a ReadWriteMany claim etj makes (checkpoint.storage).
+    assert [d["kind"] for d in docs] == ["Service", "ConfigMap", "PersistentVolumeClaim"] + [
+        "Pod"
+    ] * 5
     assert {d["metadata"]["namespace"] for d in docs} == {"ml"}
-    tf = json.loads(docs[2]["spec"]["containers"][0]["env"][0]["value"])
+    tf = json.loads(docs[3]["spec"]["containers"][0]["env"][0]["value"])
     assert tf["cluster"]["ps"][0] == "quickstart-ps-0.quickstart.ml.svc:2222"
 
 

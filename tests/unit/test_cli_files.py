@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from etj.cli import main
+from etj.cli.main import main
 
 from .conftest import ROOT
 

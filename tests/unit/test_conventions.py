@@ -20,10 +20,10 @@ from etj.api.status import (
     EmbeddingTrainingJobStatus,
     Phase,
 )
-from etj.crd import build_crd
-from etj.reconcile import decide as real_decide
-from etj.reconcile.conditions import set_condition
-from etj.reconcile.decide import Decision, failed_status, iso
+from etj.core.crd import build_crd
+from etj.core.reconcile import decide as real_decide
+from etj.core.reconcile.conditions import set_condition
+from etj.core.reconcile.decide import Decision, failed_status, iso
 
 from . import reconcile_helpers, test_reconcile_decide
 from .reconcile_helpers import T0, all_pods, make_job, run, with_status

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from etj.crd import PRINTER_COLUMNS, build_crd, crd_yaml
+from etj.core.crd import PRINTER_COLUMNS, build_crd, crd_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "crds" / "embeddingtrainingjobs.training.etj.dev.yaml"

@@ -19,10 +19,10 @@ from etj.api.constants import (
 )
 from etj.api.custom import CUSTOM_RULES
 from etj.api.spec import ModelSpec
-from etj.crd import build_crd
-from etj.planner import build_plan
-from etj.reconcile.policies.restart import classify
-from etj.render import build_objects
+from etj.core.crd import build_crd
+from etj.core.planner import build_plan
+from etj.core.reconcile.policies.restart import classify
+from etj.core.render import build_objects
 
 from .reconcile_helpers import pod
 

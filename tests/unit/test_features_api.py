@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from etj.api.features import FEATURE_RULES, MODEL_FEATURE_RULES, Feature
 from etj.api.spec import EmbeddingTrainingJobSpec, ModelSpec
-from etj.crd import build_crd
+from etj.core.crd import build_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = [{"name": "ids", "vocabularySize": 1000, "dimension": 8}]

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from etj.infer import build_job, has_header, sniff_delimiter
-from etj.validation import validate_manifest
+from etj.cli.from_data import build_job, has_header, sniff_delimiter
+from etj.core.validation import validate_manifest
 
 
 def _criteo(n: int = 300) -> list[str]:
@@ -91,7 +91,7 @@ def test_etj_init_writes_a_job_that_validates(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from etj.cli import main as cli
+    from etj.cli.main import main as cli
 
     data = tmp_path / "ratings.csv"
     data.write_text("\n".join(_movielens()) + "\n")
@@ -113,7 +113,7 @@ def test_etj_init_from_parquet_types_lists_and_nulls(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from etj.cli import main as cli
+    from etj.cli.main import main as cli
 
     rng = random.Random(2)
     n = 400
@@ -159,10 +159,59 @@ def test_etj_init_from_parquet_types_lists_and_nulls(tmp_path):
 def test_etj_init_names_a_damaged_parquet_file(tmp_path):
     from click.testing import CliRunner
 
-    from etj.cli import main as cli
+    from etj.cli.main import main as cli
 
     data = tmp_path / "broken.parquet"
     data.write_bytes(b"PAR1" + b"\0" * 64)
     result = CliRunner().invoke(cli, ["init", "--from-data", str(data)])
     assert result.exit_code != 0
     assert f"{data}: cannot read as Parquet" in result.output
+
+
+def test_quoted_fields_are_one_column_each(tmp_path):
+    """A MovieLens-1M-layout file (as the clicklogs tool writes it: a quarter of the titles
+    quoted, holding a comma): `etj init` sees its ten columns, gender single-valued."""
+    import yaml
+    from click.testing import CliRunner
+
+    from etj.cli.main import main as cli
+    from etj_trainer.data.clicklogs import MOVIELENS_1M_HEADER, write
+
+    (path,) = write("movielens-1m", tmp_path, 1, 400)
+    assert sum('"' in line for line in path.read_text().splitlines()) > 50
+    out = tmp_path / "job.yaml"
+    result = CliRunner().invoke(cli, ["init", "--from-data", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    job = yaml.safe_load(out.read_text())
+    files = job["spec"]["data"]["files"]
+    assert files["delimiter"] == "," and files["header"] is True and "quote" not in files
+    features = {f["name"]: f for f in job["spec"]["model"]["features"]}
+    assert set(features) <= set(MOVIELENS_1M_HEADER.split(","))
+    assert features["gender"]["kind"] == "categorical" and "delimiter" not in features["gender"]
+    assert features["genres"]["delimiter"] == "|"
+    assert features["title"]["kind"] == "categorical" and "delimiter" not in features["title"]
+    assert features["rating"] == {"name": "rating", "kind": "label", "threshold": 4.0}
+    assert validate_manifest(job).ok
+
+
+def test_a_two_valued_column_is_never_multi_valued():
+    lines = ["label,flag"] + [f"{i % 2},{'a|b' if i % 3 else 'c'}" for i in range(200)]
+    _, cols = build_job("j", "/d", lines, total_rows=200)
+    assert (cols[1].kind, cols[1].settings) == ("categorical", {})
+
+
+def test_quotes_that_are_not_rfc_4180_are_read_as_data():
+    """A quote inside an unquoted field: the trainer could not read the file with quoting,
+    so the job says quote: none, and the columns are cut at every delimiter."""
+    lines = ["label,agent,site"] + [f'{i % 2},Mozilla "{i % 5}",s{i % 9}' for i in range(100)]
+    job, cols = build_job("j", "/d", lines, total_rows=100)
+    assert job["spec"]["data"]["files"]["quote"] == "none"
+    assert [c.name for c in cols] == ["label", "agent", "site"]
+    assert validate_manifest(job).ok
+
+
+def test_quoted_delimiters_do_not_change_the_sniffed_delimiter():
+    lines = ['"a,b",1', '"c,d,e",0', "f,1"]
+    assert sniff_delimiter(lines) == ","
+    lines = ['x\t"1,2,3"\t0', 'y\t"4,5"\t1']
+    assert sniff_delimiter(lines) == "\t"

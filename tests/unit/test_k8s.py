@@ -1,4 +1,4 @@
-"""etj.k8s with the client's API classes replaced by fakes: creates are idempotent and hand
+"""etj.controller.kube with the client's API classes replaced by fakes: creates are idempotent and hand
 back the stored object, deletes of what is gone are done, a status write is one merge patch
 of the status subresource, a Lease replace is guarded by its resourceVersion, other errors
 are raised."""
@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from etj.k8s import Kube
+from etj.controller.kube import Kube
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""etj.k8s for gang scheduling, with the client's API classes replaced by fakes: a
+"""etj.controller.kube for gang scheduling, with the client's API classes replaced by fakes: a
 Workload (immutable pod groups) is deleted and made again, a PodGroup is patched, refusals
 come back as ApiRefused with the server's message, and a pod with fields newer than the
 client's models (spec.workloadRef) is sent as plain JSON instead of failing in the client."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from etj.k8s import ApiRefused
+from etj.controller.kube import ApiRefused
 
 from .test_k8s import Recorder, kube
 

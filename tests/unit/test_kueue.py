@@ -1,4 +1,4 @@
-"""Kueue's plain-Pod group labels and annotations (etj.render.kueue) and their place on
+"""Kueue's plain-Pod group labels and annotations (etj.core.render.kueue) and their place on
 every rendered pod."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from etj.api.constants import (
     LABEL_REPLICA_TYPE,
     MAX_JOB_NAME_LENGTH,
 )
-from etj.render.kueue import KueueMetadata, kueue_pod_metadata, pod_group_name, queue_name
+from etj.core.render.kueue import KueueMetadata, kueue_pod_metadata, pod_group_name, queue_name
 
 from .conftest import load_example
 from .test_render import rendered

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from etj.convert import convert_tfjob
+from etj.cli.convert import convert_tfjob
+from etj.core.validation import validate_manifest
 from etj.local.runner import LocalRunner
-from etj.validation import validate_manifest
 
 from .conftest import ROOT
 
@@ -26,7 +26,7 @@ def _runner(manifest: dict, workdir: Path) -> LocalRunner:
 
 
 def _pod(runner: LocalRunner, role: str) -> dict:
-    from etj.render import build_pod
+    from etj.core.render import build_pod
 
     return build_pod(runner.job, runner.plan, role, 0, runner.settings, runner._address)
 
@@ -77,3 +77,25 @@ def test_etj_run_says_so_and_starts_nothing(tmp_path: Path):
     assert out.returncode == 2
     assert "the container has no command" in out.stderr
     assert not (tmp_path / "w" / "logs").exists() or not any((tmp_path / "w" / "logs").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "directory"),
+    [
+        ({"storage": {"size": "1Gi"}}, None),
+        ({"uri": "/mnt/shared/ckpt"}, None),
+        ({"uri": "gs://bucket/etj"}, "gs://bucket/etj/local/quickstart"),
+    ],
+)
+def test_etj_run_keeps_checkpoints_in_its_work_directory_unless_they_go_to_a_bucket(
+    quickstart: dict, tmp_path: Path, checkpoint: dict, directory: str | None
+):
+    """One host shares the run's work directory: a claim or a cluster's shared path stand
+    for it (a fresh run starts afresh, --resume resumes); gs:// is gs:// anywhere."""
+    import json
+
+    quickstart["spec"]["checkpoint"] = checkpoint
+    _runner(quickstart, tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config" / "trainer.json").read_text())
+    expected = directory or str((tmp_path / "run" / "checkpoints" / "quickstart").resolve())
+    assert config["checkpoint"]["directory"] == expected

@@ -1,5 +1,5 @@
 """How the local Kueue's webhooks are pointed at a process on 127.0.0.1
-(etj.localcluster.kueue)."""
+(etj_testcluster.kueue)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from etj.localcluster.kueue import crds_with_conversion, webhook_configurations
+from etj_testcluster.kueue import crds_with_conversion, webhook_configurations
 
 MANIFESTS = """
 apiVersion: admissionregistration.k8s.io/v1

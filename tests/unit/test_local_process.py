@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from etj.api import EmbeddingTrainingJob
-from etj.local.process import pod_process
+from etj.core.planner import build_plan
+from etj.core.render import RenderSettings, build_pod
+from etj.local.pod_process import pod_process
 from etj.local.runner import progress_from_log
-from etj.planner import build_plan
-from etj.render import RenderSettings, build_pod
 
 from .conftest import load_example
 

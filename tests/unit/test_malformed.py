@@ -12,9 +12,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from etj.cli import main
-from etj.crd import build_crd
-from etj.validation import validate_manifest
+from etj.cli.main import main
+from etj.core.crd import build_crd
+from etj.core.validation import validate_manifest
 from tests.cases.malformed import BASE, CASES, Case
 
 from .conftest import load_example
@@ -130,3 +130,23 @@ def test_cli_exits_2_naming_the_field(case: Case, tmp_path):
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 2
     assert f"{path}: {case.field}: " in result.output
+
+
+def test_auto_strategy_that_chooses_parameter_server_keeps_the_chief_rule():
+    """strategy Auto decides ParameterServer from the table sizes (here: replicas.ps given);
+    etj's trainer then needs its chief, as when the strategy is written out; a job whose
+    workers run their own command does not."""
+    doc = copy.deepcopy(BASE)
+    doc["spec"]["strategy"] = "Auto"
+    doc["spec"]["replicas"]["chief"]["replicas"] = 0
+    result = validate_manifest(doc)
+    assert not result.ok and result.plan is None
+    [problem] = result.problems
+    assert problem.field == "spec.replicas.chief.replicas"
+    assert (
+        "exactly one chief" in problem.message and "Auto chose ParameterServer" in problem.message
+    )
+    doc["spec"]["replicas"]["worker"]["template"] = {
+        "spec": {"containers": [{"name": "trainer", "command": ["python", "train.py"]}]}
+    }
+    assert validate_manifest(doc).ok

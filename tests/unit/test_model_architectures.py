@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from etj.api import EmbeddingTrainingJob
 from etj.api.architectures import Architecture
 from etj.api.spec import ModelSpec
-from etj.planner import build_plan
+from etj.core.planner import build_plan
 
 from .conftest import ROOT, load_example
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from etj.localcluster.node import _map_paths
+from etj_testcluster.process_node import _map_paths
 
 
 def test_each_path_is_mapped_once_longest_mount_first():
@@ -22,7 +22,7 @@ def test_only_whole_path_prefixes():
 
 
 def test_etj_images_run_their_entrypoint_from_this_installation_and_nothing_else():
-    from etj.localcluster.node import image_entrypoint
+    from etj_testcluster.process_node import image_entrypoint
 
     operator = image_entrypoint("ghcr.io/etj-dev/etj-operator:0.1.0")
     assert operator is not None and operator[0].endswith("/etj")
@@ -32,7 +32,7 @@ def test_etj_images_run_their_entrypoint_from_this_installation_and_nothing_else
 
 
 def test_a_pod_that_is_not_a_replica_is_a_process_too():
-    from etj.local.process import pod_process
+    from etj.local.pod_process import pod_process
 
     pod = {
         "metadata": {"name": "etj-5d8f", "namespace": "etj-system"},
@@ -70,7 +70,16 @@ def test_a_pod_that_is_not_a_replica_is_a_process_too():
 def test_the_real_node_replaces_an_image_by_its_name(ref: str) -> None:
     """A changed archive etj-trainer-<key>.tar replaces the image named etj-trainer
     whatever registry prefix, tag or digest containerd lists it under; never another."""
-    from etj.localcluster.kubelet_node import _image_name
+    from etj_testcluster.kubelet_node import _image_name
 
     assert _image_name(ref) == "etj-trainer"
     assert _image_name(ref.replace("etj-trainer", "etj-trainer-gpu")) != "etj-trainer"
+
+
+def test_a_mount_path_inside_a_longer_path_is_not_mapped():
+    """``/var/tmp/ckpt`` (a checkpoint.uri every pod shares) is not the pod's ``/tmp``."""
+    mounts = {"/tmp": "/node/pods/p/volumes/tmp"}
+    text = '{"directory": "/var/tmp/ckpt/ns/job", "scratch": "/tmp/x"}'
+    assert _map_paths(text, mounts) == (
+        '{"directory": "/var/tmp/ckpt/ns/job", "scratch": "/node/pods/p/volumes/tmp/x"}'
+    )

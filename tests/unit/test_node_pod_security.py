@@ -1,4 +1,4 @@
-"""The process-backed node's reading of a pod's securityContext (etj.localcluster.pod_security)."""
+"""The process-backed node's reading of a pod's securityContext (etj_testcluster.pod_security)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from etj.localcluster.pod_security import ProcessSecurity, Refused, process_security
+from etj_testcluster.pod_security import ProcessSecurity, Refused, process_security
 
 
 def pod(pod_sc: dict[str, Any] | None = None, sc: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from etj.api.quantity import quantity_bytes
 from etj.api.spec import MAX_PS, EmbeddingTrainingJobSpec
-from etj.planner import (
+from etj.core.planner import (
     MAX_TOTAL_SHARDS,
     PlanError,
     PlanTooLarge,
@@ -277,7 +277,7 @@ def test_rows_per_shard_partitions_exactly(rows, shards):
 def test_ps_memory_covers_restoring_its_largest_variable(optimizer, slots):
     """Restoring reads one variable (a shard or one of its slots) at a time, holding a few
     copies of it: the request adds RESTORE_COPIES x the largest such variable on the ps."""
-    from etj.planner import RESTORE_COPIES
+    from etj.core.planner import RESTORE_COPIES
 
     tables = [
         {"name": "big", "vocabularySize": 1_000_000, "dimension": 32},
@@ -309,7 +309,7 @@ def test_ps_memory_covers_restoring_its_largest_variable(optimizer, slots):
 
 def _brute_force_ps(plan, spec_):
     """Per-ps bytes and memory requests recomputed shard by shard from the plan's lists."""
-    from etj.planner import memory_request
+    from etj.core.planner import memory_request
 
     held = [0] * plan.ps_replicas
     piece = [0] * plan.ps_replicas

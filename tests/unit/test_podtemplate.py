@@ -20,10 +20,10 @@ from etj.api.constants import (
 from etj.api.plan import ShardPlan
 from etj.api.podtemplate import PodTemplate
 from etj.api.status import Phase, Progress
-from etj.planner import build_plan
-from etj.render import RenderSettings, build_config_map, build_pod
-from etj.render.podtemplate import merge_pod_template
-from etj.validation import validate_manifest
+from etj.core.planner import build_plan
+from etj.core.render import RenderSettings, build_config_map, build_pod
+from etj.core.render.podtemplate import merge_pod_template
+from etj.core.validation import validate_manifest
 
 from .conftest import load_example
 from .reconcile_helpers import all_pods, make_job, pod, run
@@ -258,7 +258,7 @@ def test_template_resources_keep_the_plans_memory_floor():
 
 
 def test_template_is_in_the_crd_schema():
-    from etj.crd import build_crd
+    from etj.core.crd import build_crd
 
     schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     replicas = schema["properties"]["spec"]["properties"]["replicas"]["properties"]

@@ -8,7 +8,7 @@ import pytest
 
 from etj.api.spec import RestartBackoff
 from etj.api.status import ReplicaBackoff
-from etj.reconcile.policies.backoff import (
+from etj.core.reconcile.policies.backoff import (
     Wait,
     delay_seconds,
     due_time,

@@ -2,9 +2,9 @@
 
 from datetime import timedelta
 
-from etj.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
-from etj.reconcile.policies.suspend import pods_to_suspend
-from etj.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
+from etj.core.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
+from etj.core.reconcile.policies.suspend import pods_to_suspend
+from etj.core.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
 
 from .reconcile_helpers import T0, pod
 

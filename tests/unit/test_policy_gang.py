@@ -1,10 +1,10 @@
-"""Gang scheduling in the decision (etj.reconcile.policies.gang and decide): the job's
+"""Gang scheduling in the decision (etj.core.reconcile.policies.gang and decide): the job's
 Scheduled condition from its pods, an event when the gang cannot be placed, and the gang
 object (re)made when it is not as the plan wants it."""
 
 from __future__ import annotations
 
-from etj.reconcile.policies.gang import (
+from etj.core.reconcile.policies.gang import (
     REASON_SCHEDULED,
     REASON_UNSCHEDULABLE,
     REASON_WAITING,
@@ -91,7 +91,7 @@ def test_decide_warns_once_when_the_gang_cannot_be_placed_then_reports_it_placed
 
 
 def test_observe_reads_the_node_and_the_schedulers_word():
-    from etj.reconcile.observe import observe_pod
+    from etj.core.reconcile.observe import observe_pod
 
     raw = {
         "metadata": {

@@ -1,6 +1,6 @@
 """policies/oom: the memory limit grows by half, rounded to MiB, up to the cap."""
 
-from etj.reconcile.policies.oom import raised_limit
+from etj.core.reconcile.policies.oom import raised_limit
 
 GI = 2**30
 

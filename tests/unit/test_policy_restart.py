@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from etj.api.constants import REASON_CHECKPOINT_MISMATCH, REASON_DATA_ERROR, REASON_MODEL_ERROR
-from etj.reconcile.policies.restart import classify, restart_group
-from etj.tfconfig import ReplicaSet
+from etj.core.reconcile.policies.restart import classify, restart_group
+from etj.core.tfconfig import ReplicaSet
 
 from .reconcile_helpers import pod
 
@@ -49,6 +49,13 @@ def test_parameter_server_groups():
     assert restart_group("ParameterServer", PS, "ps", 1) == {("ps", 1), ("chief", 0)}
     assert restart_group("ParameterServer", PS, "chief", 0) == {("chief", 0)}
     assert restart_group("ParameterServer", PS, "evaluator", 0) == {("evaluator", 0)}
+
+
+def test_parameter_server_groups_without_a_chief():
+    """A TFJob's PS + Worker (own program, no chief): each failed replica restarts alone."""
+    no_chief = ReplicaSet(chief=0, worker=4, ps=2)
+    assert restart_group("ParameterServer", no_chief, "ps", 1) == {("ps", 1)}
+    assert restart_group("ParameterServer", no_chief, "worker", 0) == {("worker", 0)}
 
 
 def test_mirrored_groups_take_every_worker():

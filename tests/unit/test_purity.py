@@ -12,11 +12,11 @@ import sys
 PROBE = """
 import sys, yaml
 from etj.api import EmbeddingTrainingJob
-from etj.planner import build_plan
-from etj.render import build_objects
-from etj.validation import validate_manifest
-from etj.crd import crd_yaml
-import etj.cli
+from etj.core.planner import build_plan
+from etj.core.render import build_objects
+from etj.core.validation import validate_manifest
+from etj.core.crd import crd_yaml
+import etj.cli.main
 doc = yaml.safe_load(open("examples/quickstart.yaml"))
 job = EmbeddingTrainingJob.from_manifest(doc)
 build_objects(job, build_plan(job.spec)); validate_manifest(doc); crd_yaml()

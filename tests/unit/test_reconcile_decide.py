@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from etj.api.status import Evaluation, Phase, Progress
-from etj.reconcile import World, decide
+from etj.core.reconcile import World, decide
 
 from .reconcile_helpers import T0, all_pods, later, make_job, pod, run, with_status
 
 
 def test_new_job_creates_service_config_map_and_every_pod():
     job = make_job()
-    from etj.planner import build_plan
+    from etj.core.planner import build_plan
 
     d = decide(
         World(
@@ -251,6 +251,47 @@ def test_mirrored_without_chief_succeeds_with_worker_zero():
     job = make_job("MultiWorkerMirrored", status={"phase": "Running"})
     pods = [pod("worker", 0, "Succeeded"), pod("worker", 1, "Running")]
     assert run(job, pods).status.phase == Phase.SUCCEEDED
+
+
+def _own_program(role_count: int = 4) -> dict:
+    template = {"spec": {"containers": [{"name": "tensorflow", "command": ["python", "t.py"]}]}}
+    return {
+        "chief": {"replicas": 0},
+        "worker": {"replicas": role_count, "template": template},
+        "ps": {"replicas": 2, "template": template},
+    }
+
+
+def test_ps_job_without_chief_runs_worker_zero_as_the_chief():
+    """dist-mnist's shape: PS + Worker, no Chief; worker 0's exit 0 ends the job and stops
+    the ps; a ps failure restarts that ps alone (there is no coordinator to restore)."""
+    job = make_job(replicas=_own_program(), status={"phase": "Running"})
+    pods = all_pods(job)
+    assert sorted(p.key for p in pods) == [("ps", 0), ("ps", 1)] + [("worker", i) for i in range(4)]
+    failed = [p if p.key != ("ps", 1) else pod("ps", 1, "Failed", exit_code=1) for p in pods]
+    assert run(job, failed).delete_pods == ["j-ps-1"]
+    done = [p if p.key != ("worker", 0) else pod("worker", 0, "Succeeded") for p in pods]
+    d = run(job, done)
+    assert d.status.phase == Phase.SUCCEEDED
+    assert d.delete_pods == ["j-ps-0", "j-ps-1", "j-worker-1", "j-worker-2", "j-worker-3"]
+    assert "worker 0" in d.status.message
+
+
+def test_all_workers_success_policy_waits_for_the_last_worker():
+    job = make_job(
+        replicas=_own_program(2),
+        runPolicy={"successPolicy": "AllWorkers"},
+        status={"phase": "Running"},
+    )
+    first = [pod("ps", 0), pod("ps", 1), pod("worker", 0, "Succeeded"), pod("worker", 1)]
+    d = run(job, first)
+    assert d.status.phase == Phase.RUNNING
+    assert d.delete_pods == [] and d.create_pods == []  # a finished worker is not recreated
+    last = [*first[:3], pod("worker", 1, "Succeeded")]
+    d = run(job, last)
+    assert d.status.phase == Phase.SUCCEEDED
+    assert d.delete_pods == ["j-ps-0", "j-ps-1"]
+    assert d.status.message == "all 2 workers finished; parameter servers stopped"
 
 
 def test_ttl_deletes_the_finished_job_when_due():

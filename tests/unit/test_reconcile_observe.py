@@ -1,6 +1,6 @@
 """observe_pod: a Pod object as the API returns it, read into a PodState."""
 
-from etj.reconcile.observe import observe_pod
+from etj.core.reconcile.observe import observe_pod
 
 
 def pod_obj(**status):
@@ -75,8 +75,8 @@ def test_a_data_error_names_the_file_and_line_in_the_description():
     p = observe_pod(_terminated("DataError: /data/day_0.txt:81733: expected 40 fields, found 39"))
     assert p and p.trainer_reason == "DataError"
     assert p.describe() == (
-        "j-worker-1 failed with exit code 138 (Error, DataError): "
-        "/data/day_0.txt:81733: expected 40 fields, found 39"
+        "DataError: /data/day_0.txt:81733: expected 40 fields, found 39 "
+        "(j-worker-1 failed with exit code 138)"
     )
 
 

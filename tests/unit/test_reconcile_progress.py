@@ -2,7 +2,7 @@
 
 import pytest
 
-from etj.reconcile.progress import parse_completion, parse_progress
+from etj.core.reconcile.progress import parse_completion, parse_progress
 
 PAGE = """# HELP etj_trainer_step Last completed step
 # TYPE etj_trainer_step gauge
@@ -41,7 +41,7 @@ etj_trainer_eval_examples 4000.0
 
 
 def test_parses_the_held_out_evaluation_and_skipped_records():
-    from etj.reconcile.progress import parse_evaluation
+    from etj.core.reconcile.progress import parse_evaluation
 
     ev = parse_evaluation(EVAL_PAGE, "t")
     assert ev is not None
@@ -51,7 +51,7 @@ def test_parses_the_held_out_evaluation_and_skipped_records():
 
 
 def test_no_evaluation_before_one_scored_examples():
-    from etj.reconcile.progress import parse_evaluation
+    from etj.core.reconcile.progress import parse_evaluation
 
     # Gauges read 0 before the first evaluation; a broken page is no evaluation either.
     assert parse_evaluation(PAGE, "t") is None

@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 from etj.controller.cache import WatchCache
 from etj.controller.reconciler import Outcome, Reconciler
 from etj.controller.settings import OperatorSettings
-from etj.reconcile.decide import Event
+from etj.core.reconcile.decide import Event
 
 from .fake_api import FakeKube
 
@@ -30,6 +30,8 @@ def manifest(**run_policy: Any) -> dict[str, Any]:
             "strategy": "ParameterServer",
             "replicas": {"worker": {"replicas": 2}, "ps": {"replicas": 2}},
             "model": {"embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]},
+            # Shared by the pods (on a path every node mounts): no claim to make or read.
+            "checkpoint": {"uri": "/shared/checkpoints"},
             "runPolicy": {"restartBackoff": {"initialSeconds": 0}, **run_policy},
         },
     }

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import copy
 
-from etj.k8s import ApiRefused
-from etj.reconcile.policies.gang import REASON_UNAVAILABLE
+from etj.controller.kube import ApiRefused
+from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
 
 from .test_reconciler import NS, PODS, Setup
 

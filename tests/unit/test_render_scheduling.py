@@ -1,4 +1,4 @@
-"""Gang scheduling rendering (etj.render.scheduling): the gang object per backend, sized
+"""Gang scheduling rendering (etj.core.render.scheduling): the gang object per backend, sized
 from the plan, and what every pod carries to join it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 
 from etj.api import EmbeddingTrainingJob
 from etj.api.spec import GangScheduler
-from etj.planner import build_plan
-from etj.render import RenderSettings, build_objects
-from etj.render.objects import build_gang_object
-from etj.render.scheduling import (
+from etj.core.planner import build_plan
+from etj.core.render import RenderSettings, build_objects
+from etj.core.render.objects import build_gang_object
+from etj.core.render.scheduling import (
     COSCHEDULING_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATION,
     WORKLOAD_POD_GROUP,

@@ -1,6 +1,6 @@
 """Spec fuzzing: schema-valid jobs at the extremes never hang, blow up or crash the core.
 
-Specs are drawn from the CRD's own OpenAPI schema (``etj.crd.build_crd``), so whatever the
+Specs are drawn from the CRD's own OpenAPI schema (``etj.core.crd.build_crd``), so whatever the
 API server would store can be drawn: every number at its minimum, its maximum or between,
 lists at their longest (256 tables), quantities from "0" to "1e999999999", every enum value.
 For each, ``validate`` (which plans) returns problems naming a field or a plan, and
@@ -27,13 +27,13 @@ from unittest import mock
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import etj.planner as planner
+import etj.core.planner as planner
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from etj.api.spec import MAX_PS
-from etj.crd import build_crd
-from etj.render import RenderSettings, build_config_map, build_pod, build_service
-from etj.render.objects import replica_set
-from etj.validation import validate_manifest
+from etj.core.crd import build_crd
+from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
+from etj.core.render.objects import replica_set
+from etj.core.validation import validate_manifest
 
 SPEC_SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
 

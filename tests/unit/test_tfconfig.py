@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from etj.tfconfig import ReplicaSet, cluster_spec, dns_address, tf_config
+from etj.core.tfconfig import ReplicaSet, cluster_spec, dns_address, tf_config
 
 
 def test_every_task_names_the_same_cluster():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from etj.api.dynamic import table_rows
 from etj.api.trainer import TrainerConfig
 
 CONFIG_ENV = "ETJ_TRAINER_CONFIG"
@@ -78,10 +79,10 @@ def check_consistent(config: TrainerConfig) -> None:
             f"shardPlan.tables {planned} do not match the model's tables {names} (same order)"
         )
     for table, tp in zip(config.model.tables, plan.tables, strict=True):
-        if tp.rows != table.vocabulary_size or tp.dimension != table.dimension:
+        if tp.rows != table_rows(table) or tp.dimension != table.dimension:
             raise ConfigError(
                 f"shardPlan table {tp.name!r} is {tp.rows}x{tp.dimension} but the model says "
-                f"{table.vocabulary_size}x{table.dimension}"
+                f"{table_rows(table)}x{table.dimension}"
             )
         if len(tp.rows_per_shard) != tp.shards or sum(tp.rows_per_shard) != tp.rows:
             raise ConfigError(f"shardPlan table {tp.name!r}: rowsPerShard does not add up")

@@ -111,37 +111,29 @@ def run(config: object, task: Task, port: int) -> int:
 
 
 def _failed(error: BaseException, ps: bool) -> int:
-    from etj.api.constants import (
-        REASON_CHECKPOINT_MISMATCH,
-        REASON_DATA_ERROR,
-        REASON_MODEL_ERROR,
-    )
-    from etj_trainer.data.records import DataError, data_error_from
-    from etj_trainer.models.custom import ModelError
-    from etj_trainer.task.checkpoint import CheckpointMismatch
+    from etj_trainer.data.records import data_error_from
     from etj_trainer.task.loop import classify
+    from etj_trainer.task.termination import exception_chain, permanent_failure
 
-    # A bad record found inside a tf.data pipeline surfaces as a TensorFlow error (from a
-    # worker, through the coordinator) carrying the DataError's text: report that alone.
-    error = data_error_from(error) or error
-    # The reasons on which the operator fails the job under any restartPolicy (their home
-    # is etj.api.constants, which the operator reads too).
-    reasons = {
-        DataError: REASON_DATA_ERROR,
-        CheckpointMismatch: REASON_CHECKPOINT_MISMATCH,
-        ModelError: REASON_MODEL_ERROR,
-    }
-    permanent = next((r for cls, r in reasons.items() if isinstance(error, cls)), None)
-    reason = permanent or type(error).__name__
+    # A failure no restart cures (etj.api.constants.PERMANENT_TRAINER_REASONS: the config
+    # does not match the data or the checkpoint, or the job's own model code cannot be
+    # used) is reported as itself, whatever TensorFlow wrapped it in: autograph's
+    # StagingError when raised while a (dataset) function was traced (ParameterServer's
+    # coordinator traces the per-worker dataset function), an InvalidArgumentError
+    # carrying a pipeline check's text or a py_function's traceback, a worker's error
+    # re-raised by the coordinator. The operator fails the job on it at once.
+    permanent = permanent_failure(error, data_error_from)
     if permanent:
-        # The config does not match the data or the checkpoint, or the job's own model
-        # code cannot be used: a person must act.
-        if isinstance(error, ModelError) and error.__cause__ is not None:
+        reason, message = permanent
+        causes = [e.__cause__ for e in exception_chain(error) if type(e).__name__ == reason]
+        cause = next((c for c in causes if c is not None), None)
+        if reason == "ModelError" and cause is not None:
             # The user's own traceback, for the log (the message has the cause in one line).
-            traceback.print_exception(error.__cause__)
-        print(f"etj_trainer: {error}", file=sys.stderr)
-        report_failure(reason, str(error), exitcodes.USAGE)
+            traceback.print_exception(cause)
+        print(f"etj_trainer: {reason}: {message}", file=sys.stderr)
+        report_failure(reason, message, exitcodes.USAGE)
         return exitcodes.USAGE
+    reason = type(error).__name__
     code = classify(error, ps)
     kind = "retryable" if code == exitcodes.RETRYABLE else "permanent"
     log.error("training failed (%s, exit %d): %s: %s", kind, code, reason, str(error)[:2000])

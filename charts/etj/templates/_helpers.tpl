@@ -29,7 +29,7 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
-{{/* The operator's permissions: exactly what etj.k8s, kopf's watches and
+{{/* The operator's permissions: exactly what etj.controller.kube, kopf's watches and
      events use (the leader Lease has its own Role). Shared by the ClusterRole and the
      per-namespace Roles. */}}
 {{- define "etj.rules" -}}
@@ -52,14 +52,25 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [create]
+{{- /* checkpoint.storage: the job's ReadWriteMany claim (create); checkpoint.volume and
+     data.files.volume claims: their access modes decide whether a multi-pod job may use
+     them (get). */}}
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, create]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create]
+{{- if .Values.networkPolicy.enabled }}
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create]
+{{- end }}
 {{- end -}}
 
 
 {{/* Gang scheduling: the gang objects of the chosen backends (gangScheduling.backends),
-     with exactly the verbs etj.k8s uses on them: get (is it as wanted?), create, and
+     with exactly the verbs etj.controller.kube uses on them: get (is it as wanted?), create, and
      delete for a Workload (its pod groups are immutable: remade when the plan changes) or
      patch for a PodGroup. */}}
 {{- define "etj.gangRules" -}}

@@ -53,7 +53,7 @@ REASON_COMPLETED = "TrainingComplete"
 
 # Kueue's plain-Pod group integration (sigs.k8s.io/kueue pkg/controller/jobs/pod/constants;
 # the same keys since v0.7). A job labelled with the queue name runs as one pod group: one
-# Kueue Workload admitted all at once. See etj.render.kueue.
+# Kueue Workload admitted all at once. See etj.core.render.kueue.
 KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # A WorkloadPriorityClass for the group (copied from the job like the queue name).
 KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
@@ -89,6 +89,7 @@ VOLUME_TRAINER_CONFIG = "trainer-config"
 VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_TMP = "tmp"
 VOLUME_DATA = "data"
+VOLUME_GCS_CREDENTIALS = "gcs-credentials"
 # A custom tower's code (spec.model.custom.configMap): the ConfigMap's files, mounted
 # read-only at MODEL_CODE_MOUNT in every replica's trainer container; MODEL_CODE_ENV names
 # that directory (a process-backed node remaps it) and the trainer puts it on sys.path.
@@ -100,6 +101,7 @@ ETJ_VOLUMES = (
     VOLUME_CHECKPOINTS,
     VOLUME_TMP,
     VOLUME_DATA,
+    VOLUME_GCS_CREDENTIALS,
     VOLUME_MODEL_CODE,
 )
 # The trainer's reason when the job's own model code cannot be used (a module that fails

@@ -1,6 +1,6 @@
 """The shard plan as data: how tables are split and where each shard lives.
 
-Computed by ``etj.planner``; written to ``status.shardPlan`` and into the trainer config,
+Computed by ``etj.core.planner``; written to ``status.shardPlan`` and into the trainer config,
 so the operator, the trainer and the user all read the same plan. Pure data.
 """
 
@@ -16,15 +16,27 @@ class TablePlan(ApiModel):
     """How one embedding table is split."""
 
     name: str = Field(description="Table name.")
-    rows: int = Field(ge=1, description="Rows of the table (its vocabulary size).")
+    rows: int = Field(
+        ge=1,
+        description="Rows of the table: its vocabulary size (a dynamic table's: + capacity).",
+    )
     dimension: int = Field(ge=1, description="Embedding width.")
     dtype: str = Field(description="Storage dtype.")
     optimizer: str = Field(description="The optimizer that updates this table.")
-    bytes: int = Field(ge=0, description="Bytes of the table with its optimizer slots.")
+    bytes: int = Field(
+        ge=0,
+        description=(
+            "Bytes of the table with its optimizer slots (a dynamic table's: with its index "
+            "and admission counters)."
+        ),
+    )
     shards: int = Field(ge=1, description="Number of shards (partitions along the rows).")
     rows_per_shard: list[int] = Field(description="Rows of each shard, in shard order.")
     ps_of_shard: list[int] = Field(
         description="Index of the ps task holding each shard (empty without ps)."
+    )
+    capacity: int | None = Field(
+        default=None, description="A dynamic table's pool rows (the last rows); unset: fixed."
     )
 
     @property

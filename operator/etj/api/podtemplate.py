@@ -4,7 +4,7 @@ This is how a job runs its own TensorFlow program (the TFJob path): the template
 container named ``trainer`` (or ``tensorflow``, TFJob's name, which means the same
 container) gives the command, args, image, env, volumeMounts and resources; the rest of the
 Pod spec adds volumes, initContainers, sidecar containers, securityContext, schedulerName,
-topologySpreadConstraints, nodeSelector, tolerations, affinity, ... . ``etj.render.podtemplate``
+topologySpreadConstraints, nodeSelector, tolerations, affinity, ... . ``etj.core.render.podtemplate``
 does the merge.
 
 The inner Pod spec is free-form in the CRD (``x-kubernetes-preserve-unknown-fields``, as

@@ -1,11 +1,11 @@
 """The ``spec`` of an EmbeddingTrainingJob: what a user writes.
 
 These models are the single source of truth for the API: the CRD's OpenAPI schema is
-generated from them (``etj.crd``), ``etj validate`` uses them, and the trainer reads the
+generated from them (``etj.core.crd``), ``etj validate`` uses them, and the trainer reads the
 model/data/training parts from the rendered trainer config. Validation that a schema can
 express lives here as field constraints (or as CEL rules under ``x-kubernetes-validations``
 for cross-field rules) so the API server rejects a bad job before the operator sees it;
-checks only code can make (does the plan fit?) live in ``etj.validation``.
+checks only code can make (does the plan fit?) live in ``etj.core.validation``.
 
 Pure: no I/O, no environment, no kopf or Kubernetes client.
 """
@@ -30,6 +30,7 @@ from etj.api.architectures import (
 from etj.api.base import ApiModel, Quantity
 from etj.api.constants import MANAGED_BY
 from etj.api.custom import CUSTOM_RULES, CustomModel
+from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable, check_key_space
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.podtemplate import PodTemplate
 from etj.api.rules import Rule, cel_extra, check_rules
@@ -67,6 +68,15 @@ class CleanPodPolicy(StrEnum):
     ALL = "All"
     RUNNING = "Running"
     NONE = "None"
+
+
+class SuccessPolicy(StrEnum):
+    """When the job has succeeded (TFJob's ``successPolicy``; its "" is ``Chief`` here)."""
+
+    # The chief exits 0; without a chief, worker 0 (TensorFlow's "chief worker").
+    CHIEF = "Chief"
+    # Every worker exits 0 (a job without a chief only, as in TFJob).
+    ALL_WORKERS = "AllWorkers"
 
 
 class ResourceRequirements(ApiModel):
@@ -110,7 +120,7 @@ class ChiefSpec(ReplicaSpec):
     replicas: int = Field(default=1, ge=0, le=1, description="0 or 1 chief.")
 
 
-# Most ps a job may have (``etj.planner`` says why); the schema's maximum for both fields.
+# Most ps a job may have (``etj.core.planner`` says why); the schema's maximum for both fields.
 MAX_PS = 1024
 
 
@@ -230,13 +240,22 @@ class EmbeddingTable(ApiModel):
         default=None,
         description="Optimizer for this table only (default: training.optimizer).",
     )
+    dynamic: DynamicTable | None = Field(
+        default=None,
+        description=(
+            "Make the table collisionless: ids get rows of a pool of dynamic.capacity rows "
+            "as they are admitted; vocabularySize rows are then the fallback of the others."
+        ),
+    )
 
 
 class ModelSpec(ApiModel):
     """The CTR model: embedding tables, dense features and a tower (an architecture)."""
 
     model_config = ApiModel.model_config | {
-        "json_schema_extra": _cel(*MODEL_FEATURE_RULES, *ARCHITECTURE_RULES, *CUSTOM_RULES)
+        "json_schema_extra": _cel(
+            *MODEL_FEATURE_RULES, *ARCHITECTURE_RULES, *CUSTOM_RULES, *DYNAMIC_MODEL_RULES
+        )
     }
 
     embeddings: list[EmbeddingTable] = Field(
@@ -321,6 +340,8 @@ class ModelSpec(ApiModel):
         check_rules(self, MODEL_FEATURE_RULES)
         check_rules(self, ARCHITECTURE_RULES)
         check_rules(self, CUSTOM_RULES)
+        check_rules(self, DYNAMIC_MODEL_RULES)
+        check_key_space(self)
         if self.architecture == Architecture.DLRM and self.interaction_inputs < 2:
             raise ValueError(
                 "architecture dlrm takes dot products between the embedding inputs and the "
@@ -385,6 +406,11 @@ _FILE_RULES = (
         "data.files.columns must name the columns when header is false",
         lambda f: f.header or bool(f.columns),
     ),
+    Rule(
+        "!has(self.delimiter) || self.delimiter != '\"' || (has(self.quote) && self.quote == 'none')",
+        "data.files.delimiter '\"' needs quote: none (the quote cannot also be the delimiter)",
+        lambda f: f.delimiter != '"' or f.quote == "none",
+    ),
 )
 _EPOCH_RULES = (
     Rule(
@@ -439,6 +465,14 @@ class FileData(ApiModel):
         default=None,
         max_length=4096,
         description="csv without a header: the column names, in file order.",
+    )
+    quote: Literal['"', "none"] = Field(
+        default='"',
+        description=(
+            "csv: the quote character (RFC 4180: a field quoted whole may hold the delimiter, "
+            '"" inside it is one quote; a quoted field ends on its line), or none for files '
+            'that use " as data.'
+        ),
     )
     compression: Literal["auto", "none", "gzip"] = Field(
         default="auto", description="auto (gzip when a file name ends in .gz), none or gzip."
@@ -576,23 +610,135 @@ class ShardingSpec(ApiModel):
     )
 
 
-class CheckpointSpec(ApiModel):
-    """Where and how often training state is saved."""
+# Why s3:// and hdfs:// are refused (checkpoint.uri, data patterns): TensorFlow 2.21 builds
+# in local paths and gs:// only; the others moved to tensorflow-io in TF 2.6, and
+# tensorflow-io's last release (0.37) pins tensorflow<2.17.
+UNSUPPORTED_SCHEMES = ("s3://", "hdfs://")
+UNSUPPORTED_SCHEME_REASON = (
+    "s3:// and hdfs:// are not built into TensorFlow 2.21 (they moved to tensorflow-io, "
+    "whose last release supports TensorFlow 2.16 at most)"
+)
+# Where a checkpoint.credentialsSecret is mounted (GOOGLE_APPLICATION_CREDENTIALS names the
+# key file under it).
+GCS_CREDENTIALS_MOUNT = "/var/run/secrets/etj/gcs"
 
+
+class CheckpointStorage(ApiModel):
+    """A ReadWriteMany claim etj creates for the job's checkpoints."""
+
+    storage_class_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description=(
+            "A StorageClass that can provision ReadWriteMany volumes (NFS, EFS, Filestore, "
+            "Azure Files, CephFS). Default: the operator's setting, else the cluster's default."
+        ),
+    )
+    size: Quantity = Field(default="10Gi", description="The claim's requested size.")
+    retain: bool = Field(
+        default=False,
+        description=(
+            "false: the claim is owned by the job and deleted with it; true: it outlives the "
+            "job (no owner reference, labelled training.etj.dev/job-name) for a later job."
+        ),
+    )
+
+
+class SecretKey(ApiModel):
+    """One key of a Secret in the job's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="The Secret's name.")
+    key: str = Field(default="key.json", min_length=1, description="The key holding the file.")
+
+
+_CHECKPOINT_RULES = (
+    Rule(
+        "(has(self.uri) ? 1 : 0) + (has(self.volume) ? 1 : 0) + (has(self.storage) ? 1 : 0) <= 1",
+        "checkpoint: set at most one of uri, volume and storage",
+        lambda c: sum(x is not None for x in (c.uri, c.volume, c.storage)) <= 1,
+    ),
+    Rule(
+        "!has(self.uri) || !(self.uri.startsWith('s3://') || self.uri.startsWith('hdfs://'))",
+        f"checkpoint.uri: {UNSUPPORTED_SCHEME_REASON}; use gs://bucket/prefix or a "
+        "ReadWriteMany volume (checkpoint.storage)",
+        lambda c: c.uri is None or not c.uri.startswith(UNSUPPORTED_SCHEMES),
+    ),
+    Rule(
+        "!has(self.uri) || self.uri.startsWith('gs://') || self.uri.startsWith('/')",
+        "checkpoint.uri must be gs://bucket/prefix or an absolute path that every replica "
+        "sees (a shared volume its pod template mounts)",
+        lambda c: c.uri is None or c.uri.startswith(("gs://", "/")),
+    ),
+    Rule(
+        "!has(self.uri) || !(self.uri == '/tmp' || self.uri.startsWith('/tmp/'))",
+        "checkpoint.uri: /tmp is each replica's own (an emptyDir etj mounts): use a path on a "
+        "volume every replica mounts",
+        lambda c: c.uri is None or not (c.uri == "/tmp" or c.uri.startswith("/tmp/")),
+    ),
+)
+
+
+class CheckpointSpec(ApiModel):
+    """Where and how often training state is saved.
+
+    A job with more than one pod needs checkpoints every pod sees (each ps writes its
+    own shards, the chief the index, every worker restores): ``storage``, ``uri`` or a
+    shared ``volume``. One pod alone may keep the default, an emptyDir."""
+
+    model_config = ApiModel.model_config | {"json_schema_extra": _cel(*_CHECKPOINT_RULES)}
+
+    uri: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description=(
+            "gs://bucket/prefix, or an absolute path on a volume every replica mounts: "
+            "checkpoints go to <uri>/<namespace>/<job name>. s3:// and hdfs:// are not supported "
+            "(not built into TensorFlow 2.21)."
+        ),
+    )
     volume: dict[str, Any] | None = Field(
         default=None,
         description=(
             "A Pod volume source (e.g. {persistentVolumeClaim: {claimName: ckpt}}) mounted on "
-            "every replica; each ps writes its own shards. Default: an emptyDir (lost with the pod)."
+            "every replica; a job with several pods needs a ReadWriteMany claim (not an "
+            "emptyDir or a hostPath). Default (no uri, volume or storage): an emptyDir, for "
+            "one-pod jobs only."
+        ),
+    )
+    storage: CheckpointStorage | None = Field(
+        default=None,
+        description=(
+            "A ReadWriteMany PersistentVolumeClaim <job>-checkpoints etj creates, kept across "
+            "restarts and suspend."
+        ),
+    )
+    credentials_secret: SecretKey | None = Field(
+        default=None,
+        description=(
+            "A Secret holding a Google service-account key for gs:// paths (checkpoints and "
+            "data): mounted read-only, GOOGLE_APPLICATION_CREDENTIALS names it. Leave it out "
+            "with workload identity."
         ),
     )
     mount_path: str = Field(
         default="/var/lib/etj/checkpoints",
         pattern=r"^/.*",
-        description="Where the volume is mounted in every replica.",
+        description="Where the volume (or the claim of storage) is mounted in every replica.",
     )
     every_steps: int = Field(default=1000, ge=1, description="Checkpoint interval in steps.")
     keep: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> CheckpointSpec:
+        check_rules(self, _CHECKPOINT_RULES)
+        return self
+
+    @property
+    def shared(self) -> bool:
+        """A place several pods may share was chosen (a volume's kind is checked later)."""
+        return self.uri is not None or self.storage is not None or self.volume is not None
 
 
 class RestartBackoff(ApiModel):
@@ -730,6 +876,14 @@ class RunPolicy(ApiModel):
         default=False,
         description="true deletes the pods and keeps status and checkpoints; false resumes.",
     )
+    success_policy: SuccessPolicy = Field(
+        default=SuccessPolicy.CHIEF,
+        description=(
+            "When the job succeeds (TFJob's successPolicy): Chief, when the chief exits 0 "
+            "(without a chief, worker 0); AllWorkers, when every worker has exited 0 (a job "
+            "without a chief only). The ps are stopped then."
+        ),
+    )
     clean_pod_policy: CleanPodPolicy = Field(
         default=CleanPodPolicy.RUNNING,
         description="Pods deleted when the job finishes: All, Running (those still running, e.g. ps), or None.",
@@ -790,6 +944,59 @@ class PodTemplateOverrides(ApiModel):
     env: list[EnvVar] | None = Field(default=None, description="Extra environment variables.")
 
 
+# The one line that refuses checkpoints a multi-pod job's pods cannot share, said by
+# ``etj.api.storage.sharing_problems`` after planning (which resolves strategy Auto and
+# the ps count) in ``etj validate`` and the operator; not in the model itself, which
+# ``etj run`` (one host, one work directory) and the trainer also parse.
+CHECKPOINT_NOT_SHARED = (
+    "checkpoint: this job reads and writes checkpoints from several pods (each ps its "
+    "shards, the chief the index, every worker restores) and the default emptyDir is each "
+    "pod's own: set checkpoint.storage (a ReadWriteMany claim etj creates), checkpoint.uri "
+    "(gs://bucket/prefix, or a path every pod mounts) or checkpoint.volume (a ReadWriteMany "
+    "claim)"
+)
+_DATA_SCHEME_RULES = (
+    Rule(
+        "!has(self.data) || !has(self.data.files) || !(self.data.files.pattern.startsWith('s3://') || self.data.files.pattern.startsWith('hdfs://'))",
+        f"data.files.pattern: {UNSUPPORTED_SCHEME_REASON}; use gs:// or a ReadOnlyMany volume "
+        "(data.files.volume)",
+        lambda s: s.data.files is None or not s.data.files.pattern.startswith(UNSUPPORTED_SCHEMES),
+    ),
+    Rule(
+        "!has(self.data) || !has(self.data.validation) || !(self.data.validation.pattern.startsWith('s3://') || self.data.validation.pattern.startsWith('hdfs://'))",
+        f"data.validation.pattern: {UNSUPPORTED_SCHEME_REASON}; use gs:// or a ReadOnlyMany "
+        "volume (data.files.volume)",
+        lambda s: (
+            s.data.validation is None
+            or not s.data.validation.pattern.startswith(UNSUPPORTED_SCHEMES)
+        ),
+    ),
+)
+
+
+class Placement(ApiModel):
+    """Where replicas go, and how fast a lost node's replicas are replaced."""
+
+    spread: bool = Field(
+        default=True,
+        description=(
+            "Spread the replicas of each role over nodes (a topologySpreadConstraint on "
+            "kubernetes.io/hostname, ScheduleAnyway), so one node's loss takes one ps, not "
+            "all. A role template's topologySpreadConstraints replace it."
+        ),
+    )
+    node_loss_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description=(
+            "How long a replica stays bound to a node that is NotReady or unreachable before "
+            "it is evicted and replaced (its tolerationSeconds; Kubernetes' default is 300). "
+            "Default: the operator's setting (30)."
+        ),
+    )
+
+
 def _managed_by(obj: str) -> str:
     """CEL: the effective runPolicy.managedBy of ``obj`` (the default when not given)."""
     return (
@@ -809,20 +1016,67 @@ IMMUTABLE_MANAGED_BY = {
 }
 
 
+def _workers_run_own_program(spec: EmbeddingTrainingJobSpec) -> bool:
+    template = spec.replicas.worker.template
+    return template is not None and template.runs_own_program
+
+
+def _chief_count(spec: EmbeddingTrainingJobSpec) -> int | None:
+    """The chiefs the job asks for; None: the default (one under ParameterServer)."""
+    chief = spec.replicas.chief
+    return chief.replicas if chief is not None else None
+
+
+# Who may lead a job. etj's own trainer under ParameterServer is ParameterServerStrategy's
+# coordinator model: the chief runs the training loop, so it needs exactly one. A job whose
+# workers run their own command follows TFJob's rules instead (dist-mnist's between-graph
+# replication: PS + Worker and no Chief, worker 0 is the chief; etj.core.tfconfig's leader rule).
+# CEL cannot see into a template's Pod spec (it preserves unknown fields), so the API server
+# admits a chief-less ParameterServer job whose workers have a template at all, and the
+# model checks that the template gives a command or an image (etj validate, and the
+# operator marks the job Failed/InvalidSpec otherwise).
+CHIEF_RULES = (
+    Rule(
+        "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.chief) && self.replicas.chief.replicas != 1 && !(self.replicas.chief.replicas == 0 && has(self.replicas.worker) && has(self.replicas.worker.template)))",
+        "strategy ParameterServer with etj's trainer needs exactly one chief "
+        "(ParameterServerStrategy's coordinator runs the training loop); a job whose workers "
+        "run their own command (replicas.worker.template) may have none, as a TFJob: worker 0 "
+        "is then the chief",
+        lambda s: (
+            s.strategy != Strategy.PARAMETER_SERVER
+            or _chief_count(s) in (None, 1)
+            or (_chief_count(s) == 0 and _workers_run_own_program(s))
+        ),
+    ),
+    Rule(
+        "!(has(self.runPolicy) && has(self.runPolicy.successPolicy) && self.runPolicy.successPolicy == 'AllWorkers') || (has(self.replicas) && has(self.replicas.chief) ? self.replicas.chief.replicas == 0 : self.strategy == 'MultiWorkerMirrored')",
+        "runPolicy.successPolicy AllWorkers is for a job without a chief (as in TFJob, a "
+        "chief's exit decides the job): set replicas.chief.replicas to 0 or leave "
+        "successPolicy out",
+        lambda s: (
+            s.run_policy.success_policy != SuccessPolicy.ALL_WORKERS
+            or (
+                _chief_count(s) == 0
+                if _chief_count(s) is not None
+                else s.strategy == Strategy.MULTI_WORKER_MIRRORED
+            )
+        ),
+    ),
+)
+
+
 class EmbeddingTrainingJobSpec(ApiModel):
     """The desired training job."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": _cel(
             *_EPOCH_RULES,
+            *_DATA_SCHEME_RULES,
             (
                 "!(self.strategy == 'MultiWorkerMirrored' && has(self.replicas) && has(self.replicas.ps))",
                 "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
             ),
-            (
-                "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.chief) && self.replicas.chief.replicas != 1)",
-                "strategy ParameterServer needs exactly one chief (the coordinator)",
-            ),
+            *CHIEF_RULES,
             (
                 "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.worker) && self.replicas.worker.replicas < 1)",
                 "strategy ParameterServer needs at least one worker",
@@ -860,6 +1114,10 @@ class EmbeddingTrainingJobSpec(ApiModel):
     pod_template: PodTemplateOverrides | None = Field(
         default=None, description="Overrides merged into every replica's Pod."
     )
+    placement: Placement = Field(
+        default_factory=Placement,
+        description="Spreading replicas over nodes; how fast a lost node's replicas are replaced.",
+    )
 
     @model_validator(mode="after")
     def _strategy_replicas(self) -> EmbeddingTrainingJobSpec:
@@ -870,11 +1128,8 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 "replicas.ps is only for strategy ParameterServer (or Auto); "
                 "remove it for MultiWorkerMirrored"
             )
-        if self.strategy == Strategy.PARAMETER_SERVER:
-            if r.chief is not None and r.chief.replicas != 1:
-                raise ValueError(
-                    "strategy ParameterServer needs exactly one chief (the coordinator)"
-                )
-            if r.worker.replicas < 1:
-                raise ValueError("strategy ParameterServer needs at least one worker")
+        check_rules(self, CHIEF_RULES)
+        if self.strategy == Strategy.PARAMETER_SERVER and r.worker.replicas < 1:
+            raise ValueError("strategy ParameterServer needs at least one worker")
+        check_rules(self, _DATA_SCHEME_RULES)
         return self

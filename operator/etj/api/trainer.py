@@ -1,6 +1,6 @@
 """The trainer config: the document the operator renders for the trainer in every pod.
 
-The operator builds it (``etj.render.build_trainer_config``) and mounts it as JSON; the
+The operator builds it (``etj.core.render.build_trainer_config``) and mounts it as JSON; the
 trainer (``etj_trainer``) parses it with this model. It reuses the spec's model, data and
 training sections unchanged, so there is one definition of each. Pure data.
 """

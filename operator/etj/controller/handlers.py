@@ -32,7 +32,7 @@ from etj.api.constants import (
 )
 from etj.controller.cache import WatchCache
 from etj.controller.reconciler import Reconciler
-from etj.reconcile.decide import Event
+from etj.core.reconcile.decide import Event
 
 log = logging.getLogger("etj.controller")
 
@@ -48,7 +48,7 @@ def _wakeup(memo: kopf.Memo, namespace: str | None, name: str | None) -> asyncio
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    # etj.k8s runs the blocking client in threads; asyncio's default pool has cpu+4 of
+    # etj.controller.kube runs the blocking client in threads; asyncio's default pool has cpu+4 of
     # them (6 on 2 cores), which throttles a burst of jobs to 6 API calls in flight.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
     settings.persistence.finalizer = f"{GROUP}/finalizer"

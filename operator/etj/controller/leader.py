@@ -17,7 +17,7 @@ endpoint); then it runs the operator, renewing every ``retry_seconds``. On a nor
 releases the Lease so the standby takes over at once.
 
 The pure part (``LeaseView``, ``lease_spec``) decides; ``LeaderElector`` does the waiting
-and the API calls through ``etj.k8s``.
+and the API calls through ``etj.controller.kube``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from etj.controller import metrics
-from etj.k8s import Kube
+from etj.controller.kube import Kube
 
 log = logging.getLogger("etj.leader")
 

@@ -3,7 +3,7 @@
 kopf logs in by itself only from ``KUBECONFIG``/``~/.kube/config`` or the in-cluster
 service account; ``etj operator --kubeconfig PATH`` would be ignored by its watches. So
 when a path is given, the operator registers this login handler, which hands kopf the
-credentials of the ``kubernetes`` client configuration ``etj.k8s.load_config`` built from
+credentials of the ``kubernetes`` client configuration ``etj.controller.kube.load_config`` built from
 that path (the same translation kopf's own ``login_via_client`` does for the default one).
 """
 

@@ -1,8 +1,8 @@
 """One reconcile pass of one job: read the world, call the pure core, apply the Decision.
 
 The world is read from the ``WatchCache`` the watches keep (no API request per pass), or,
-without one, from the API through ``etj.k8s``; the decision is ``etj.reconcile.decide``;
-objects come from ``etj.render``. Writes go through ``etj.k8s`` and their answers go back
+without one, from the API through ``etj.controller.kube``; the decision is ``etj.core.reconcile.decide``;
+objects come from ``etj.core.render``. Writes go through ``etj.controller.kube`` and their answers go back
 into the cache (a 404 on a delete included), so the next pass sees them before the watch
 event arrives. The status is written before any pod is deleted or created (a pod deleted
 before its failure is recorded would take the failure with it), at most once per pass,
@@ -28,18 +28,20 @@ from pydantic import ValidationError
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
+from etj.api.storage import claims_to_read, sharing_problems
 from etj.controller import metrics
 from etj.controller.cache import WatchCache
+from etj.controller.kube import ApiRefused, Kube
 from etj.controller.settings import OperatorSettings
-from etj.k8s import ApiRefused, Kube
-from etj.reconcile import Decision, World, decide, observe_pod
-from etj.reconcile.decide import Event, failed_status, gang_unavailable, iso
-from etj.reconcile.policies.gang import REASON_UNAVAILABLE
-from etj.reconcile.progress import parse_evaluation, parse_progress
-from etj.render import RenderSettings, build_config_map, build_pod, build_service
-from etj.render.objects import build_gang_object
-from etj.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
-from etj.validation import validate_manifest
+from etj.core.reconcile import Decision, World, decide, observe_pod
+from etj.core.reconcile.decide import Event, failed_status, gang_unavailable, iso
+from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
+from etj.core.reconcile.progress import parse_evaluation, parse_progress
+from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
+from etj.core.render.networkpolicy import build_network_policy
+from etj.core.render.objects import build_checkpoint_claim, build_gang_object
+from etj.core.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
+from etj.core.validation import validate_manifest
 
 log = logging.getLogger("etj.controller")
 
@@ -148,6 +150,12 @@ class Reconciler:
         raw_pods = await self._pods(namespace, name)
         pods = [p for p in (observe_pod(r) for r in raw_pods) if p is not None]
         plan = validated.plan
+        refusal = None
+        if plan is not None and not raw_pods and status.phase not in FINISHED_PHASES:
+            # Before the first pod: can the pods share the claims the job names?
+            refusal = await self._claims_refusal(job, plan)
+            if refusal is not None:
+                plan = None
         has_service = plan is not None and await self._has("Service", namespace, name)
         has_cm = plan is not None and await self._has("ConfigMap", namespace, name)
         render = self._render(dict(status.memory_limits))
@@ -157,7 +165,8 @@ class Reconciler:
         world = World(
             job=job,
             plan=plan,
-            plan_error="; ".join(str(p) for p in validated.problems) or None,
+            plan_error=refusal or "; ".join(str(p) for p in validated.problems) or None,
+            refusal_reason="StorageNotShared" if refusal else "InvalidSpec",
             pods=pods,
             has_service=has_service,
             has_config_map=has_cm,
@@ -187,7 +196,24 @@ class Reconciler:
             default_image=self.settings.default_image,
             memory_limits=memory_limits,
             gang_scheduler=self.settings.gang_scheduler,
+            network_policy=self.settings.network_policy,
+            storage_class=self.settings.checkpoint_storage_class,
+            node_loss_seconds=self.settings.node_loss_seconds,
         )
+
+    async def _claims_refusal(self, job: EmbeddingTrainingJob, plan: ShardPlan) -> str | None:
+        """Why the job's pods cannot share the claims it names (their access modes, read
+        from the API); None when they can, or it names none."""
+        names = claims_to_read(job.spec)
+        if not names:
+            return None
+        modes = {}
+        for claim in names:
+            found = await self.kube.claim_access_modes(job.namespace, claim)
+            if found is not None:  # not there yet: its pods wait for it, as any pod would
+                modes[claim] = found
+        problems = sharing_problems(job.spec, plan.strategy, plan.ps_replicas, modes)
+        return "; ".join(f"{f}: {m}" for f, m in problems) or None
 
     async def _gang(self, gang: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
         """The job's gang object as the API has it (None when the cache already says it is
@@ -265,6 +291,10 @@ class Reconciler:
         ns, name = job.namespace, job.name
         render = self._render(dict(d.status.memory_limits) if d.status else {})
         if plan is not None and d.create_service:
+            # With the Service, once per job: the NetworkPolicy when the operator makes them.
+            policy = build_network_policy(job, render)
+            if policy is not None:
+                await self.kube.create(policy)
             await self.kube.create(build_service(job, render))
             self._known("Service", ns, name)
         if plan is not None and d.create_config_map:
@@ -278,6 +308,9 @@ class Reconciler:
             # first, a lost delete is only asked again (the replica is in restartingPods).
             _count_restarts(job.status, d.status)
             await self._write_status(obj, d.status)
+        for pod in d.force_delete_pods:
+            if not await self.kube.delete_pod(ns, pod, force=True) and self.cache is not None:
+                self.cache.forget_pod(ns, name, pod)
         for pod in d.delete_pods:
             if not await self.kube.delete_pod(ns, pod) and self.cache is not None:
                 # Already gone (404): a deletion the watch did not show (it expired and
@@ -285,6 +318,11 @@ class Reconciler:
                 # newer truth; a pod left in the cache would be deleted again forever and
                 # never recreated.
                 self.cache.forget_pod(ns, name, pod)
+        claim = build_checkpoint_claim(job, render) if plan is not None else None
+        if claim is not None and d.create_pods:
+            # Before its pods (they mount it); "already exists" on later passes is success,
+            # and the claim outlives restarts and suspend.
+            await self.kube.create(claim)
         if plan is not None and d.create_pods:
             pods = await asyncio.to_thread(
                 lambda: [build_pod(job, plan, r, i, render) for r, i in d.create_pods]

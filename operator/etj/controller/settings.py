@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from etj.api.constants import DEFAULT_IMAGE
 from etj.api.spec import GangScheduler
+from etj.core.render.networkpolicy import NetworkPolicySettings
 
 
 @dataclass(frozen=True)
@@ -19,3 +20,9 @@ class OperatorSettings:
     metrics_port: int = 8080
     # The gang scheduler of jobs whose runPolicy.schedulingPolicy names none.
     gang_scheduler: GangScheduler = GangScheduler.WORKLOAD
+    # A NetworkPolicy per job (--network-policy); None: none.
+    network_policy: NetworkPolicySettings | None = None
+    # The StorageClass of checkpoint.storage claims that name none (None: the cluster's).
+    checkpoint_storage_class: str | None = None
+    # tolerationSeconds of the not-ready/unreachable taints (placement.nodeLossSeconds).
+    node_loss_seconds: int = 30

@@ -1,9 +1,9 @@
 """``etj run``: a job's replicas as local processes, supervised by the operator's rules.
 
-The job is planned and rendered exactly as the operator would (``etj.render``), with
+The job is planned and rendered exactly as the operator would (``etj.core.render``), with
 TF_CONFIG peers mapped to free 127.0.0.1 ports and volumes to directories under the work
 directory. Each pass turns the processes into ``PodState``s and calls the operator's pure
-``etj.reconcile.decide``; its Decision is applied by starting and stopping processes. So
+``etj.core.reconcile.decide``; its Decision is applied by starting and stopping processes. So
 a killed worker is replaced alone under ParameterServer, all workers restart under
 MultiWorkerMirrored, a crashing replica waits out its restart back-off, ``backoffLimit``
 counts, and the ps are stopped when the chief is done — the same code path as in a cluster.
@@ -30,14 +30,14 @@ from etj.api.constants import (
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
+from etj.core.reconcile import PodState, World, decide
+from etj.core.reconcile.decide import Event, iso
+from etj.core.render import RenderSettings, build_config_map, build_pod, replica_set
+from etj.core.render.objects import model_code_config_map
+from etj.core.tfconfig import pod_name
 from etj.local.configmaps import write_files
-from etj.local.process import pod_process
-from etj.local.procs import Proc, free_port, start
-from etj.reconcile import PodState, World, decide
-from etj.reconcile.decide import Event, iso
-from etj.render import RenderSettings, build_config_map, build_pod, replica_set
-from etj.render.objects import model_code_config_map
-from etj.tfconfig import pod_name
+from etj.local.launch import Proc, free_port, start
+from etj.local.pod_process import pod_process
 
 POLL_SECONDS = 0.5
 PROGRESS_SECONDS = 1.0
@@ -144,6 +144,10 @@ class LocalRunner:
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         spec = job.spec.model_copy(deep=True)
         spec.checkpoint.mount_path = str(self.workdir / "checkpoints")
+        if spec.checkpoint.uri is not None and not spec.checkpoint.uri.startswith("gs://"):
+            # A path on a cluster's shared volume: here the work directory stands for it
+            # (a fresh run starts afresh, --resume resumes), as for storage and volume.
+            spec.checkpoint.uri = None
         meta = job.metadata.model_copy(update={"namespace": "local", "uid": None, "generation": 1})
         self.job = job.model_copy(update={"spec": spec, "metadata": meta, "status": None})
         self.plan = plan

@@ -11,6 +11,10 @@ Layouts (``LAYOUTS``):
 - ``movielens``: ratings joined with their movie's genres, comma-separated with a header:
   ``userId, movieId, rating, timestamp, genres`` (``Comedy|Drama``); a rating >= 4 is a
   click.
+- ``movielens-1m``: MovieLens-1M's ratings joined with its movies and users, as commonly
+  shipped in one CSV: ``user_id, movie_id, rating, timestamp, title, genres, gender, age,
+  occupation, zip``; about a quarter of the titles hold a comma (``"Bridges of Madison
+  County, The (1995)"``) and some a quote, quoted as RFC 4180 says (Python's ``csv``).
 
 Every id has a fixed hidden score (drawn once per column and id rank from ``seed``), ids
 are Zipf-distributed, and the label is drawn from a logistic function of the scores (and
@@ -21,7 +25,9 @@ TensorFlow, writes files only.
 from __future__ import annotations
 
 import argparse
+import csv
 import gzip
+import io
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -201,6 +207,46 @@ def movielens_rows(rng: np.random.Generator, n: int, state: dict) -> list[str]:
     return out
 
 
+MOVIELENS_1M_HEADER = "user_id,movie_id,rating,timestamp,title,genres,gender,age,occupation,zip"
+_WORDS = ["Heat", "Casino", "Sabrina", "Jumanji", "Balto", "Nixon", "Othello", "Clueless"]
+_AGES = [1, 18, 25, 35, 45, 50, 56]
+
+
+def _title(m: int) -> str:
+    """A movie's title: some as MovieLens writes a leading article ("Bridges of Madison
+    County, The (1995)"), some with a quote."""
+    name = f"{_WORDS[m % len(_WORDS)]} {m // len(_WORDS) + 1}"
+    year = 1920 + m % 81
+    if m % 4 == 1:
+        return f"{name}, The ({year})"
+    if m % 29 == 3:
+        return f'{name} "Part {m % 3 + 1}" ({year})'
+    return f"{name} ({year})"
+
+
+def movielens_1m_rows(rng: np.random.Generator, n: int, state: dict) -> list[str]:
+    lines = movielens_rows(rng, n, state)
+    if "people" not in state:
+        people = np.random.default_rng(7)
+        state["people"] = [
+            (
+                "F" if people.random() < 0.28 else "M",
+                int(people.choice(_AGES)),
+                int(people.integers(0, 21)),
+                f"{int(people.integers(1000, 99999)):05d}",
+            )
+            for _ in range(2000)
+        ]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for line in lines:
+        user, movie, rating, ts, genres = line.split(",")
+        gender, age, occupation, zipcode = state["people"][int(user) - 1]
+        title = _title(int(movie) - 1)
+        writer.writerow([user, movie, rating, ts, title, genres, gender, age, occupation, zipcode])
+    return out.getvalue().splitlines()
+
+
 def _zipf(n: int) -> np.ndarray:
     p = np.arange(1, n + 1, dtype=np.float64) ** -0.9
     return p / p.sum()
@@ -217,6 +263,7 @@ LAYOUTS = {
     "criteo": Layout(criteo_rows, None, "txt"),
     "avazu": Layout(avazu_rows, ",".join(AVAZU_HEADER), "csv"),
     "movielens": Layout(movielens_rows, "userId,movieId,rating,timestamp,genres", "csv"),
+    "movielens-1m": Layout(movielens_1m_rows, MOVIELENS_1M_HEADER, "csv"),
 }
 
 

@@ -8,6 +8,9 @@ machine, process and TensorFlow version, unlike Python's ``hash``); an integer i
 missing values; a ``vocabularyFile``'s values take rows 1..known in file order. Ids are
 never parsed as numbers unless declared ``int``, so 20-digit ids past int64 hash as text.
 
+A dynamic table's ids are not hashed here: they become keys (``etj_trainer.data.keys``)
+that the table's index maps to rows.
+
 Multi-valued features come out as ``[batch, maxLength]`` rows padded with -1 (absent),
 which the model's pooling leaves out.
 
@@ -24,6 +27,7 @@ import tensorflow as tf
 
 from etj.api.features import MISSING_ROW, Feature, Transform, ValueType
 from etj.api.spec import ModelSpec
+from etj_trainer.data.keys import keys_of
 
 PAD = -1
 # A decimal number as decode_csv and float() read it (no thousands separators).
@@ -144,6 +148,7 @@ class FeatureSet:
         self.dense = [f for f in self.features if f.kind == "dense"]
         self.categorical = [f for f in self.features if f.kind == "categorical"]
         self.vocabulary_size = {t.name: t.vocabulary_size for t in model.embeddings}
+        self.dynamic = {t.name for t in model.embeddings if t.dynamic is not None}
         self._vocabularies: dict[str, Vocabulary] = {}
 
     def vocabulary(self, feature: Feature) -> Vocabulary | None:
@@ -157,6 +162,11 @@ class FeatureSet:
     def rows(self, feature: Feature, values: Any) -> Any:
         """Rows of ``values`` (strings, or int64 for ``valueType: int``; ragged or dense)."""
         assert feature.table is not None
+        if feature.table in self.dynamic:
+            # A dynamic table's index maps keys to rows (etj_trainer.data.keys).
+            if isinstance(values, tf.RaggedTensor):
+                return values.with_flat_values(keys_of(values.flat_values))
+            return keys_of(values)
         size = self.vocabulary_size[feature.table]
         vocab = self.vocabulary(feature)
         convert = int_rows if feature.stored_type == ValueType.INT else string_rows

@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.spec import DataSpec, ModelSpec
+from etj.api.spec import DataSpec, EmbeddingTable, ModelSpec
 from etj_trainer.data import delimited, parquet, tfrecord
 from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY, lookups
 from etj_trainer.data.features import FeatureSet
@@ -61,6 +61,12 @@ def zipf_ids(shape: Any, vocab: int, exponent: float, seed: tf.Tensor, salt: int
     rank = tf.floor(tf.pow(u * (top - 1.0) + 1.0, 1.0 / one_minus_s)) - 1.0
     rank = tf.clip_by_value(tf.cast(rank, tf.int64), 0, vocab - 1)
     return tf.math.floormod(rank * _SCATTER + salt * 7919, vocab)
+
+
+def synthetic_ids(table: EmbeddingTable) -> int:
+    """Distinct ids the generator draws for ``table``: its rows, or for a dynamic table
+    twice its capacity (so admission, not the data, decides which ids hold a row)."""
+    return table.vocabulary_size if table.dynamic is None else 2 * table.dynamic.capacity
 
 
 def hidden_score(ids: tf.Tensor, salt: int) -> tf.Tensor:
@@ -95,7 +101,7 @@ def synthetic_batch_fn(model: ModelSpec, data: DataSpec, batch_size: int, stream
         logit = tf.fill([batch_size], -0.3)
         for i, (name, t, width) in enumerate(tables):
             key = base + tf.constant([7 * (i + 1), 0], tf.int64)
-            ids = zipf_ids([batch_size, width], t.vocabulary_size, exponent, key, i)
+            ids = zipf_ids([batch_size, width], synthetic_ids(t), exponent, key, i)
             features[name] = ids
             logit += table_scale * tf.reduce_mean(hidden_score(ids, i), axis=1)
         if n_dense:

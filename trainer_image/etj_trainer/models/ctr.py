@@ -25,11 +25,13 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.architectures import linear_table_name
+from etj.api.dynamic import table_rows
 from etj.api.spec import EmbeddingTable, ModelSpec
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import DENSE_KEY, INPUT_PREFIX, Lookup, lookups
 from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
-from etj_trainer.models.custom import tower_variables, trainable_variables
+from etj_trainer.models.custom import ModelError, tower_variables, trainable_variables
+from etj_trainer.models.dynamic import DynamicTable, SlotReset
 
 STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
 # Initial embedding values are uniform in [-EMBEDDING_INIT, EMBEDDING_INIT].
@@ -66,14 +68,16 @@ def pooled(
 
     Each distinct id is looked up once: with Zipf-distributed ids most of a batch
     repeats, so deduplication cuts the rows read from the ps (and the rows of the
-    sparse gradient sent back) several-fold. Ids are taken modulo the vocabulary.
+    sparse gradient sent back) several-fold. Ids are taken modulo the vocabulary, but a
+    dynamic table's, which are keys its index maps (``rows_of`` does).
     ``masked``: -1 marks an absent value (a multi-valued feature with fewer values); the
     combiner pools the present ones only, and an example with none gets zeros.
     """
     width = spec.ids_per_example if width is None else width
     ids = tf.cast(ids, tf.int64)
     present = ids >= 0 if masked else None
-    ids = tf.math.floormod(ids, spec.vocabulary_size)
+    if spec.dynamic is None:
+        ids = tf.math.floormod(ids, spec.vocabulary_size)
     flat = tf.reshape(ids, [-1])
     unique, position = tf.unique(flat)
     rows = tf.cast(rows_of(unique), tf.float32)
@@ -169,6 +173,22 @@ class CtrModel(tf.Module):
             ctx = partitioner.shards_for(shards) if partitioner else contextlib.nullcontext()
             with ctx:
                 self.tables.append(self._make_table(table, (seed, i)))
+        # A dynamic table's index and row state: after every table (see the module
+        # docstring), by table name.
+        self.dynamic: dict[str, DynamicTable] = {}
+        for i, table in enumerate(self.specs):
+            if table.dynamic is not None:
+                if partitioner is not None or tf.distribute.has_strategy():
+                    # A ModelError: the job fails at once with this line as its message
+                    # (no restart can help), not with a trainer bug's exit.
+                    raise ModelError(
+                        f"table {table.name!r} is dynamic: dynamic tables train in a single "
+                        "process for now (ParameterServer and MultiWorkerMirrored come next); "
+                        "drop its dynamic settings to train it as a fixed table"
+                    )
+                self.dynamic[table.name] = DynamicTable(
+                    table, (seed, i), STORAGE_DTYPES[table.dtype], EMBEDDING_INIT, self.tables[i]
+                )
         # First-order table of user table i (wideDeep/deepFM): table n + i.
         self.first_order = has_first_order(spec)
         n = len(spec.embeddings)
@@ -196,7 +216,7 @@ class CtrModel(tf.Module):
 
     @staticmethod
     def _make_table(table: Any, seed: tuple[int, int]) -> Any:
-        shape = (table.vocabulary_size, table.dimension)
+        shape = (table_rows(table), table.dimension)
         dtype = STORAGE_DTYPES[table.dtype]
         return tf.Variable(
             initial_value=_table_initializer(shape, dtype, seed),
@@ -224,7 +244,31 @@ class CtrModel(tf.Module):
     def embed(self, i: int, ids: tf.Tensor, width: int | None = None, masked: bool = False) -> Any:
         """Pooled embedding from table ``i`` of ids ``[batch, width]`` (see ``pooled``)."""
         table = self.tables[i]
+        dynamic = self.dynamic.get(self.specs[i].name)
+        if dynamic is not None:
+            return pooled(
+                self.specs[i],
+                lambda u: tf.nn.embedding_lookup(table, dynamic.rows(u)),
+                ids,
+                width,
+                masked,
+            )
         return pooled(self.specs[i], lambda u: tf.nn.embedding_lookup(table, u), ids, width, masked)
+
+    def observe(self, features: dict[str, tf.Tensor], step: tf.Tensor) -> None:
+        """Count a training batch's keys in its dynamic tables (none: nothing)."""
+        for _, x in self.named_lookups:
+            dynamic = self.dynamic.get(self.specs[x.table].name)
+            if dynamic is not None:
+                keys = tf.reshape(tf.cast(features[x.key], tf.int64), [-1])
+                unique, _, occurrences = tf.unique_with_counts(keys)
+                dynamic.observe(unique, occurrences, step)
+
+    def maintain(self, step: tf.Tensor, slots: dict[str, list[SlotReset]]) -> None:
+        """Admission and eviction in every dynamic table whose pass is due at ``step``
+        (the one writer: called between steps, never from two places at once)."""
+        for name, dynamic in self.dynamic.items():
+            dynamic.maintain_if_due(step, slots.get(name, []))
 
     def tower_inputs(
         self, features: dict[str, tf.Tensor]

@@ -49,6 +49,7 @@ def slice_spec(full_shape: list[int], offset: int, rows: int) -> str:
 def restore_in_pieces(state: TrainingState, path: str) -> None:
     """Assign every saved variable of ``state`` from ``path`` (``restore_components``)."""
     restore_components(path, {**state.named_variables(), "step": [state.step]})
+    state.restore_dynamic(path)
 
 
 def restore_components(path: str, wanted: dict[str, list[Any]]) -> None:

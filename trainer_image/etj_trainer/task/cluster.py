@@ -5,7 +5,7 @@ is cheap and testable. It must not guess: a TF_CONFIG that names a task the clus
 not have is a usage error (exit 2), not something to paper over.
 
 The trainer's one home of the roles (``Role``) and of the leader rule (``is_leader``).
-The operator keeps its own copy of the role names (``etj.tfconfig``; the trainer does not
+The operator keeps its own copy of the role names (``etj.core.tfconfig``; the trainer does not
 import the operator's planning code), and a test fails when the two drift apart.
 """
 

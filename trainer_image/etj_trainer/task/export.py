@@ -25,6 +25,9 @@ Tables are written shard by shard into a memory-mapped file, so a table larger t
 exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
 never has to be held whole. ``etj_trainer.task.serving`` reads this layout back. The export is
 written next to its destination and renamed into place, so a reader never sees half of one.
+An export to a TensorFlow filesystem URI (``gs://``, next to checkpoints on
+``checkpoint.uri``) is written locally first, then copied up file by file with
+``tf.io.gfile``, the manifest last: a reader that finds ``tables.json`` finds the rest.
 
 Runs once, on the chief, after training; it neither trains nor checkpoints.
 """
@@ -35,6 +38,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +171,10 @@ def manifest(state: TrainingState) -> dict[str, Any]:
 
 def export(state: TrainingState, export_dir: str) -> Path:
     """Write the export to ``export_dir`` (replacing an older one); its path."""
+    dynamic = [t.name for t in state.config.model.tables if t.dynamic is not None]
+    if dynamic:
+        # Serving would need the index too (to come): never export pools served as hashed.
+        raise ValueError(f"exporting dynamic tables ({', '.join(dynamic)}) is not supported yet")
     final = Path(export_dir)
     staging = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -184,3 +192,32 @@ def export(state: TrainingState, export_dir: str) -> Path:
     staging.rename(final)
     log.info("exported to %s", final)
     return final
+
+
+def is_remote(path: str) -> bool:
+    """A TensorFlow filesystem URI (gs://, ram://) rather than a local path."""
+    return "://" in path
+
+
+def upload(local: Path, remote: str) -> None:
+    """Copy the export ``local`` to ``remote`` (replacing an older one), the manifest last."""
+    remote = remote.rstrip("/")
+    if tf.io.gfile.exists(remote):
+        tf.io.gfile.rmtree(remote)
+    files = sorted(
+        (p for p in local.rglob("*") if p.is_file()), key=lambda p: (p.name == MANIFEST, str(p))
+    )
+    for path in files:
+        target = f"{remote}/{path.relative_to(local).as_posix()}"
+        tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
+        tf.io.gfile.copy(str(path), target, overwrite=True)
+
+
+def export_to(state: TrainingState, export_dir: str) -> str:
+    """``export`` to a local path or a TensorFlow filesystem URI; where it went."""
+    if not is_remote(export_dir):
+        return str(export(state, export_dir))
+    with tempfile.TemporaryDirectory(prefix="etj-export-") as tmp:
+        upload(export(state, f"{tmp}/export"), export_dir)
+    log.info("exported to %s", export_dir)
+    return export_dir

@@ -31,7 +31,7 @@ from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.evaluate import Scorer, held_out
-from etj_trainer.task.export import export
+from etj_trainer.task.export import export_to
 from etj_trainer.task.progress import Metrics, Reporter, emit
 from etj_trainer.task.state import TrainingState
 from etj_trainer.task.supervisor import Heartbeat
@@ -153,7 +153,7 @@ def train_loop(
         watchdog.disarm()
         reporter.report()
         if is_chief and config.export_dir:
-            export(state, config.export_dir)
+            export_to(state, config.export_dir)
         if is_chief:
             emit("done", step=step)
             write_termination_message(

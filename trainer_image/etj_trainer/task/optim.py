@@ -35,7 +35,8 @@ BETA_2 = 0.999
 FTRL_LR_POWER = -0.5
 
 
-def _slot_initial(optimizer: str, slot: str) -> float:
+def slot_initial(optimizer: str, slot: str) -> float:
+    """The value a slot starts from (and a freed dynamic-table row's slot is reset to)."""
     return INITIAL_ACCUMULATOR if slot == "accumulator" else 0.0
 
 
@@ -174,7 +175,7 @@ def create_slots(strategy: tf.distribute.Strategy, var: Any, optimizer: str) -> 
     slots = []
     base = var.name.split(":")[0]
     for slot in SLOTS[optimizer]:
-        fill = _slot_initial(optimizer, slot)
+        fill = slot_initial(optimizer, slot)
 
         # A callable initial value: evaluated next to the variable, so a large slot never
         # travels over the network.

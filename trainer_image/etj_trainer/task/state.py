@@ -22,8 +22,9 @@ from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.records import BAD_KEY
 from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
+from etj_trainer.models.dynamic import SlotReset
 from etj_trainer.task.auc import BINS
-from etj_trainer.task.optim import SLOTS, Slotted, apply_update, create_slots
+from etj_trainer.task.optim import SLOTS, Slotted, apply_update, create_slots, slot_initial
 
 # Steps written out per loop iteration of ``train_chunk``.
 UNROLL = 10
@@ -71,6 +72,7 @@ class TrainingState:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.items: list[Slotted] = []
             self.slots = SlotStore()
+            self.dynamic_slots: dict[str, list[SlotReset]] = {}
             for i, table in enumerate(config.model.tables):
                 opt = str(table.optimizer or default_opt)
                 parts = [
@@ -79,6 +81,13 @@ class TrainingState:
                 ]
                 self.items += parts
                 self.slots.tables[table.name] = _group_slots(opt, parts)
+                if table.dynamic is not None:
+                    # What a dynamic table's eviction resets with a freed row.
+                    self.dynamic_slots[table.name] = [
+                        SlotReset(var, slot_initial(opt, name))
+                        for part in parts
+                        for name, var in zip(SLOTS[opt], part.slots, strict=True)
+                    ]
             for v in self.model.dense_variables:
                 item = Slotted(v, default_opt, lr, create_slots(strategy, v, default_opt))
                 self.items.append(item)
@@ -109,6 +118,16 @@ class TrainingState:
                 out[f"slots/dense/{i}/{j}"] = [var]
         return out
 
+    def restore_dynamic(self, path: str) -> None:
+        """Restore the dynamic tables' index, row state and candidates from ``path`` (their
+        pools are restored with the other tables); refused if the checkpoint has none."""
+        if not self.model.dynamic:
+            return
+        stand_in = tf.Module()
+        stand_in.dynamic = self.model.dynamic
+        status = tf.train.Checkpoint(model=stand_in).read(path)
+        status.expect_partial().assert_existing_objects_matched()
+
     def digest(self) -> dict[str, float]:
         """Sum of every saved variable (computed next to each shard; only scalars move)."""
         return {
@@ -120,6 +139,7 @@ class TrainingState:
 
     def _replica_step(self, batch: dict[str, tf.Tensor], t: tf.Tensor) -> tuple[Any, Any, Any]:
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
+        self.model.observe(batch, tf.cast(t, tf.int64))
         with tf.GradientTape() as tape:
             logits = self.model(batch, training=True)
             # A mean that is 0, not NaN, for a batch whose records were all skipped as bad.
@@ -183,6 +203,8 @@ class TrainingState:
     def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         local = self.strategy.experimental_local_results
         loss, h, bad = self.strategy.run(self._replica_step, args=(next(iterator), t))
+        # Dynamic tables' admission and eviction, between this step and the next.
+        self.model.maintain(tf.cast(t, tf.int64), self.dynamic_slots)
         return local(loss)[0], local(h)[0], local(bad)[0]
 
     @tf.function

@@ -10,15 +10,24 @@ whole job); the message is for people.
 The path comes from ``ETJ_TERMINATION_LOG`` (the rendered pod sets it); without it nothing
 is written. Writing never fails the caller: the message is a courtesy, the exit code is
 what counts. ``report_failure`` writes both records of a failure (the ``error`` event and
-this message). No TensorFlow here.
+this message).
+
+``permanent_failure`` finds a failure no restart cures (``PERMANENT_TRAINER_REASONS``: a
+``DataError``, ``ModelError``, ``CheckpointMismatch``) wherever TensorFlow put it: as the
+error itself, in its ``__cause__``/``__context__`` chain (autograph's ``StagingError``
+and its re-created "in user code" exceptions keep the original there), or only as text
+(an error re-raised from a worker, a ``py_function``'s traceback inside an
+``InvalidArgumentError``). No TensorFlow here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+from collections.abc import Callable, Iterator
 
-from etj.api.constants import TERMINATION_LOG_ENV
+from etj.api.constants import PERMANENT_TRAINER_REASONS, TERMINATION_LOG_ENV
 
 # Kubernetes keeps at most 4096 bytes of a termination message.
 MAX_BYTES = 4096
@@ -36,6 +45,62 @@ def write_termination_message(reason: str, message: str) -> None:
         return
     with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as f:
         f.write(termination_text(reason, message))
+
+
+# A reason's own line in an error's text: "DataError: <message>", the class name possibly
+# qualified ("etj_trainer.data.records.DataError: ..." in a Python traceback), indented in
+# autograph's "in user code" message.
+_NAMED = re.compile(
+    r"^[ \t]*(?:[A-Za-z_][\w.]*\.)?(" + "|".join(PERMANENT_TRAINER_REASONS) + r"): (\S.*)$", re.M
+)
+
+
+def exception_chain(error: BaseException) -> Iterator[BaseException]:
+    """The error, then its causes and contexts, depth first, each once."""
+    seen: set[int] = set()
+    stack = [error]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        stack.extend(x for x in (e.__context__, e.__cause__) if x is not None)
+
+
+def _reason_of(error: BaseException) -> str | None:
+    """The permanent reason this exception's class (or a base class) is named after."""
+    return next(
+        (c.__name__ for c in type(error).__mro__ if c.__name__ in PERMANENT_TRAINER_REASONS), None
+    )
+
+
+def permanent_failure(
+    error: BaseException, extract: Callable[[BaseException], BaseException | None] | None = None
+) -> tuple[str, str] | None:
+    """``(reason, message)`` of the permanent failure inside ``error``, or None.
+
+    The innermost exception of a permanent class wins (autograph re-creates a ModelError
+    with its stack around the message; the original is in the chain); then what
+    ``extract`` finds in an exception (the DataError text a pipeline check marked); then
+    a reason's own line in any exception's text (the first such line: the message is one
+    line)."""
+    chain = list(exception_chain(error))
+    typed = [e for e in chain if _reason_of(e)]
+    if typed:
+        inner = typed[-1]
+        reason = _reason_of(inner)
+        assert reason is not None
+        return reason, str(inner)
+    for e in chain:
+        found = extract(e) if extract else None
+        if found is not None:
+            return _reason_of(found) or type(found).__name__, str(found)
+    for e in chain:
+        match = _NAMED.search(str(e))
+        if match:
+            return match.group(1), match.group(2).strip()
+    return None
 
 
 def report_failure(reason: str, message: str, exit_code: int) -> None:

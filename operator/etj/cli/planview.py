@@ -1,0 +1,83 @@
+"""Human-readable views of a shard plan for the CLI (rich tables). Prints; no other I/O."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from etj.api.job import EmbeddingTrainingJob
+from etj.api.plan import ShardPlan
+from etj.api.quantity import human_bytes
+
+
+def _compress(indices: list[int]) -> str:
+    """The distinct ps a table's shards live on, e.g. [0, 1, 0, 1] -> "0,1"."""
+    if not indices:
+        return "-"
+    distinct = sorted(set(indices))
+    return ",".join(str(i) for i in distinct)
+
+
+def print_plan(job: EmbeddingTrainingJob, plan: ShardPlan, console: Console | None = None) -> None:
+    console = console or Console(width=120)
+    console.print(
+        f"[bold]{job.name}[/]: strategy {plan.strategy}, {plan.ps_replicas} ps, "
+        f"tables {human_bytes(plan.total_bytes)} with optimizer slots"
+    )
+    tables = Table(title="Tables")
+    for col in (
+        "table",
+        "rows",
+        "dim",
+        "dtype",
+        "optimizer",
+        "bytes",
+        "shards",
+        "bytes/shard",
+        "on ps",
+    ):
+        tables.add_column(
+            col, justify="left" if col in ("table", "dtype", "optimizer") else "right"
+        )
+    for t in plan.tables:
+        tables.add_row(
+            t.name,
+            f"{t.rows:,}",
+            str(t.dimension),
+            t.dtype,
+            t.optimizer,
+            human_bytes(t.bytes),
+            str(t.shards),
+            human_bytes(t.shard_bytes(0)),
+            _compress(t.ps_of_shard),
+        )
+    console.print(tables)
+    dynamic = [t for t in plan.tables if t.capacity is not None]
+    if dynamic:
+        pools = Table(title="Dynamic tables")
+        for col in ("table", "capacity", "fallback rows", "bytes"):
+            pools.add_column(col, justify="left" if col == "table" else "right")
+        for t in dynamic:
+            capacity = t.capacity or 0
+            pools.add_row(t.name, f"{capacity:,}", f"{t.rows - capacity:,}", human_bytes(t.bytes))
+        console.print(pools)
+        console.print(
+            "A dynamic table's bytes count its pool and fallback rows with optimizer slots, "
+            "its index and its admission counters."
+        )
+    if plan.ps:
+        ps = Table(title="Parameter servers")
+        for col in ("ps", "shards", "bytes", "memory request"):
+            ps.add_column(col, justify="right")
+        for p in plan.ps:
+            ps.add_row(
+                str(p.index),
+                str(len(p.shards)),
+                human_bytes(p.bytes),
+                human_bytes(p.memory_request_bytes),
+            )
+        console.print(ps)
+    elif plan.replica_memory_bytes is not None:
+        console.print(
+            f"Every worker holds all tables: memory request {human_bytes(plan.replica_memory_bytes)}"
+        )

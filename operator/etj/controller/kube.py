@@ -1,0 +1,317 @@
+"""The one module that talks to the Kubernetes API (besides kopf's own watches).
+
+A thin, idempotent facade over the official client: reads return plain dicts in the API's
+camelCase form, creates treat "already exists" as done, deletes treat "not found" as done,
+so a retried or repeated reconcile never duplicates anything. The blocking client runs in
+worker threads (``asyncio.to_thread``) so the operator's event loop stays responsive.
+No decisions are made here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from etj import __version__
+from etj.api.constants import GROUP, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PLURAL, VERSION
+from etj.core.render.objects import job_selector
+from etj.core.render.scheduling import GANG_APIS, GangApi, immutable_gang
+
+
+def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    """An API client from ``kubeconfig`` when given, else the in-cluster service account,
+    else KUBECONFIG / ~/.kube/config (like kubectl). An explicit path always wins: inside a
+    pod, ``--kubeconfig`` must not be silently replaced by the pod's own account."""
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)
+    # The burst benchmark creates hundreds of pods at once: allow parallel connections.
+    cfg.connection_pool_maxsize = 32
+    api = client.ApiClient(cfg)
+    # Its own name in the API server's audit log (not the generator's default).
+    api.user_agent = USER_AGENT
+    return api
+
+
+USER_AGENT = f"etj-operator/{__version__}"
+
+
+async def _call(tolerated: int, fn: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """Run a blocking client call in a worker thread: ``(True, result)``, or ``(False,
+    None)`` when the API answered ``tolerated`` (404: already gone, 409: already exists or
+    changed meanwhile). Any other error is raised."""
+    try:
+        return True, await asyncio.to_thread(fn, *args, **kwargs)
+    except ApiException as exc:
+        if exc.status == tolerated:
+            return False, None
+        raise
+
+
+def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None = None) -> Any:
+    meta = {"name": name, "namespace": namespace}
+    if version is not None:
+        meta["resourceVersion"] = version
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+
+
+@functools.cache
+def _pod_spec_fields() -> frozenset[str]:
+    fields = client.V1PodSpec.model_fields
+    return frozenset(f.serialization_alias or name for name, f in fields.items())
+
+
+def _newer_than_client(pod: dict[str, Any]) -> bool:
+    """The pod has spec fields the client's models do not know (they lag the API: a v1.35
+    ``spec.workloadRef`` fails their validation before any request is made)."""
+    return bool(set(pod.get("spec") or {}) - _pod_spec_fields())
+
+
+def _selector(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+class ApiRefused(Exception):
+    """The API server would not take a write: 403 (not allowed), 404 (not served), 422
+    (invalid); ``message`` is its own."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _refusal(exc: ApiException) -> ApiRefused:
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        message = str(exc.reason)
+    return ApiRefused(int(exc.status), message)
+
+
+class Kube:
+    """Idempotent operations on a job and its children."""
+
+    def __init__(self, api_client: client.ApiClient):
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
+
+    def _plain(self, obj: Any) -> Any:
+        return self.api_client.sanitize_for_serialization(obj)
+
+    # ---- reads -------------------------------------------------------------------------
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found, job = await _call(
+            404, self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+        )
+        return dict(job) if found else None
+
+    async def list_job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        pods = await asyncio.to_thread(
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=_selector(job_selector(job_name)),
+        )
+        return list(self._plain(pods).get("items") or [])
+
+    async def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every job (of one namespace, or cluster-wide) and the list's resourceVersion."""
+        found: Any
+        if namespace is None:
+            found = await asyncio.to_thread(
+                self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
+            )
+        else:
+            found = await asyncio.to_thread(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+            )
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
+    async def list_managed_pods(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every pod etj made (of one namespace, or cluster-wide) and the list's version."""
+        selector = _selector({LABEL_MANAGED_BY: MANAGED_BY_VALUE})
+        # The raw JSON: building V1Pod models for thousands of pods only to turn them back
+        # into dicts costs seconds of CPU.
+        resp: Any
+        if namespace is None:
+            resp = await asyncio.to_thread(
+                self.core.list_pod_for_all_namespaces,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        else:
+            resp = await asyncio.to_thread(
+                self.core.list_namespaced_pod,
+                namespace,
+                label_selector=selector,
+                _preload_content=False,
+            )
+        found = json.loads(resp.data)
+        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+
+    async def exists(self, kind: str, namespace: str, name: str) -> bool:
+        read = {
+            "Service": self.core.read_namespaced_service,
+            "ConfigMap": self.core.read_namespaced_config_map,
+        }[kind]
+        found, _ = await _call(404, read, name, namespace)
+        return found
+
+    async def claim_access_modes(self, namespace: str, name: str) -> list[str] | None:
+        """The access modes of a PersistentVolumeClaim (its bound volume's, else those it
+        asks for); None when it does not exist."""
+        found, claim = await _call(
+            404, self.core.read_namespaced_persistent_volume_claim, name, namespace
+        )
+        if not found:
+            return None
+        modes = (claim.status.access_modes if claim.status else None) or claim.spec.access_modes
+        return list(modes or [])
+
+    # ---- writes ------------------------------------------------------------------------
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a Service, ConfigMap, PersistentVolumeClaim, NetworkPolicy or Pod: the
+        object as stored; None when it already existed."""
+        create: Any = {
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "PersistentVolumeClaim": self.core.create_namespaced_persistent_volume_claim,
+            "Pod": self.core.create_namespaced_pod,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
+        }[obj["kind"]]
+        if obj["kind"] == "Pod" and _newer_than_client(obj):
+            create = self._post_pod_json
+        made, created = await _call(409, create, obj["metadata"]["namespace"], obj)
+        return dict(self._plain(created)) if made else None
+
+    # ---- gang objects (Workload, Volcano or scheduler-plugins PodGroup) ---------------
+
+    async def get_gang(self, api: GangApi, namespace: str, name: str) -> dict[str, Any] | None:
+        """The gang object, or None when it does not exist (or its API is not served)."""
+        found, obj = await _call(
+            404,
+            self.custom.get_namespaced_custom_object,
+            api.group,
+            api.version,
+            namespace,
+            api.plural,
+            name,
+        )
+        return dict(obj) if found else None
+
+    async def apply_gang(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> None:
+        """Make the gang object ``obj``, or bring ``existing`` to its spec: a Workload's pod
+        groups are immutable, so it is deleted and made again (the pods find it by name);
+        a PodGroup's spec is merge-patched. Raises ``ApiRefused`` on 403 (not allowed), 404
+        (its API not served) and 422 (invalid)."""
+        try:
+            await self._apply_gang(obj, existing)
+        except ApiException as exc:
+            if exc.status in (403, 404, 422):
+                raise _refusal(exc) from None
+            raise
+
+    async def _apply_gang(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> None:
+        api = next(a for a in GANG_APIS.values() if a.api_version == obj["apiVersion"])
+        meta = obj["metadata"]
+        args = (api.group, api.version, meta["namespace"], api.plural)
+        if existing is not None and not immutable_gang(obj):
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object,
+                *args,
+                meta["name"],
+                {"spec": obj["spec"]},
+            )
+            return
+        if existing is not None:
+            await _call(404, self.custom.delete_namespaced_custom_object, *args, meta["name"])
+        await asyncio.to_thread(self.custom.create_namespaced_custom_object, *args, obj)
+
+    def _post_pod_json(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a pod from plain JSON, past the client's models (see ``_newer_than_client``);
+        errors are the client's ``ApiException``s, as from its typed calls."""
+        call = self.api_client.param_serialize(
+            "POST",
+            "/api/v1/namespaces/{namespace}/pods",
+            path_params={"namespace": namespace},
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body=obj,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*call)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException(http_resp=resp)
+        return dict(json.loads(resp.data or b"{}"))
+
+    async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
+        """Delete a pod; False when it was already gone. ``force``: at once (grace period
+        0), for a pod whose node is lost and whose kubelet will never confirm it."""
+        extra = {"grace_period_seconds": 0} if force else {}
+        deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace, **extra)
+        return deleted
+
+    async def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the job's status subresource; the job as stored afterwards."""
+        stored: Any = await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"status": status},
+        )
+        return dict(stored)
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        await _call(
+            404,
+            self.custom.delete_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            propagation_policy="Background",
+        )
+
+    # ---- the leader Lease --------------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found, lease = await _call(404, self.coordination.read_namespaced_lease, name, namespace)
+        return dict(self._plain(lease)) if found else None
+
+    async def create_lease(self, namespace: str, name: str, spec: dict[str, Any]) -> bool:
+        """False when another candidate created it first."""
+        made, _ = await _call(
+            409, self.coordination.create_namespaced_lease, namespace, _lease(namespace, name, spec)
+        )
+        return made
+
+    async def replace_lease(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> bool:
+        """Replace the Lease if it is still at ``resource_version``; False when it changed."""
+        body = _lease(namespace, name, spec, resource_version)
+        replaced, _ = await _call(
+            409, self.coordination.replace_namespaced_lease, name, namespace, body
+        )
+        return replaced

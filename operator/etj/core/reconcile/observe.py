@@ -1,0 +1,209 @@
+"""What the operator needs to know of a Pod, read from the Pod object the API returns.
+
+Pure: a Pod dict in, a ``PodState`` out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from etj.api.constants import (
+    DISRUPTION_CONDITIONS,
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    REASON_DATA_ERROR,
+    REASON_MODEL_ERROR,
+)
+from etj.api.quantity import quantity_bytes
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One replica's pod as observed."""
+
+    name: str
+    role: str
+    index: int
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool = False
+    exit_code: int | None = None
+    reason: str | None = None  # OOMKilled, Error, Evicted, ...
+    terminating: bool = False
+    memory_limit: int | None = None
+    # The container's termination message: the trainer writes "<Reason>: <message>".
+    message: str | None = None
+    # When the container started and (if it ended) finished: how long it ran cleanly.
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    # Marked for disruption (DISRUPTION_CONDITIONS): evicted, preempted, stopped by Kueue.
+    disrupted: bool = False
+    # The node it is bound to (spec.nodeName); None while the scheduler has not placed it.
+    node_name: str | None = None
+    # The scheduler's word when it could not place the pod (PodScheduled False,
+    # Unschedulable), e.g. "0/1 nodes are available: 1 Insufficient cpu."
+    unschedulable: str | None = None
+    # Taken off a NotReady or unreachable node (etj.core.reconcile.policies.nodeloss).
+    node_lost: bool = False
+
+    def ran_seconds(self, now: datetime) -> float | None:
+        """How long the container ran (until now if it still runs); None if unknown."""
+        if self.started_at is None:
+            return None
+        return max(0.0, ((self.finished_at or now) - self.started_at).total_seconds())
+
+    @property
+    def preempted(self) -> bool:
+        """Taken away rather than crashed: deleted (or evicted) before its process ended."""
+        return (
+            (self.terminating and not self.finished) or self.reason == "Evicted" or self.disrupted
+        )
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.role, self.index)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
+
+    @property
+    def oom_killed(self) -> bool:
+        return self.reason == "OOMKilled"
+
+    @property
+    def trainer_reason(self) -> str | None:
+        """The reason the trainer gave for ending (``WatchdogTimeout``, ...), if it gave one."""
+        match = _TRAINER_REASON.match(self.message or "")
+        return match.group(1) if match else None
+
+    def describe(self) -> str:
+        """How the pod ended, for events and messages."""
+        if self.node_lost:
+            return f"{self.name} was lost with its node {self.node_name or '(unknown)'}"
+        if self.disrupted:
+            return f"{self.name} was disrupted (evicted, preempted or stopped by its queue)"
+        if self.terminating and not self.finished:
+            return f"{self.name} was deleted"
+        parts = [f"{self.name} {self.phase.lower()}"]
+        if self.exit_code is not None:
+            parts.append(f"with exit code {self.exit_code}")
+        if self.trainer_reason in SAYS_WHAT_TO_FIX and self.message:
+            # The trainer's own words first, e.g. "DataError: /data/day_0.txt:81733:
+            # expected 40 fields, found 39": the file and line a person must fix are the
+            # job's message; which pod said it follows.
+            return f"{self.message.strip()} ({' '.join(parts)})"
+        reasons = [r for r in (self.reason, self.trainer_reason) if r]
+        if reasons:
+            parts.append(f"({', '.join(reasons)})")
+        return " ".join(parts)
+
+
+# Trainer reasons whose message names what a person must fix (a file and line, ...).
+SAYS_WHAT_TO_FIX = frozenset({REASON_DATA_ERROR, REASON_MODEL_ERROR})
+# A trainer's message starts with an identifier and a colon; a log tail (the kubelet's
+# fallback when nothing was written) rarely does, and is then no reason.
+_TRAINER_REASON = re.compile(r"([A-Z][A-Za-z]+): ")
+
+
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _container_times(pod: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state:
+            return _time((state["running"] or {}).get("startedAt")), None
+        term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            return _time(term.get("startedAt")), _time(term.get("finishedAt"))
+    return None, None
+
+
+def _container_termination(pod: dict[str, Any]) -> tuple[int | None, str | None, str | None]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        last = cs.get("lastState") or {}
+        term = state.get("terminated") or last.get("terminated")
+        if term:
+            return term.get("exitCode"), term.get("reason"), term.get("message")
+    return None, None, None
+
+
+def _memory_limit(pod: dict[str, Any]) -> int | None:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+        if limit is not None:
+            return quantity_bytes(limit)
+    return None
+
+
+# The pod's condition reason the taint manager gives when it evicts a pod off a tainted
+# node, and the pod reason older node controllers set.
+REASON_TAINT_MANAGER = "DeletionByTaintManager"
+REASON_NODE_LOST = "NodeLost"
+
+
+def node_lost(pod: dict[str, Any]) -> bool:
+    """The pod was taken off its node because the node is NotReady or unreachable."""
+    status = pod.get("status") or {}
+    if status.get("reason") == REASON_NODE_LOST:
+        return True
+    return any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == REASON_TAINT_MANAGER
+        for c in status.get("conditions") or []
+    )
+
+
+def observe_pod(pod: dict[str, Any]) -> PodState | None:
+    """The state of one of a job's pods; None for a pod that is not a replica."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    role = labels.get(LABEL_REPLICA_TYPE)
+    index = labels.get(LABEL_REPLICA_INDEX)
+    if role is None or index is None or not str(index).isdigit():
+        return None
+    status = pod.get("status") or {}
+    exit_code, reason, message = _container_termination(pod)
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    lost = node_lost(pod)
+    disrupted = lost or any(conditions.get(t) == "True" for t in DISRUPTION_CONDITIONS)
+    scheduled: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+    )
+    started_at, finished_at = _container_times(pod)
+    return PodState(
+        name=meta.get("name", ""),
+        role=role,
+        index=int(index),
+        phase=status.get("phase") or "Pending",
+        ready=conditions.get("Ready") == "True",
+        exit_code=exit_code,
+        # The pod-level reason (Evicted, DeadlineExceeded) wins over the container's.
+        reason=status.get("reason") or reason,
+        terminating=meta.get("deletionTimestamp") is not None,
+        memory_limit=_memory_limit(pod),
+        message=message,
+        started_at=started_at,
+        finished_at=finished_at,
+        disrupted=disrupted,
+        node_lost=lost,
+        node_name=(pod.get("spec") or {}).get("nodeName") or None,
+        unschedulable=(scheduled.get("message") or "the scheduler cannot place it")
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+        else None,
+    )

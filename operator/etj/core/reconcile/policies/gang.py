@@ -1,0 +1,57 @@
+"""Gang scheduling: is a gang-scheduled job's gang placed, waiting, or unplaceable? Pure.
+
+The scheduler binds a gang's pods all together or none (etj.core.render.scheduling makes the
+gang object). What the job says comes from its pods: those bound (``spec.nodeName``)
+against the gang's minimum, and the scheduler's ``PodScheduled=False/Unschedulable``
+message on any that cannot be placed (the v1.35 Workload has no status of its own; a
+PodGroup's phase says no more than its pods do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from etj.core.reconcile.observe import PodState
+
+# The job's condition type and its reasons.
+CONDITION_SCHEDULED = "Scheduled"
+REASON_SCHEDULED = "GangScheduled"
+REASON_UNSCHEDULABLE = "GangUnschedulable"
+REASON_WAITING = "GangWaiting"
+# The gang object cannot be made: its API is not served, or the operator may not make it.
+REASON_UNAVAILABLE = "GangSchedulerUnavailable"
+
+
+@dataclass(frozen=True)
+class GangState:
+    scheduled: bool
+    reason: str
+    message: str
+
+
+def gang_state(pods: list[PodState], min_count: int, backend: str) -> GangState:
+    """Where the gang of ``min_count`` pods stands, from the job's current pods."""
+    current = [p for p in pods if not p.terminating]
+    bound = sum(1 for p in current if p.node_name)
+    if bound >= min_count:
+        return GangState(
+            True, REASON_SCHEDULED, f"{bound} pods bound ({backend} gang of {min_count})"
+        )
+    stuck = sorted((p for p in current if p.unschedulable and not p.node_name), key=_key)
+    if stuck:
+        first = stuck[0]
+        return GangState(
+            False,
+            REASON_UNSCHEDULABLE,
+            f"the {backend} gang of {min_count} pods cannot be placed ({bound} bound, "
+            f"{len(stuck)} unschedulable); {first.name}: {first.unschedulable}",
+        )
+    return GangState(
+        False,
+        REASON_WAITING,
+        f"waiting for the scheduler to place the {backend} gang of {min_count} ({bound} bound)",
+    )
+
+
+def _key(p: PodState) -> tuple[str, int]:
+    return (p.role, p.index)

@@ -1,0 +1,68 @@
+"""Which failures are retried, and which replicas restart together (DESIGN.md's table).
+
+restartPolicy: ``Never`` — every failure is permanent; ``OnFailure`` — every failure is
+retried; ``ExitCode`` — exit codes 1-127 are permanent (the program said it cannot go on),
+128+ (signals, OOM kills) and failures with no exit code (deleted, evicted, node lost)
+are retried. A replica whose trainer says ``ModelError`` (the job's own model code cannot
+be used), ``DataError`` (a malformed data file) or ``CheckpointMismatch`` (the checkpoint
+does not fit the model) is permanent under every policy: a restart would fail the same way.
+
+Restart groups — ParameterServer: a worker alone (the coordinator keeps training on the
+others and takes it back); a ps together with the chief (the chief restores every shard
+from the last checkpoint), or alone in a job without a chief (a TFJob-shaped program of
+the user's own: TFJob restarts the failed replica only); the chief alone. MultiWorkerMirrored: any worker or the chief
+restarts all of them (collectives cannot lose a member). An evaluator restarts alone.
+
+Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from etj.api.constants import PERMANENT_TRAINER_REASONS, REASON_WATCHDOG
+from etj.api.spec import RestartPolicy, Strategy
+from etj.core.reconcile.observe import PodState
+from etj.core.tfconfig import ReplicaSet
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A replica that failed, and whether the policy lets it be retried."""
+
+    pod: PodState
+    permanent: bool
+    why: str
+
+
+def classify(pod: PodState, restart_policy: str) -> Failure:
+    what = pod.describe()
+    to_fix = PERMANENT_TRAINER_REASONS.get(pod.trainer_reason or "")
+    if to_fix:
+        # Every restart would fail the same way: say what a person must fix.
+        return Failure(pod, True, f"{what}; fix {to_fix} (a restart cannot)")
+    if restart_policy == RestartPolicy.NEVER.value:
+        return Failure(pod, True, f"{what}; restartPolicy Never")
+    if restart_policy == RestartPolicy.EXIT_CODE.value:
+        code = pod.exit_code
+        if code is not None and 1 <= code <= 127 and not pod.oom_killed:
+            return Failure(
+                pod, True, f"{what}; exit codes 1-127 are permanent under restartPolicy ExitCode"
+            )
+    return Failure(pod, False, what)
+
+
+def restart_group(
+    strategy: str, replicas: ReplicaSet, role: str, index: int, reason: str | None = None
+) -> set[tuple[str, int]]:
+    """The replicas that restart when (role, index) fails; ``reason`` is the one its
+    trainer gave (the pod's termination message), if any."""
+    if role == "evaluator":
+        return {(role, index)}
+    if strategy == Strategy.MULTI_WORKER_MIRRORED.value:
+        return {(r, i) for r, i in replicas.tasks() if r in ("chief", "worker")}
+    if role == "chief" and reason == REASON_WATCHDOG:
+        return {(r, i) for r, i in replicas.tasks() if r != "evaluator"}
+    if role == "ps":
+        return {(role, index)} | {("chief", i) for i in range(replicas.chief)}
+    return {(role, index)}

@@ -1,0 +1,44 @@
+"""Counts per role and the summary columns of ``kubectl get etj``. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from etj.api.status import ReplicaStatus, ReplicaStatuses
+from etj.core.reconcile.observe import PodState
+from etj.core.tfconfig import ReplicaSet
+
+
+def replica_statuses(
+    pods: Iterable[PodState], replicas: ReplicaSet, previous: ReplicaStatuses | None
+) -> ReplicaStatuses:
+    """Active/ready/succeeded/failed per role; restart counters carried over."""
+    by_role: dict[str, list[PodState]] = {}
+    for p in pods:
+        by_role.setdefault(p.role, []).append(p)
+    out: dict[str, ReplicaStatus] = {}
+    for role in ("chief", "worker", "ps", "evaluator"):
+        if replicas.count(role) == 0:
+            continue
+        prev = getattr(previous, role, None) if previous else None
+        mine = by_role.get(role, [])
+        out[role] = ReplicaStatus(
+            active=sum(1 for p in mine if p.active),
+            ready=sum(1 for p in mine if p.active and p.phase == "Running"),
+            succeeded=sum(1 for p in mine if p.phase == "Succeeded"),
+            failed=sum(1 for p in mine if p.phase == "Failed"),
+            restarts=prev.restarts if prev else 0,
+        )
+    return ReplicaStatuses(**out)
+
+
+def workers_column(statuses: ReplicaStatuses, replicas: ReplicaSet) -> str:
+    ready = statuses.worker.ready if statuses.worker else 0
+    return f"{ready}/{replicas.worker}"
+
+
+def all_running(pods: dict[tuple[str, int], PodState], replicas: ReplicaSet) -> bool:
+    return all(
+        (p := pods.get(task)) is not None and p.active and p.phase == "Running"
+        for task in replicas.tasks()
+    )

@@ -1,0 +1,29 @@
+"""Rendering: the pure ``build_*`` functions that turn a job and its plan into objects.
+
+No I/O and no environment reads; the operator's ``etj.controller`` applies what these
+return, and ``etj render`` prints it.
+"""
+
+from etj.core.render.objects import (
+    RenderSettings,
+    build_config_map,
+    build_objects,
+    build_pod,
+    build_pods,
+    build_service,
+    build_trainer_config,
+    job_selector,
+    replica_set,
+)
+
+__all__ = [
+    "RenderSettings",
+    "build_config_map",
+    "build_objects",
+    "build_pod",
+    "build_pods",
+    "build_service",
+    "build_trainer_config",
+    "job_selector",
+    "replica_set",
+]
