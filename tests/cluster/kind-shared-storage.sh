@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The local kind cluster's ReadWriteMany StorageClass, etj-shared: volumes are directories
+# The local kind cluster's ReadWriteMany StorageClass, etj-shared (the cluster's default):
+# volumes are directories
 # of one host directory (/tmp/etj-kind-shared) that every node mounts at
 # /var/lib/etj-shared (kind-config.yaml's extraMounts), made by a small provisioner that
 # runs as a systemd unit in the control-plane node (tests/cluster/kind-shared-provisioner.sh).
@@ -20,6 +21,9 @@ kind: StorageClass
 metadata:
   name: etj-shared
   annotations:
+    # The default here, so a job's checkpoint.storage without a class (the quickstart's)
+    # gets a volume every node shares.
+    storageclass.kubernetes.io/is-default-class: "true"
     description: >-
       ReadWriteMany volumes on a host directory shared into every kind node: the local
       stand-in for NFS / EFS / Filestore (tests/cluster/kind-shared-storage.sh).
@@ -27,6 +31,12 @@ provisioner: etj.dev/shared-hostpath
 reclaimPolicy: Delete
 volumeBindingMode: Immediate
 YAML
+# kind's own fallback class (the host-path one; nothing provisions it here) stops being
+# the default.
+if "$KUBECTL" get storageclass standard >/dev/null 2>&1; then
+  "$KUBECTL" annotate storageclass standard storageclass.kubernetes.io/is-default-class=false \
+    --overwrite >/dev/null
+fi
 cp_node="$NAME-control-plane"
 docker exec -i "$cp_node" sh -c 'cat >/usr/local/bin/etj-shared-provisioner' <"$HERE/kind-shared-provisioner.sh"
 docker exec "$cp_node" chmod 0755 /usr/local/bin/etj-shared-provisioner

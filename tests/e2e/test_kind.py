@@ -70,10 +70,11 @@ class Kind:
         return steps[-1] if steps else None
 
 
-def quickstart(claim: str) -> dict:
+def quickstart() -> dict:
+    """The README's quickstart: its checkpoint.storage claim gets the cluster's default
+    class, etj-shared (ReadWriteMany on a directory every node mounts)."""
     job = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
     job["spec"]["training"]["steps"] = STEPS
-    job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": claim}}
     # The ps keep off the chief's node when they can (a preference: the scheduler may
     # still put them together, and the assertion below would say so).
     away_from_chief = {
@@ -112,37 +113,28 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
         "--set", "progressSeconds=2",
     )  # fmt: skip
     try:
-        claim = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "quickstart-checkpoints"},
-            "spec": {
-                "storageClassName": "etj-shared",
-                "accessModes": ["ReadWriteMany"],
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-        k.kubectl("apply", "-f", "-", input=yaml.safe_dump(claim))
-        wait_for(
-            lambda: (
-                k.kubectl(
-                    "get", "pvc", "quickstart-checkpoints", "-o", "jsonpath={.status.phase}"
-                ).stdout
-                == "Bound"
-            ),
-            60,
-            "the etj-shared claim to be bound",
-        )
-        volume = k.kubectl(
-            "get", "pvc", "quickstart-checkpoints", "-o", "jsonpath={.spec.volumeName}"
-        ).stdout
+        job = quickstart()
+        k.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
+        wait_for(lambda: k.status("quickstart").get("phase") == "Running", 900, "Running")
+        # The claim etj made for checkpoint.storage: bound to an etj-shared volume.
+        claims = json.loads(k.kubectl("get", "pvc", "-o", "json").stdout)["items"]
+        owned = [
+            c
+            for c in claims
+            if any(
+                o["kind"] == "EmbeddingTrainingJob" and o["name"] == "quickstart"
+                for o in c["metadata"].get("ownerReferences", [])
+            )
+        ]
+        assert len(owned) == 1, [c["metadata"]["name"] for c in claims]
+        claim = owned[0]
+        assert claim["spec"]["storageClassName"] == "etj-shared", claim["spec"]
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"], claim["spec"]
+        assert claim["status"]["phase"] == "Bound", claim["status"]
+        volume = claim["spec"]["volumeName"]
         host_path = k.kubectl("get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout
         assert host_path.startswith("/var/lib/etj-shared/volumes/"), host_path
         on_host = SHARED / host_path.removeprefix("/var/lib/etj-shared/")
-
-        job = quickstart("quickstart-checkpoints")
-        k.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
-        wait_for(lambda: k.status("quickstart").get("phase") == "Running", 900, "Running")
         chief = k.node_of("quickstart-chief-0")
         ps = {k.node_of("quickstart-ps-0"), k.node_of("quickstart-ps-1")}
         print(f"chief on {chief}, ps on {sorted(ps)}")
@@ -192,7 +184,6 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
         assert data, f"no checkpoint data under {on_host}"
     finally:
         k.kubectl("delete", "etj", "--all", "--wait=true", timeout=300, check=False)
-        k.kubectl("delete", "pvc", "quickstart-checkpoints", "--wait=true", check=False)
         k.helm("uninstall", RELEASE, "--namespace", NS, "--wait", check=False)
     leftovers = k.kubectl(
         "get", "all", "-A", "-l", "app.kubernetes.io/managed-by=etj", "-o", "name"
