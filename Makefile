@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages node-binaries e2e kueue test-deps
+	node-packages node-binaries e2e kueue test-deps kind-up kind-down
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -21,7 +21,9 @@ help:
 	@echo "make crds      - regenerate crds/, the chart's CRD and admission policy from the API models"
 	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
 	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
-	@echo "make e2e-kind  - kind end-to-end suite (needs docker + kind)"
+	@echo "make kind-up   - the 3-node kind cluster of kind-config.yaml, offline (root; cached)"
+	@echo "make kind-down - delete it and check nothing is left behind"
+	@echo "make e2e-kind  - the end-to-end suite on that kind cluster (after make kind-up images)"
 	@echo "make images    - build both images (docker, else buildah as root; cached by input hash)"
 
 venv: $(VENV)/.installed
@@ -109,8 +111,18 @@ cluster-up: venv binaries
 cluster-down: venv
 	$(VENV)/bin/etj cluster down
 
+# The local kind cluster (root): a private Docker engine, kind and a node image built
+# offline from the project's Kubernetes build, kind-config.yaml's three nodes, the
+# etj-shared ReadWriteMany class, fake-gcs-server, the project's images in every node.
+# Not part of `make test`.
+kind-up:
+	bash tests/cluster/kind-up.sh
+
+kind-down:
+	bash tests/cluster/kind-down.sh
+
 e2e-kind: venv
-	$(PY) -m pytest -m e2e tests/e2e -v
+	$(PY) -m pytest -m e2e tests/e2e/test_kind.py -v
 
 # The end-to-end suite on real containers alone (make test runs it too): the cluster
 # ETJ_E2E_KUBECONFIG names, else the local cluster's real node (root).

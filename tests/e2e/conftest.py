@@ -1,32 +1,43 @@
-"""The kind end-to-end suite: opt-in (`make e2e-kind`), skipped without docker and kind.
+"""Shared helpers of the end-to-end suites, and the kind suite's cluster.
 
-It creates a kind cluster from ``kind-config.yaml``, builds and loads both images, installs
-the chart with helm and runs jobs on real kubelets. Every command it runs is also covered
-by the local-cluster tests, which run everywhere.
+The kind suite (test_kind.py) runs on the local kind cluster that ``make kind-up`` brings up
+(tests/cluster/kind-up.sh: root, a private Docker engine, a node image built offline),
+or on the cluster ``ETJ_KIND_KUBECONFIG`` names. It never creates one itself (minutes to
+hours cold): without a cluster it skips, saying why.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = os.environ.get("ETJ_KIND_CLUSTER", "etj-e2e")
+CACHE = Path(os.environ.get("ETJ_CACHE", Path.home() / ".cache" / "etj"))
+KIND_KUBECONFIG = Path(os.environ.get("ETJ_KIND_KUBECONFIG", CACHE / "kind" / "kubeconfig"))
+KIND_BIN_DIR = CACHE / "bin" / "v1.35.4"
 
 
-def _missing() -> str | None:
-    for tool in ("docker", "kind", "kubectl", "helm"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    probe = subprocess.run(["docker", "info"], capture_output=True, text=True)
+def kind_missing() -> str | None:
+    """Why the kind suite cannot run here, or None."""
+    if "ETJ_KIND_KUBECONFIG" not in os.environ and os.geteuid() != 0:
+        return "not root: `make kind-up` needs root (or name a cluster in ETJ_KIND_KUBECONFIG)"
+    if not KIND_KUBECONFIG.exists():
+        return f"no kind cluster ({KIND_KUBECONFIG} is missing): run `make images kind-up`"
+    for tool in ("kubectl", "helm"):
+        if not (KIND_BIN_DIR / tool).exists():
+            return f"no {KIND_BIN_DIR / tool}: run `make binaries`"
+    probe = subprocess.run(
+        [str(KIND_BIN_DIR / "kubectl"), f"--kubeconfig={KIND_KUBECONFIG}", "get", "--raw", "/readyz"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
     if probe.returncode != 0:
-        return "no Docker engine is running (docker info failed)"
+        return (
+            f"the kind cluster does not answer ({probe.stderr.strip()[:200]}): run `make kind-up`"
+        )
     return None
 
 
@@ -44,12 +55,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kind_items = [i for i in items if i.path.name == "test_kind.py"]
     if not kind_items:  # test_real_node.py decides for itself
         return
-    reason = _missing()
+    reason = kind_missing()
     if reason is None:
         return
-    skip = pytest.mark.skip(
-        reason=f"kind e2e suite skipped: {reason}; run `make e2e-kind` where Docker and kind exist"
-    )
+    skip = pytest.mark.skip(reason=f"kind e2e suite skipped: {reason}")
     for item in kind_items:
         item.add_marker(skip)
 
@@ -73,41 +82,9 @@ def wait_for(predicate, timeout: float, what: str, every: float = 2.0):  # type:
 
 
 @pytest.fixture(scope="session")
-def kind_cluster() -> Iterator[str]:
-    sh(
-        "kind",
-        "create",
-        "cluster",
-        "--name",
-        CLUSTER,
-        "--config",
-        "kind-config.yaml",
-        "--wait",
-        "120s",
-    )
-    try:
-        sh(
-            "docker",
-            "build",
-            "-f",
-            "operator/Dockerfile",
-            "-t",
-            "etj-operator:e2e",
-            ".",
-            timeout=1800,
-        )
-        sh(
-            "docker",
-            "build",
-            "-f",
-            "trainer_image/Dockerfile",
-            "-t",
-            "etj-trainer:e2e",
-            ".",
-            timeout=3600,
-        )
-        for image in ("etj-operator:e2e", "etj-trainer:e2e"):
-            sh("kind", "load", "docker-image", image, "--name", CLUSTER)
-        yield f"kind-{CLUSTER}"
-    finally:
-        sh("kind", "delete", "cluster", "--name", CLUSTER, check=False)
+def kind_kubeconfig() -> str:
+    """The kind cluster's kubeconfig (skips when there is none: see kind_missing)."""
+    reason = kind_missing()
+    if reason:
+        pytest.skip(reason)
+    return str(KIND_KUBECONFIG)

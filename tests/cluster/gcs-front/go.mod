@@ -1,0 +1,3 @@
+module etj.dev/gcsfront
+
+go 1.22
