@@ -69,7 +69,15 @@ def _job(shared: Path, strategy: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("strategy", ["ParameterServer", "MultiWorkerMirrored"])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        "ParameterServer",
+        # CI's budget: MultiWorkerMirrored's header mismatch is in make test on etj run
+        # (tests/local/test_quoted_data.py); here in make test-all.
+        pytest.param("MultiWorkerMirrored", marks=pytest.mark.extended),
+    ],
+)
 def test_a_header_mismatch_fails_the_job_at_once_with_the_data_error(
     crds: LocalCluster,
     namespace: str,

@@ -100,6 +100,9 @@ def test_dist_mnist_without_chief_runs_to_the_end_with_worker_0_as_chief(tmp_pat
     assert processes_under(tmp_path / "run") == []
 
 
+# CI's budget: the same policy on the real API server is in make test
+# (tests/integration/test_tfjob_shapes_node.py::test_all_workers_success_policy_...).
+@pytest.mark.extended
 def test_all_workers_success_policy_waits_for_every_worker(tmp_path: Path):
     out = etj_run(converted("AllWorkers"), tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
