@@ -9,7 +9,11 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from etj.api.constants import LABEL_JOB_NAME
+from etj.api.constants import (
+    KUEUE_POD_FINALIZER,
+    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
+    LABEL_JOB_NAME,
+)
 
 _versions = itertools.count(100)
 
@@ -96,6 +100,30 @@ class FakeKube:
     async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
         self.log.append(("delete", "Pod", name, *(("force",) if force else ())))
         return self.objects.pop(("Pod", namespace, name), None) is not None
+
+    async def mark_pod_unretriable(self, namespace: str, name: str) -> bool:
+        self.log.append(("mark-unretriable", "Pod", name))
+        pod = self.objects.get(("Pod", namespace, name))
+        if pod is None:
+            return False
+        annotations = pod["metadata"].setdefault("annotations", {})
+        annotations[KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
+        self.objects[("Pod", namespace, name)] = stamp(pod)
+        return True
+
+    async def release_pod(self, namespace: str, name: str) -> bool:
+        """Kueue's finalizer goes; a pod being deleted that nothing else holds goes with it."""
+        self.log.append(("release", "Pod", name))
+        pod = self.objects.get(("Pod", namespace, name))
+        if pod is None:
+            return False
+        meta = pod["metadata"]
+        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != KUEUE_POD_FINALIZER]
+        if meta.get("deletionTimestamp") and not meta["finalizers"]:
+            del self.objects[("Pod", namespace, name)]
+        else:
+            self.objects[("Pod", namespace, name)] = stamp(pod)
+        return True
 
     async def patch_job_status(
         self, namespace: str, name: str, status: dict[str, Any]

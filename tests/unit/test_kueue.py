@@ -38,9 +38,12 @@ def test_a_replica_gets_the_queue_the_group_and_its_size(role: str):
     assert m.annotations == {KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION: "7"}
 
 
-def test_the_ps_is_unretriable_so_the_group_can_finish_without_it_succeeding():
-    m = kueue_pod_metadata(QUEUE, "ctr", "u", 3, "ps")
-    assert m.annotations[KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] == "false"
+@pytest.mark.parametrize("role", ["chief", "worker", "ps", "evaluator"])
+def test_every_pod_is_created_retriable_so_kueue_requeues_a_preempted_group(role: str):
+    """An unretriable pod would make Kueue count a preempted group finished; the operator
+    marks the pods only once the job has finished (etj.core.reconcile.policies.queue)."""
+    m = kueue_pod_metadata(QUEUE, "ctr", "u", 3, role)
+    assert KUEUE_RETRIABLE_IN_GROUP_ANNOTATION not in m.annotations
 
 
 def test_a_priority_class_is_copied_from_the_job():
@@ -71,8 +74,7 @@ def test_every_rendered_pod_carries_the_group_sized_by_the_plan(example: str):
         )
         # The count is the pods actually rendered: for `ps: auto`, the plan's ps count.
         assert meta["annotations"][KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] == str(len(pods))
-        unretriable = meta["annotations"].get(KUEUE_RETRIABLE_IN_GROUP_ANNOTATION) == "false"
-        assert unretriable == (meta["labels"][LABEL_REPLICA_TYPE] == "ps")
+        assert KUEUE_RETRIABLE_IN_GROUP_ANNOTATION not in meta["annotations"]
     # Only pods: the Service and ConfigMap are no part of the group.
     for obj in rendered(manifest):
         if obj["kind"] != "Pod":

@@ -46,9 +46,11 @@ app.kubernetes.io/component: operator
 - apiGroups: [training.etj.dev]
   resources: [embeddingtrainingjobs/finalizers]
   verbs: [update]
+{{- /* patch: a Kueue-queued job's pods get Kueue's retriable-in-group mark when the job
+     ends, and lose Kueue's finalizer when etj replaces them (etj.core.reconcile.policies.queue). */}}
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete]
+  verbs: [list, watch, create, delete, patch]
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [create]

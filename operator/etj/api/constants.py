@@ -61,17 +61,24 @@ KUEUE_POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 # "false" on any pod: the group is finished once no pod is active, even if not every pod
 # succeeded (etj deletes the ps once the chief succeeds; they never exit by themselves).
+# etj sets it only when the job has finished or is suspended: on a running group it would
+# make a preempted Workload Finished instead of requeued (etj.core.reconcile.policies.queue).
 KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
-# What Kueue's webhook puts on the pods it manages: the label, and the scheduling gate that
-# holds a pod until the group's Workload is admitted.
+# What Kueue's webhook puts on the pods it manages: the label, the finalizer (of the same
+# name) that keeps a deleted pod until Kueue lets it go, and the scheduling gate that holds
+# a pod until the group's Workload is admitted.
 KUEUE_MANAGED_LABEL = "kueue.x-k8s.io/managed"
+KUEUE_POD_FINALIZER = "kueue.x-k8s.io/managed"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+# The pod condition Kueue sets on the pods of a group it stops; its message says why
+# ("Preempted to accommodate a workload ...").
+KUEUE_TERMINATION_CONDITION = "TerminationTarget"
 # The pod conditions that say a pod was taken away rather than failed: Kubernetes'
 # DisruptionTarget (preemption, eviction, taint manager, PodGC) and the condition Kueue
 # sets on the pods of a group it stops (an evicted or preempted Workload). As batch/v1 Job
 # with a podFailurePolicy ``Ignore`` on DisruptionTarget, such a failure is not counted
 # against backoffLimit and waits for no back-off.
-DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+DISRUPTION_CONDITIONS = ("DisruptionTarget", KUEUE_TERMINATION_CONDITION)
 
 # The main container under its TFJob name: a template's container named so is etj's own.
 TFJOB_CONTAINER_NAME = "tensorflow"

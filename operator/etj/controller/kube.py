@@ -18,7 +18,15 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from etj import __version__
-from etj.api.constants import GROUP, LABEL_MANAGED_BY, MANAGED_BY_VALUE, PLURAL, VERSION
+from etj.api.constants import (
+    GROUP,
+    KUEUE_POD_FINALIZER,
+    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
+    LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE,
+    PLURAL,
+    VERSION,
+)
 from etj.core.render.objects import job_selector
 from etj.core.render.scheduling import GANG_APIS, GangApi, immutable_gang
 
@@ -265,6 +273,20 @@ class Kube:
         extra = {"grace_period_seconds": 0} if force else {}
         deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace, **extra)
         return deleted
+
+    async def mark_pod_unretriable(self, namespace: str, name: str) -> bool:
+        """Annotate a pod of a Kueue group ``retriable-in-group: "false"``; False when the
+        pod is already gone."""
+        body = {"metadata": {"annotations": {KUEUE_RETRIABLE_IN_GROUP_ANNOTATION: "false"}}}
+        done, _ = await _call(404, self.core.patch_namespaced_pod, name, namespace, body)
+        return done
+
+    async def release_pod(self, namespace: str, name: str) -> bool:
+        """Remove Kueue's finalizer from a pod (a strategic merge patch deletes just that
+        entry of the list); False when the pod is already gone."""
+        body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [KUEUE_POD_FINALIZER]}}
+        done, _ = await _call(404, self.core.patch_namespaced_pod, name, namespace, body)
+        return done
 
     async def patch_job_status(
         self, namespace: str, name: str, status: dict[str, Any]

@@ -308,6 +308,9 @@ class Reconciler:
             # first, a lost delete is only asked again (the replica is in restartingPods).
             _count_restarts(job.status, d.status)
             await self._write_status(obj, d.status)
+        for pod in d.mark_unretriable:
+            # Before the deletions: Kueue counts the group finished once no pod is active.
+            await self.kube.mark_pod_unretriable(ns, pod)
         for pod in d.force_delete_pods:
             if not await self.kube.delete_pod(ns, pod, force=True) and self.cache is not None:
                 self.cache.forget_pod(ns, name, pod)
@@ -317,6 +320,9 @@ class Reconciler:
                 # the re-listing cannot show what is missing). The API's answer is the
                 # newer truth; a pod left in the cache would be deleted again forever and
                 # never recreated.
+                self.cache.forget_pod(ns, name, pod)
+        for pod in d.release_pods:
+            if not await self.kube.release_pod(ns, pod) and self.cache is not None:
                 self.cache.forget_pod(ns, name, pod)
         claim = build_checkpoint_claim(job, render) if plan is not None else None
         if claim is not None and d.create_pods:

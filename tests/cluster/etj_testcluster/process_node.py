@@ -282,6 +282,14 @@ class ProcessNode:
             return
         if proc is not None and proc.popen.poll() is None:
             return  # still stopping
+        if (
+            proc is not None
+            and pod.metadata.finalizers
+            and pod.status.phase not in ("Succeeded", "Failed")
+        ):
+            # A finalizer (Kueue's) keeps the pod after the deletion is confirmed: its end
+            # is written first, as a kubelet writes it (a pod without one is gone at once).
+            self._finished(pod, proc.exit_code or 0, proc.termination_message())
         self.procs.pop(pod.metadata.uid, None)
         self.restarts.pop(pod.metadata.uid, None)
         self.waiting.pop(pod.metadata.uid, None)

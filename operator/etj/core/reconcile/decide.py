@@ -40,6 +40,11 @@ from etj.core.reconcile.policies.gang import (
 )
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
+from etj.core.reconcile.policies.queue import (
+    pods_to_mark_unretriable,
+    pods_to_release,
+    queue_eviction,
+)
 from etj.core.reconcile.policies.restart import Failure, classify, restart_group
 from etj.core.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
 from etj.core.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
@@ -84,8 +89,8 @@ class World:
 
 @dataclass
 class Decision:
-    """What to do: apply in order — create Service/ConfigMap and the gang, write status, delete pods,
-    create pods, post events, delete the job (the status first: it records a failure
+    """What to do: apply in order — create Service/ConfigMap and the gang, write status, mark
+    pods unretriable, delete pods, release pods, create pods, post events, delete the job (the status first: it records a failure
     before the failed pod, the only other evidence of it, is deleted)."""
 
     status: EmbeddingTrainingJobStatus | None = None
@@ -97,6 +102,10 @@ class Decision:
     # Pods of lost nodes, deleted at once (grace 0): no kubelet will finish their deletion.
     force_delete_pods: list[str] = field(default_factory=list)
     create_pods: list[tuple[str, int]] = field(default_factory=list)
+    # Kueue's plain-Pod group (policies.queue): pods to mark unretriable (before any pod
+    # is deleted) and pods whose Kueue finalizer etj removes (after the deletions).
+    mark_unretriable: list[str] = field(default_factory=list)
+    release_pods: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
@@ -146,6 +155,7 @@ class _Pass:
         self.d.delete_pods = pods_to_clean(
             self.w.pods, str(self.job.spec.run_policy.clean_pod_policy)
         )
+        self.d.mark_unretriable = pods_to_mark_unretriable(self.w.pods)
 
     def stop_waiting(self) -> None:
         """No restart is pending any more: back-off times go, failure counts stay."""
@@ -236,6 +246,7 @@ def decide(world: World) -> Decision:
     p.d.force_delete_pods = pods_to_force_delete(world.pods)
     if _handle_failures(p, replicas):
         return p.done(replicas)
+    p.d.release_pods = pods_to_release(world.pods, len(replicas.tasks()))
     _create_missing(p, replicas)
     _gang(p, replicas)
     _summarise(p, replicas)
@@ -298,6 +309,7 @@ def _invalid(p: _Pass, error: str, reason: str = "InvalidSpec") -> Decision:
 def _finished(p: _Pass, replicas: ReplicaSet) -> Decision:
     rp = p.job.spec.run_policy
     p.d.delete_pods = pods_to_clean(p.w.pods, str(rp.clean_pod_policy))
+    p.d.mark_unretriable = pods_to_mark_unretriable(p.w.pods)
     finished = parse_time(p.st.completion_time)
     if ttl_expired(finished, rp.ttl_seconds_after_finished, p.w.now):
         p.d.delete_job = True
@@ -313,6 +325,8 @@ def _finished(p: _Pass, replicas: ReplicaSet) -> Decision:
 
 def _suspend(p: _Pass, replicas: ReplicaSet) -> Decision:
     p.d.delete_pods = pods_to_suspend(p.w.pods)
+    # A suspended job holds no queue quota: Kueue counts its group finished.
+    p.d.mark_unretriable = pods_to_mark_unretriable(p.w.pods)
     p.st.restarting_pods = []
     p.stop_waiting()
     if p.st.phase != Phase.SUSPENDED.value:
@@ -379,6 +393,10 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         pod.name for key, pod in p.pods.items() if key in group and not pod.terminating
     )
     when = _back_off(p, failures, names)
+    evicted = queue_eviction(f.pod for f in failures)
+    if evicted is not None and not counted:
+        _requeued(p, names, *evicted)
+        return False
     p.event(
         "Warning",
         "Restarting",
@@ -394,6 +412,24 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         "Restarting", True, "ReplicaFailed", f"{whys}; next restart {when}" if when else whys
     )
     return False
+
+
+def _requeued(p: _Pass, names: list[str], reason: str, message: str) -> None:
+    """Kueue stopped the job's pod group (a preemption, or another eviction): a disruption.
+    The pods are recreated, Kueue's gate holds them until the group's Workload is admitted
+    again, and the chief resumes from the last checkpoint."""
+    what = "preempted" if reason == "Preempted" else "evicted"
+    text = (
+        f"Kueue {what} the job's pod group ({message}); recreating {', '.join(names)}: "
+        "they wait for Kueue to admit the group again and training resumes from the last "
+        "checkpoint (a disruption: not counted against backoffLimit)"
+    )
+    said = next((c for c in p.st.conditions if c.type == "Restarting"), None)
+    if said is None or said.status != "True" or said.reason != reason:
+        p.event("Warning", reason, text)
+    p.st.message = text
+    p.st.phase = Phase.RESTARTING
+    p.condition("Restarting", True, reason, text)
 
 
 def _back_off(p: _Pass, failures: list[Failure], names: list[str]) -> str:

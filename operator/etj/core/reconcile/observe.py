@@ -12,6 +12,10 @@ from typing import Any
 
 from etj.api.constants import (
     DISRUPTION_CONDITIONS,
+    KUEUE_POD_FINALIZER,
+    KUEUE_POD_GROUP_NAME_LABEL,
+    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
+    KUEUE_TERMINATION_CONDITION,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     REASON_DATA_ERROR,
@@ -47,6 +51,13 @@ class PodState:
     unschedulable: str | None = None
     # Taken off a NotReady or unreachable node (etj.core.reconcile.policies.nodeloss).
     node_lost: bool = False
+    # Kueue's plain-Pod group (etj.core.reconcile.policies.queue): the pod is one of a
+    # group, Kueue's finalizer holds it, it is marked unretriable, and what Kueue said when
+    # it stopped the pod (its TerminationTarget message, e.g. "Preempted to accommodate ...").
+    in_queue_group: bool = False
+    queue_held: bool = False
+    unretriable: bool = False
+    stopped_by_queue: str | None = None
 
     def ran_seconds(self, now: datetime) -> float | None:
         """How long the container ran (until now if it still runs); None if unknown."""
@@ -186,6 +197,14 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
     )
     started_at, finished_at = _container_times(pod)
+    stopped = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == KUEUE_TERMINATION_CONDITION and c.get("status") == "True"
+        ),
+        None,
+    )
     return PodState(
         name=meta.get("name", ""),
         role=role,
@@ -206,4 +225,11 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         unschedulable=(scheduled.get("message") or "the scheduler cannot place it")
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
         else None,
+        in_queue_group=bool(labels.get(KUEUE_POD_GROUP_NAME_LABEL)),
+        queue_held=KUEUE_POD_FINALIZER in (meta.get("finalizers") or []),
+        unretriable=(meta.get("annotations") or {}).get(KUEUE_RETRIABLE_IN_GROUP_ANNOTATION)
+        == "false",
+        stopped_by_queue=None
+        if stopped is None
+        else (stopped.get("message") or stopped.get("reason") or "stopped by Kueue"),
     )

@@ -4,11 +4,11 @@ one Kueue Workload, admitted (or queued, or preempted) as a whole.
 A job labelled ``kueue.x-k8s.io/queue-name`` gets, on every pod, the queue name (and a
 ``kueue.x-k8s.io/priority-class`` if the job has one), the group's name and its total pod
 count — chief, workers, ps and evaluator as planned, so a ``ps: auto`` job's count is the
-plan's — and its ps pods ``kueue.x-k8s.io/retriable-in-group: "false"``: etj deletes the ps
-once the chief succeeds, so they never succeed themselves, and Kueue counts a group
-finished only when every pod succeeded or, with an unretriable pod in it, when none is
-active any more. Keys and meanings are Kueue's (pkg/controller/jobs/pod, v0.15); Kueue
-ships no Python library, hence this module.
+plan's. Every pod is created retriable: a preempted group is then requeued by Kueue, not
+counted finished; the operator marks the pods ``kueue.x-k8s.io/retriable-in-group:
+"false"`` only once the job has finished (etj.core.reconcile.policies.queue). Keys and
+meanings are Kueue's (pkg/controller/jobs/pod, v0.15); Kueue ships no Python library,
+hence this module.
 
 Kueue's own webhook holds the pods: it gates each one (``kueue.x-k8s.io/admission``) at
 creation and lifts the gates when the group is admitted, so etj's pods wait Pending as
@@ -27,11 +27,8 @@ from etj.api.constants import (
     KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION,
     KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
-    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
 )
 
-# Pods of these roles never end by themselves: the operator stops them.
-_STOPPED_BY_ETJ = frozenset({"ps"})
 _UID_CHARS = 8
 
 
@@ -73,6 +70,4 @@ def kueue_pod_metadata(
     if job_labels.get(KUEUE_PRIORITY_CLASS_LABEL):
         labels[KUEUE_PRIORITY_CLASS_LABEL] = job_labels[KUEUE_PRIORITY_CLASS_LABEL]
     annotations = {KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION: str(total_count)}
-    if role in _STOPPED_BY_ETJ:
-        annotations[KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
     return KueueMetadata(labels=labels, annotations=annotations)

@@ -1,0 +1,65 @@
+"""Kueue's plain-Pod group while a job lives: what etj does so a preempted job is requeued
+and resumes, and so a finished job's group is counted finished.
+
+How Kueue (v0.15, pkg/controller/jobs/pod) treats a group: every pod carries Kueue's
+finalizer, so a deleted pod stays until Kueue lets it go; Kueue lets a failed pod go only
+once a replacement pod of the same role exists beside it, and counts the group finished
+when every pod succeeded or — with a pod annotated ``retriable-in-group: "false"`` — when
+no pod is active any more. When Kueue preempts a running group it marks each pod
+``TerminationTarget`` (reason ``WorkloadEvicted``, message "Preempted to accommodate ..."),
+deletes them, and once none runs it releases the quota and marks the Workload Requeued;
+new pods of the group are gated until it is admitted again.
+
+So etj keeps every pod retriable while the job runs (an unretriable pod would make a
+preempted group Finished, not requeued) and marks the pods still there unretriable only
+when the job has finished or is suspended (``pods_to_mark_unretriable``): then Kueue counts
+the group finished once none is active and frees its quota. etj's replicas keep their
+names, so a replacement cannot stand beside the pod it replaces: etj itself lets go of its
+own failed pods being replaced (``pods_to_release``), all but one while no pod of the group
+is alive, so the group — and its Workload, which its pods own (the garbage collector
+deletes it with the last of them) — never has no pod at all.
+
+Pure: pods in, pod names out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from etj.core.reconcile.observe import PodState
+
+# A Kueue eviction whose message says so (Kueue's scheduler writes "Preempted to
+# accommodate a workload ..."); other evictions (deactivation, node failures) say otherwise.
+_PREEMPTED_PREFIX = "Preempted"
+REASON_PREEMPTED = "Preempted"
+REASON_EVICTED = "EvictedByQueue"
+
+
+def pods_to_release(pods: Iterable[PodState], group_size: int) -> list[str]:
+    """Pods whose Kueue finalizer etj removes: its own pods that ended and are being
+    deleted (replaced, or stopped by Kueue). While no pod of the group is alive (not
+    being deleted) the first of them stays, so the group is never empty; its turn comes
+    once a replacement exists. A group of one pod has no other to wait for: its pod goes,
+    Kueue's Workload with it, and the replacement is queued as a new Workload."""
+    pods = list(pods)
+    done = sorted(p.name for p in pods if p.queue_held and p.terminating and p.finished)
+    alive = any(not p.terminating for p in pods)
+    return done if alive or group_size <= 1 else done[1:]
+
+
+def pods_to_mark_unretriable(pods: Iterable[PodState]) -> list[str]:
+    """The pods of a finished or suspended job's Kueue group to annotate unretriable, so
+    Kueue counts the group finished once none is active (the ps never succeed: etj stops
+    them). Every pod still there that is not marked yet: one would do, each is as good."""
+    return sorted(p.name for p in pods if p.in_queue_group and not p.unretriable)
+
+
+def queue_eviction(pods: Iterable[PodState]) -> tuple[str, str] | None:
+    """(reason, Kueue's message) when Kueue stopped any of these pods, else None:
+    ``Preempted`` for a preemption, ``EvictedByQueue`` for another eviction."""
+    for p in sorted(pods, key=lambda p: p.name):
+        if p.stopped_by_queue is not None:
+            message = p.stopped_by_queue
+            reason = REASON_PREEMPTED if message.startswith(_PREEMPTED_PREFIX) else REASON_EVICTED
+            return reason, message
+    return None
