@@ -1,8 +1,9 @@
 """Kueue's plain-Pod group on the real API server, with the operator as a process: a job
 labelled ``kueue.x-k8s.io/queue-name`` and created suspended creates no pod; on resume
 every pod carries the queue, one group name and the group's total count as planned for
-``ps: auto``, with the ps unretriable; after the chief succeeds the ps are deleted and no
-pod of the group stays active, which is what lets Kueue count the group finished.
+``ps: auto``, every pod retriable (so Kueue would requeue a preempted group); after the
+chief succeeds the ps are deleted, no pod of the group stays active and the pods left are
+marked unretriable, which is what lets Kueue count the group finished.
 
 Kueue itself runs in test_kueue_admission.py when its binary can be built; this file needs
 only the control plane."""
@@ -80,8 +81,8 @@ def test_a_queued_job_resumes_as_one_kueue_pod_group_that_can_finish(
                 assert labels[KUEUE_QUEUE_NAME_LABEL] == QUEUE
                 groups.add(labels[KUEUE_POD_GROUP_NAME_LABEL])
                 assert annotations[KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] == str(expected)
-                is_ps = labels[LABEL_REPLICA_TYPE] == "ps"
-                assert (annotations.get(KUEUE_RETRIABLE_IN_GROUP_ANNOTATION) == "false") == is_ps
+                # Retriable while the job runs: a preempted group is requeued by Kueue.
+                assert KUEUE_RETRIABLE_IN_GROUP_ANNOTATION not in annotations
             assert groups == {f"ctr-{uid[:8]}"}
             wait_for(lambda: phase(crds, namespace) == "Running", 60, "Running")
             kubelet.terminate("ctr-chief-0", 0)
@@ -100,6 +101,15 @@ def test_a_queued_job_resumes_as_one_kueue_pod_group_that_can_finish(
             assert not any(
                 p["metadata"]["labels"][LABEL_REPLICA_TYPE] == "ps"
                 for p in live_pods(crds, namespace).values()
+            )
+            # Every pod left is marked unretriable: Kueue counts the group finished.
+            wait_for(
+                lambda: all(
+                    p["metadata"]["annotations"].get(KUEUE_RETRIABLE_IN_GROUP_ANNOTATION) == "false"
+                    for p in pods(crds, namespace).values()
+                ),
+                30,
+                "the pods marked unretriable",
             )
     finally:
         op.stop()

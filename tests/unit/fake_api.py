@@ -101,15 +101,15 @@ class FakeKube:
         self.log.append(("delete", "Pod", name, *(("force",) if force else ())))
         return self.objects.pop(("Pod", namespace, name), None) is not None
 
-    async def mark_pod_unretriable(self, namespace: str, name: str) -> bool:
+    async def mark_pod_unretriable(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.log.append(("mark-unretriable", "Pod", name))
         pod = self.objects.get(("Pod", namespace, name))
         if pod is None:
-            return False
+            return None
         annotations = pod["metadata"].setdefault("annotations", {})
         annotations[KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
         self.objects[("Pod", namespace, name)] = stamp(pod)
-        return True
+        return copy.deepcopy(self.objects[("Pod", namespace, name)])
 
     async def release_pod(self, namespace: str, name: str) -> bool:
         """Kueue's finalizer goes; a pod being deleted that nothing else holds goes with it."""

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 from etj.api.constants import (
+    KUEUE_ADMISSION_GATE,
     KUEUE_POD_FINALIZER,
     KUEUE_POD_GROUP_NAME_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
@@ -85,7 +86,12 @@ def test_observe_reads_the_group_kueues_finalizer_the_mark_and_why_kueue_stopped
     assert p.in_queue_group and p.queue_held and p.unretriable and p.disrupted
     assert p.stopped_by_queue == PREEMPTED
     plain = observe_pod(
-        {"metadata": {"name": "j-ps-0", "labels": {LABEL_REPLICA_TYPE: "ps", LABEL_REPLICA_INDEX: "0"}}}
+        {
+            "metadata": {
+                "name": "j-ps-0",
+                "labels": {LABEL_REPLICA_TYPE: "ps", LABEL_REPLICA_INDEX: "0"},
+            }
+        }
     )
     assert plain is not None
     assert not (plain.in_queue_group or plain.queue_held or plain.unretriable)
@@ -97,14 +103,18 @@ def test_released_are_the_ended_deleted_pods_kueue_holds_but_one_while_none_is_a
     # Nothing of the group alive: the first stays so the group (and the Workload its pods
     # own) is never empty.
     assert pods_to_release(old, 3) == ["j-ps-0", "j-worker-0"]
-    # Once a replacement exists the last one goes too.
-    assert pods_to_release([old[0], grouped(pod("ps", 0), phase="Pending")], 3) == ["j-chief-0"]
+    # Once every other replica has its new pod the last one goes too; not before.
+    new = [grouped(pod("ps", 0), phase="Pending"), grouped(pod("worker", 0), phase="Pending")]
+    assert pods_to_release([old[0], new[0]], 3) == []
+    assert pods_to_release([old[0], *new], 3) == ["j-chief-0"]
+    # One replica replaced while the others run: it goes at once.
+    assert pods_to_release([old[2], grouped(pod("chief", 0)), new[0]], 3) == ["j-worker-0"]
     # A group of one pod cannot keep it: it goes (and Kueue's Workload with it).
     assert pods_to_release(old[:1], 1) == ["j-chief-0"]
 
 
 def test_nothing_is_released_that_kueue_does_not_hold_or_that_has_not_ended():
-    running_deleted = grouped(pod("worker", 0), terminating=True)  # still stopping
+    running_deleted = grouped(pod("worker", 0), terminating=True, node_name="n1")  # stopping
     not_held = PodState(**{**stopped(pod("worker", 1)).__dict__, "queue_held": False})
     failed_not_deleted = grouped(pod("worker", 2), phase="Failed")
     alive = grouped(pod("chief", 0))
@@ -170,13 +180,22 @@ def test_a_preempted_job_is_requeued_not_failed_and_says_so_once():
     assert d4.status.phase != Phase.FAILED
 
 
-def test_a_crash_beside_a_preemption_is_counted_as_a_crash():
-    job = make_job(runPolicy={"backoffLimit": 3}, status={"phase": "Running"})
-    pods = [stopped(p) if p.role != "worker" else p for p in all_pods(job)]
-    pods = [p if p.key != ("worker", 0) else grouped(p, phase="Failed", exit_code=1) for p in pods]
-    d = run(job, pods)
-    assert d.status is not None and d.status.restarts == 1
-    assert not [e for e in d.events if e.reason == "Preempted"]
+def test_a_peer_that_crashed_as_kueue_stopped_the_group_is_part_of_the_preemption():
+    """MultiWorkerMirrored: worker 1 is taken, worker 0's collective fails (exit 1) before
+    Kueue marks it; Kueue skips a pod that already ended, so it never is."""
+    job = make_job(
+        strategy="MultiWorkerMirrored",
+        runPolicy={"backoffLimit": 0},
+        status={"phase": "Running"},
+    )
+    crashed = grouped(pod("worker", 0), phase="Failed", exit_code=1)
+    d = run(job, [crashed, stopped(pod("worker", 1))])
+    assert d.status is not None and d.status.phase == Phase.RESTARTING
+    assert d.status.restarts == 0
+    assert [e.reason for e in d.events if e.type == "Warning"] == ["Preempted"]
+    # The same crash alone is the job's own failure: backoffLimit 0 fails it.
+    alone = run(job, [crashed, grouped(pod("worker", 1))])
+    assert alone.status is not None and alone.status.phase == Phase.FAILED
 
 
 def test_a_running_job_marks_nothing_and_a_finished_or_suspended_one_marks_its_pods():
@@ -306,3 +325,51 @@ def test_the_reconciler_marks_before_it_deletes_when_the_job_succeeds():
     deleted = [i for i, c in enumerate(log) if c[:2] == ("delete", "Pod")]
     assert marked and deleted and max(marked) < min(deleted)
     assert {log[i][2] for i in marked} >= {"ctr-ps-0", "ctr-ps-1"}
+    # The API's answer went into the cache: the next pass marks nothing again.
+    before = len(s.api.log)
+    asyncio.run(s.reconciler.reconcile(NS, "ctr"))
+    assert not [c for c in s.api.log[before:] if c[0] == "mark-unretriable"]
+
+
+def test_a_pod_deleted_while_held_at_kueues_gate_was_taken_by_the_queue_not_failed():
+    meta = {
+        "name": "j-worker-1",
+        "labels": {
+            LABEL_REPLICA_TYPE: "worker",
+            LABEL_REPLICA_INDEX: "1",
+            KUEUE_POD_GROUP_NAME_LABEL: "j-u1",
+        },
+        "finalizers": [KUEUE_POD_FINALIZER],
+        "deletionTimestamp": "2026-11-22T12:00:00Z",
+    }
+    spec = {"schedulingGates": [{"name": KUEUE_ADMISSION_GATE}]}
+    p = observe_pod({"metadata": meta, "spec": spec, "status": {"phase": "Pending"}})
+    assert p is not None and p.disrupted and p.stopped_by_queue
+    # Nothing more will happen to it: etj lets it go (others of the group are alive).
+    assert pods_to_release([p, grouped(pod("chief", 0))], 2) == ["j-worker-1"]
+    # Not deleted, or already scheduled: an ordinary pod.
+    waiting = observe_pod(
+        {"metadata": {**meta, "deletionTimestamp": None}, "spec": spec, "status": {}}
+    )
+    assert waiting is not None and not waiting.disrupted and waiting.stopped_by_queue is None
+    placed = observe_pod({"metadata": meta, "spec": {"nodeName": "n1"}, "status": {}})
+    assert placed is not None and placed.stopped_by_queue is None
+
+
+def test_one_requeue_seen_pod_by_pod_is_said_once_with_its_first_reason():
+    job = kueue_job()
+    first = run(job, [stopped(p) if p.role == "worker" else grouped(p) for p in all_pods(job)])
+    assert [e.reason for e in first.events if e.type == "Warning"] == ["Preempted"]
+    # Later a pod held at the gate is taken too (another reason): still the same requeue.
+    later_pods = [
+        stopped(p) if p.role == "ps" else grouped(p, stopped_by_queue="deleted at the gate")
+        for p in all_pods(job)
+        if p.role != "worker"
+    ]
+    d = run(
+        with_status(job, first),
+        [*later_pods, *(stopped(p) for p in all_pods(job) if p.role == "worker")],
+    )
+    assert d.status is not None and not [e for e in d.events if e.type == "Warning"]
+    cond = next(c for c in d.status.conditions if c.type == "Restarting")
+    assert cond.reason == "Preempted"

@@ -274,12 +274,12 @@ class Kube:
         deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace, **extra)
         return deleted
 
-    async def mark_pod_unretriable(self, namespace: str, name: str) -> bool:
-        """Annotate a pod of a Kueue group ``retriable-in-group: "false"``; False when the
-        pod is already gone."""
+    async def mark_pod_unretriable(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Annotate a pod of a Kueue group ``retriable-in-group: "false"``: the pod as
+        stored, or None when it is already gone."""
         body = {"metadata": {"annotations": {KUEUE_RETRIABLE_IN_GROUP_ANNOTATION: "false"}}}
-        done, _ = await _call(404, self.core.patch_namespaced_pod, name, namespace, body)
-        return done
+        done, pod = await _call(404, self.core.patch_namespaced_pod, name, namespace, body)
+        return dict(self._plain(pod)) if done else None
 
     async def release_pod(self, namespace: str, name: str) -> bool:
         """Remove Kueue's finalizer from a pod (a strategic merge patch deletes just that

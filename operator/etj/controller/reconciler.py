@@ -289,6 +289,16 @@ class Reconciler:
         self, obj: dict[str, Any], job: EmbeddingTrainingJob, plan: ShardPlan | None, d: Decision
     ) -> None:
         ns, name = job.namespace, job.name
+        if d.delete_pods or d.create_pods or d.release_pods or d.force_delete_pods:
+            log.debug(
+                "%s/%s: delete %s, force-delete %s, release %s, create %s",
+                ns,
+                name,
+                d.delete_pods,
+                d.force_delete_pods,
+                d.release_pods,
+                [f"{r}-{i}" for r, i in d.create_pods],
+            )
         render = self._render(dict(d.status.memory_limits) if d.status else {})
         if plan is not None and d.create_service:
             # With the Service, once per job: the NetworkPolicy when the operator makes them.
@@ -310,7 +320,9 @@ class Reconciler:
             await self._write_status(obj, d.status)
         for pod in d.mark_unretriable:
             # Before the deletions: Kueue counts the group finished once no pod is active.
-            await self.kube.mark_pod_unretriable(ns, pod)
+            marked = await self.kube.mark_pod_unretriable(ns, pod)
+            if marked is not None and self.cache is not None:
+                self.cache.put_pod(marked)
         for pod in d.force_delete_pods:
             if not await self.kube.delete_pod(ns, pod, force=True) and self.cache is not None:
                 self.cache.forget_pod(ns, name, pod)

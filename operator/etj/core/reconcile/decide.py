@@ -41,6 +41,7 @@ from etj.core.reconcile.policies.gang import (
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
 from etj.core.reconcile.policies.queue import (
+    QUEUE_REASONS,
     pods_to_mark_unretriable,
     pods_to_release,
     queue_eviction,
@@ -369,7 +370,10 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
             )
     # Disruptions (evicted, preempted, stopped by a queue) are not the job's failures: as
     # batch/v1 Job's podFailurePolicy Ignore on DisruptionTarget, they are not counted.
-    counted = any(not f.pod.disrupted for f in failures)
+    # Kueue stops a whole group at once: a replica that crashed beside it (a collective
+    # lost its peer before Kueue marked this one) is part of the same disruption.
+    evicted = queue_eviction(f.pod for f in failures)
+    counted = evicted is None and any(not f.pod.disrupted for f in failures)
     if counted and p.st.restarts >= rp.backoff_limit:
         p.finish(
             Phase.FAILED,
@@ -393,8 +397,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         pod.name for key, pod in p.pods.items() if key in group and not pod.terminating
     )
     when = _back_off(p, failures, names)
-    evicted = queue_eviction(f.pod for f in failures)
-    if evicted is not None and not counted:
+    if evicted is not None:
         _requeued(p, names, *evicted)
         return False
     p.event(
@@ -425,7 +428,10 @@ def _requeued(p: _Pass, names: list[str], reason: str, message: str) -> None:
         "checkpoint (a disruption: not counted against backoffLimit)"
     )
     said = next((c for c in p.st.conditions if c.type == "Restarting"), None)
-    if said is None or said.status != "True" or said.reason != reason:
+    if said is not None and said.status == "True" and said.reason in QUEUE_REASONS:
+        # The same requeue, seen pod by pod (Kueue stops them one at a time): said once.
+        reason, text = said.reason, said.message
+    else:
         p.event("Warning", reason, text)
     p.st.message = text
     p.st.phase = Phase.RESTARTING

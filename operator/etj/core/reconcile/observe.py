@@ -12,6 +12,7 @@ from typing import Any
 
 from etj.api.constants import (
     DISRUPTION_CONDITIONS,
+    KUEUE_ADMISSION_GATE,
     KUEUE_POD_FINALIZER,
     KUEUE_POD_GROUP_NAME_LABEL,
     KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
@@ -192,7 +193,6 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
     exit_code, reason, message = _container_termination(pod)
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     lost = node_lost(pod)
-    disrupted = lost or any(conditions.get(t) == "True" for t in DISRUPTION_CONDITIONS)
     scheduled: dict[str, Any] = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
     )
@@ -204,6 +204,25 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
             if c.get("type") == KUEUE_TERMINATION_CONDITION and c.get("status") == "True"
         ),
         None,
+    )
+    spec = pod.get("spec") or {}
+    in_group = bool(labels.get(KUEUE_POD_GROUP_NAME_LABEL))
+    gated = any(g.get("name") == KUEUE_ADMISSION_GATE for g in spec.get("schedulingGates") or [])
+    # Deleted while Kueue's gate held it (never scheduled): it cannot have failed; only the
+    # queue (or a person) takes such a pod away.
+    taken_at_gate = (
+        in_group and gated and not spec.get("nodeName") and meta.get("deletionTimestamp")
+    )
+    if stopped is not None:
+        stopped_by_queue = stopped.get("message") or stopped.get("reason") or "stopped by Kueue"
+    elif taken_at_gate:
+        stopped_by_queue = "deleted while held at Kueue's admission gate"
+    else:
+        stopped_by_queue = None
+    disrupted = (
+        lost
+        or any(conditions.get(t) == "True" for t in DISRUPTION_CONDITIONS)
+        or stopped_by_queue is not None
     )
     return PodState(
         name=meta.get("name", ""),
@@ -225,11 +244,9 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         unschedulable=(scheduled.get("message") or "the scheduler cannot place it")
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
         else None,
-        in_queue_group=bool(labels.get(KUEUE_POD_GROUP_NAME_LABEL)),
+        in_queue_group=in_group,
         queue_held=KUEUE_POD_FINALIZER in (meta.get("finalizers") or []),
         unretriable=(meta.get("annotations") or {}).get(KUEUE_RETRIABLE_IN_GROUP_ANNOTATION)
         == "false",
-        stopped_by_queue=None
-        if stopped is None
-        else (stopped.get("message") or stopped.get("reason") or "stopped by Kueue"),
+        stopped_by_queue=stopped_by_queue,
     )

@@ -33,18 +33,28 @@ from etj.core.reconcile.observe import PodState
 _PREEMPTED_PREFIX = "Preempted"
 REASON_PREEMPTED = "Preempted"
 REASON_EVICTED = "EvictedByQueue"
+QUEUE_REASONS = frozenset({REASON_PREEMPTED, REASON_EVICTED})
 
 
 def pods_to_release(pods: Iterable[PodState], group_size: int) -> list[str]:
-    """Pods whose Kueue finalizer etj removes: its own pods that ended and are being
-    deleted (replaced, or stopped by Kueue). While no pod of the group is alive (not
-    being deleted) the first of them stays, so the group is never empty; its turn comes
-    once a replacement exists. A group of one pod has no other to wait for: its pod goes,
-    Kueue's Workload with it, and the replacement is queued as a new Workload."""
+    """Pods whose Kueue finalizer etj removes: its own pods that ended (or never ran) and
+    are being deleted (replaced, or stopped by Kueue). While the group's other replicas
+    are not all alive (not being deleted) the first of them stays, so the group is never
+    empty; its turn comes once they are. A group of one pod has no other to wait for: its
+    pod goes, Kueue's Workload with it, and the replacement is queued as a new Workload."""
     pods = list(pods)
-    done = sorted(p.name for p in pods if p.queue_held and p.terminating and p.finished)
-    alive = any(not p.terminating for p in pods)
-    return done if alive or group_size <= 1 else done[1:]
+    # Ended, or deleted before it was ever scheduled (nothing more will happen to it).
+    done = sorted(
+        p.name
+        for p in pods
+        if p.queue_held and p.terminating and (p.finished or p.node_name is None)
+    )
+    alive = sum(1 for p in pods if not p.terminating)
+    # Kueue adds each new pod to its Workload's owners as it sees it: the last old pod
+    # goes once every other replica has its new pod, the longest the group can wait.
+    if group_size <= 1 or (alive > 0 and alive >= group_size - len(done)):
+        return done
+    return done[1:]
 
 
 def pods_to_mark_unretriable(pods: Iterable[PodState]) -> list[str]:
