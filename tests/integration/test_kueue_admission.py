@@ -280,3 +280,39 @@ def test_a_preempted_job_is_requeued_and_admitted_again(
             assert job_status(c, namespace, "low").get("restarts", 0) == 0
     finally:
         op.stop()
+
+
+def test_a_job_deleted_while_running_leaves_no_pod_and_no_quota_behind(
+    kueue_cluster: LocalCluster, tmp_path: Path
+):
+    """Its pods, retriable while it ran, are marked as the job goes: Kueue counts the group
+    finished, frees its quota and lets the pods go."""
+    c = kueue_cluster
+    namespace = create_namespace(c)
+    preemptible_queue(c, namespace, cpus=2)
+    op = OperatorProcess(c, namespace, tmp_path / "op.log").start()
+    try:
+        with Kubelet(c, namespace):
+            apply(c, namespace, queued_job())
+            wait_for(lambda: phase(c, namespace) == "Running", 60, "Running")
+            (w,) = workloads(c, namespace)
+            c.kubectl("delete", "etj", "ctr", "-n", namespace, "--wait=false")
+            wait_for(
+                lambda: not live_pods(c, namespace) and not _any_pod(c, namespace),
+                60,
+                "no pod left",
+            )
+            wait_for(
+                lambda: all(
+                    x["metadata"]["uid"] != w["metadata"]["uid"] or condition(x, "Finished")
+                    for x in workloads(c, namespace)
+                ),
+                30,
+                "the Workload finished or gone",
+            )
+    finally:
+        op.stop()
+
+
+def _any_pod(cluster: LocalCluster, namespace: str) -> bool:
+    return bool(get_json(cluster, "pods", "-n", namespace)["items"])

@@ -373,3 +373,17 @@ def test_one_requeue_seen_pod_by_pod_is_said_once_with_its_first_reason():
     assert d.status is not None and not [e for e in d.events if e.type == "Warning"]
     cond = next(c for c in d.status.conditions if c.type == "Restarting")
     assert cond.reason == "Preempted"
+
+
+def test_a_deleted_jobs_pods_are_marked_so_kueue_finishes_their_group():
+    s = KueueSetup()
+    s.run()
+    s.kueue_webhook()
+    job = s.api.jobs[(NS, "ctr")]
+    job["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:00Z"
+    s.cache.on_job_event("MODIFIED", stamp(job))
+    before = len(s.api.log)
+    s.run()
+    log = s.api.log[before:]
+    assert {c[2] for c in log if c[0] == "mark-unretriable"} == set(s.uids())
+    assert not [c for c in log if c[0] in ("create", "delete", "release")]

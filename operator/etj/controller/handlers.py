@@ -16,6 +16,7 @@ deleting a job needs the operator running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -135,6 +136,10 @@ async def job_loop(
             )
         finally:
             waiter.cancel()
+    if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
+        # One last pass of a deleted job: it marks a Kueue group's pods unretriable.
+        with contextlib.suppress(Exception):
+            await reconciler.reconcile(namespace, name)
     memo.wakeups.pop((namespace, name), None)
 
 

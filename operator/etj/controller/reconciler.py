@@ -178,6 +178,7 @@ class Reconciler:
         )
         decision = decide(world)
         if decision.skipped:
+            await self._mark_unretriable(namespace, decision)  # a deleted job's Kueue group
             return Outcome()
         if (
             gang is not None
@@ -318,11 +319,8 @@ class Reconciler:
             # first, a lost delete is only asked again (the replica is in restartingPods).
             _count_restarts(job.status, d.status)
             await self._write_status(obj, d.status)
-        for pod in d.mark_unretriable:
-            # Before the deletions: Kueue counts the group finished once no pod is active.
-            marked = await self.kube.mark_pod_unretriable(ns, pod)
-            if marked is not None and self.cache is not None:
-                self.cache.put_pod(marked)
+        # Before the deletions: Kueue counts the group finished once no pod is active.
+        await self._mark_unretriable(ns, d)
         for pod in d.force_delete_pods:
             if not await self.kube.delete_pod(ns, pod, force=True) and self.cache is not None:
                 self.cache.forget_pod(ns, name, pod)
@@ -360,6 +358,12 @@ class Reconciler:
             metrics.JOBS_FINISHED.labels(str(d.status.phase)).inc()
         if d.delete_job:
             await self.kube.delete_job(ns, name)
+
+    async def _mark_unretriable(self, namespace: str, d: Decision) -> None:
+        for pod in d.mark_unretriable:
+            marked = await self.kube.mark_pod_unretriable(namespace, pod)
+            if marked is not None and self.cache is not None:
+                self.cache.put_pod(marked)
 
     def _known(self, kind: str, namespace: str, job: str) -> None:
         # Created now or "already exists": either way it is there.

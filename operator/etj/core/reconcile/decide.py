@@ -42,6 +42,7 @@ from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
 from etj.core.reconcile.policies.queue import (
     QUEUE_REASONS,
+    REASON_PREEMPTED,
     pods_to_mark_unretriable,
     pods_to_release,
     queue_eviction,
@@ -90,9 +91,10 @@ class World:
 
 @dataclass
 class Decision:
-    """What to do: apply in order — create Service/ConfigMap and the gang, write status, mark
-    pods unretriable, delete pods, release pods, create pods, post events, delete the job (the status first: it records a failure
-    before the failed pod, the only other evidence of it, is deleted)."""
+    """What to do: apply in order — create Service/ConfigMap and the gang, write status,
+    mark pods unretriable, delete pods, release pods, create pods, post events, delete the
+    job (the status first: it records a failure before the failed pod, the only other
+    evidence of it, is deleted)."""
 
     status: EmbeddingTrainingJobStatus | None = None
     create_service: bool = False
@@ -191,7 +193,9 @@ def decide(world: World) -> Decision:
     if job.spec.run_policy.managed_by != MANAGED_BY:
         return Decision(skipped=f"managed by {job.spec.run_policy.managed_by}")
     if job.metadata.deletionTimestamp:
-        return Decision(skipped="being deleted")
+        # Its pods go with it: Kueue must count their group finished, not wait for them.
+        marks = pods_to_mark_unretriable(world.pods)
+        return Decision(skipped="being deleted", mark_unretriable=marks)
     p = _Pass(world)
     if world.plan is None:
         return _invalid(p, world.plan_error or "the job cannot be planned", world.refusal_reason)
@@ -421,7 +425,7 @@ def _requeued(p: _Pass, names: list[str], reason: str, message: str) -> None:
     """Kueue stopped the job's pod group (a preemption, or another eviction): a disruption.
     The pods are recreated, Kueue's gate holds them until the group's Workload is admitted
     again, and the chief resumes from the last checkpoint."""
-    what = "preempted" if reason == "Preempted" else "evicted"
+    what = "preempted" if reason == REASON_PREEMPTED else "evicted"
     text = (
         f"Kueue {what} the job's pod group ({message}); recreating {', '.join(names)}: "
         "they wait for Kueue to admit the group again and training resumes from the last "

@@ -53,8 +53,9 @@ class PodState:
     # Taken off a NotReady or unreachable node (etj.core.reconcile.policies.nodeloss).
     node_lost: bool = False
     # Kueue's plain-Pod group (etj.core.reconcile.policies.queue): the pod is one of a
-    # group, Kueue's finalizer holds it, it is marked unretriable, and what Kueue said when
-    # it stopped the pod (its TerminationTarget message, e.g. "Preempted to accommodate ...").
+    # group, Kueue's finalizer holds it, it is marked unretriable, and why the queue took it
+    # (Kueue's TerminationTarget message, e.g. "Preempted to accommodate ...", or deleted
+    # while held at Kueue's gate; either makes it ``disrupted``).
     in_queue_group: bool = False
     queue_held: bool = False
     unretriable: bool = False
