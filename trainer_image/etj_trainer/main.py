@@ -14,9 +14,10 @@ import os
 import sys
 import traceback
 
+from etj.api.roles import Role
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, metrics_port
-from etj_trainer.task.cluster import ClusterError, Role, Task, check_strategy, parse_tf_config
+from etj_trainer.task.cluster import ClusterError, Task, check_strategy, parse_tf_config
 from etj_trainer.task.termination import report_failure, write_termination_message
 
 log = logging.getLogger("etj_trainer")

@@ -57,9 +57,9 @@ from typing import Any
 
 from etj.api.constants import REASON_COMPLETED, SHARD_PLAN_ENV
 from etj.api.plan import ShardPlan, TablePlan
+from etj.api.roles import Role
+from etj.api.roles import is_leader as leader_rule
 from etj_trainer.config import CONFIG_ENV, METRICS_PORT_ENV
-from etj_trainer.task.cluster import Role
-from etj_trainer.task.cluster import is_leader as leader_rule
 from etj_trainer.task.progress import Metrics, emit
 from etj_trainer.task.termination import write_termination_message
 

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.roles import ALL_ROLES
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
 from etj.api.storage import claims_to_read, sharing_problems
 from etj.controller import metrics
@@ -394,7 +395,7 @@ def _count_restarts(
 ) -> None:
     if new.replica_statuses is None:
         return
-    for role in ("chief", "worker", "ps", "evaluator"):
+    for role in ALL_ROLES:
         after = getattr(new.replica_statuses, role)
         before = getattr(old.replica_statuses, role) if old and old.replica_statuses else None
         delta = (after.restarts if after else 0) - (before.restarts if before else 0)

@@ -29,6 +29,7 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.roles import Role
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
 from etj.core.reconcile import PodState, World, decide
 from etj.core.reconcile.decide import Event, iso
@@ -154,7 +155,7 @@ class LocalRunner:
         self.replicas = replica_set(self.job, plan)
         # The leader checkpoints on SIGTERM: it alone gets a graceful stop.
         self._leader_name = pod_name(self.job.name, *self.replicas.leader())
-        self.ports = {task: free_port() for task in self.replicas.tasks()}
+        self.ports: dict[tuple[str, int], int] = {t: free_port() for t in self.replicas.tasks()}
         self.metrics_port = free_port()
         self.settings = RenderSettings(metrics_port=self.metrics_port)
         self.python = python
@@ -306,7 +307,7 @@ class LocalRunner:
         self._maybe_kill_worker()
         self._report_rejoin()
         self.reporter.on_status(self.status)
-        return str(self.status.phase) in FINISHED_PHASES
+        return self.status.phase in FINISHED_PHASES
 
     def _delete(self, proc: Proc) -> None:
         if proc.name == self._leader_name:
@@ -323,7 +324,7 @@ class LocalRunner:
         """Say when the replaced worker is back and training has gone on past its restart."""
         if self.killed is None or self.rejoined or self.restarted_at_step is None:
             return
-        proc = self.procs.get(("worker", self.replicas.worker - 1))
+        proc = self.procs.get((Role.WORKER, self.replicas.worker - 1))
         if proc is None or proc.exit_code is not None or time.monotonic() - proc.started < 5:
             return
         if self._step() > self.restarted_at_step:
@@ -337,7 +338,7 @@ class LocalRunner:
         step = self._step()
         if at is None or self.killed is not None or step < at or self.replicas.worker == 0:
             return
-        key = ("worker", self.replicas.worker - 1)
+        key = (Role.WORKER, self.replicas.worker - 1)
         proc = self.procs.get(key)
         if proc is None or proc.exit_code is not None:
             return
