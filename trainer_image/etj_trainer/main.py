@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 
+from etj.api.constants import TF_CONFIG_ENV
 from etj.api.roles import Role
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, metrics_port
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load_config(args.config)
-        task = parse_tf_config(os.environ.get("TF_CONFIG"))
+        task = parse_tf_config(os.environ.get(TF_CONFIG_ENV))
         check_strategy(task, config.strategy)
         port = metrics_port(config)
     except (ConfigError, ClusterError) as e:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from etj.api.constants import REPLICA_INDEX_ENV, REPLICA_TYPE_ENV
 from etj.api.roles import ALL_ROLES, TRAINING_ROLES, ReplicaSet, Role, is_leader, leader
 from etj.cli.convert import convert_tfjob
 from etj.core.render import RenderSettings, build_pods, replica_set
@@ -91,5 +92,5 @@ def test_the_sdk_leader_of_rendered_pods_is_the_operators():
     for pod in build_pods(result.job, result.plan, RenderSettings()):
         env = {e["name"]: e.get("value") or "" for e in pod["spec"]["containers"][0]["env"]}
         if sdk.is_leader(env):
-            leaders.append((env[sdk.REPLICA_TYPE_ENV], int(env[sdk.REPLICA_INDEX_ENV])))
+            leaders.append((env[REPLICA_TYPE_ENV], int(env[REPLICA_INDEX_ENV])))
     assert leaders == [replica_set(result.job, result.plan).leader()] == [("worker", 0)]
