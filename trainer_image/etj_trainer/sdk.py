@@ -65,7 +65,7 @@ from etj.api.constants import (
     TF_CONFIG_ENV,
 )
 from etj.api.plan import ShardPlan, TablePlan
-from etj.api.progress import completion_json
+from etj.api.progress import EVENT_PROGRESS, completion_json
 from etj.api.roles import Role
 from etj.api.roles import is_leader as leader_rule
 from etj_trainer.config import CONFIG_ENV
@@ -231,7 +231,7 @@ class ProgressReporter:
             "examplesPerSecond": round(eps, 1),
             "lastCheckpointStep": self.last_checkpoint_step,
         }
-        emit("progress", **fields)
+        emit(EVENT_PROGRESS, **fields)
         self.last = {k: v for k, v in fields.items() if v is not None}
         self._mark = (now, int(step))
         self._reported = now

@@ -1,6 +1,12 @@
 """The progress record between the trainer and the operator: the leader's metric names, the
-status fields they fill, and the termination message a leader that trained every step ends
-with.
+status fields they fill, the JSON lines ``etj run`` reads, and the termination message a
+leader that trained every step ends with.
+
+The record itself is status.progress / status.evaluation in their wire form (camelCase
+field names of ``Progress`` and ``Evaluation``): the trainer writes it as a JSON line
+``{"event": EVENT_PROGRESS, "step": ..., "loss": ...}`` on its stdout (``etj run`` reads
+the leader's log) and in the completion message; the operator reads either with
+etj.core.reconcile.progress (``progress_record``, ``evaluation_record``).
 
 The trainer (and a job's own program through ``etj_trainer.sdk``) serves the gauges named
 here on its metrics page; the operator scrapes them into ``status.progress`` and
@@ -46,6 +52,10 @@ EVALUATION_METRICS: dict[str, str] = {
     METRIC_EVAL_LOGLOSS: "logloss",
     METRIC_EVAL_EXAMPLES: "examples",
 }
+
+# The ``event`` of the trainer's JSON lines that carry the record.
+EVENT_PROGRESS = "progress"
+EVENT_EVALUATION = "evaluation"
 
 COMPLETION_PREFIX = f"{REASON_COMPLETED}: "
 

@@ -29,10 +29,12 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.progress import EVENT_EVALUATION, EVENT_PROGRESS
 from etj.api.roles import Role
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
 from etj.core.reconcile import PodState, World, decide
 from etj.core.reconcile.decide import Event, iso
+from etj.core.reconcile.progress import evaluation_record, progress_record
 from etj.core.render import RenderSettings, build_config_map, build_pod, replica_set
 from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
@@ -66,33 +68,14 @@ def last_event(path: Path, event: str) -> dict | None:
 
 
 def progress_from_log(path: Path, now: str) -> Progress | None:
-    """The last ``{"event": "progress", ...}`` line the trainer wrote to its log."""
-    doc = last_event(path, "progress")
-    if doc is None:
-        return None
-    return Progress(
-        step=int(doc["step"]),
-        examples_per_second=doc.get("examplesPerSecond"),
-        loss=doc.get("loss"),
-        auc=doc.get("auc"),
-        last_checkpoint_step=doc.get("lastCheckpointStep"),
-        bad_records=doc.get("badRecords"),
-        update_time=now,
-    )
+    """The last ``{"event": "progress", ...}`` line the trainer wrote to its log, read as the
+    operator reads the same record (etj.api.progress)."""
+    return progress_record(last_event(path, EVENT_PROGRESS), now)
 
 
 def evaluation_from_log(path: Path, now: str) -> Evaluation | None:
     """The last held-out ``{"event": "evaluation", ...}`` line of the trainer's log."""
-    doc = last_event(path, "evaluation")
-    if doc is None:
-        return None
-    return Evaluation(
-        step=int(doc["step"]),
-        auc=doc.get("auc"),
-        logloss=doc.get("logloss"),
-        examples=doc.get("examples"),
-        update_time=now,
-    )
+    return evaluation_record(last_event(path, EVENT_EVALUATION), now)
 
 
 @dataclass

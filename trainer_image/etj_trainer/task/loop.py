@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from etj.api.constants import PROGRESS_SECONDS_ENV, REASON_COMPLETED
-from etj.api.progress import completion_json
+from etj.api.progress import EVENT_EVALUATION, completion_json
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
@@ -144,7 +144,7 @@ def train_loop(
                 # Inline held-out evaluation of the state just saved (the job's status
                 # shows it); the watchdog must not count its time as a hang.
                 result = scorer(step)
-                emit("evaluation", **result)
+                emit(EVENT_EVALUATION, **result)
                 reporter.evaluated(result)
                 watchdog.beat()
             if stop:

@@ -26,6 +26,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from etj.api.progress import (
+    EVENT_PROGRESS,
     METRIC_AUC,
     METRIC_BAD_RECORDS,
     METRIC_EVAL_AUC,
@@ -203,7 +204,7 @@ class Reporter:
             "restartsSeen": self.restarts,
             "badRecords": self.bad_records or None,
         }
-        emit("progress", **fields)
+        emit(EVENT_PROGRESS, **fields)
         self._write_summaries(loss, auc, eps)
         self._mark_time, self._mark_step, self._last_report = now, self.step, now
         self.last_report = fields

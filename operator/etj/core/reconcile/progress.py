@@ -77,9 +77,18 @@ def parse_completion(message: str | None, now: str) -> tuple[Progress | None, Ev
     doc = completion_record(message)
     if doc is None:
         return None, None
-    return _parsed(doc.get("progress"), Progress, now), _parsed(
-        doc.get("evaluation"), Evaluation, now
-    )
+    return progress_record(doc.get("progress"), now), evaluation_record(doc.get("evaluation"), now)
+
+
+def progress_record(doc: Any, now: str) -> Progress | None:
+    """status.progress from a progress record (a trainer's ``progress`` line, a completion
+    message's ``progress``); None without a step or with a bad value."""
+    return _parsed(doc, Progress, now)
+
+
+def evaluation_record(doc: Any, now: str) -> Evaluation | None:
+    """status.evaluation from an evaluation record (``evaluation`` line or message part)."""
+    return _parsed(doc, Evaluation, now)
 
 
 def _parsed(doc: Any, model: Any, now: str) -> Any:

@@ -30,7 +30,7 @@ def leader_succeeded(pods: dict[tuple[str, int], PodState], replicas: ReplicaSet
 def job_succeeded(
     pods: dict[tuple[str, int], PodState],
     replicas: ReplicaSet,
-    policy: str = SuccessPolicy.CHIEF,
+    policy: SuccessPolicy | str = SuccessPolicy.CHIEF,
 ) -> bool:
     """Whether the job has succeeded under ``policy`` (``runPolicy.successPolicy``)."""
     if policy == SuccessPolicy.ALL_WORKERS and replicas.chief == 0 and replicas.worker:
@@ -38,7 +38,7 @@ def job_succeeded(
     return leader_succeeded(pods, replicas)
 
 
-def success_message(replicas: ReplicaSet, policy: str = SuccessPolicy.CHIEF) -> str:
+def success_message(replicas: ReplicaSet, policy: SuccessPolicy | str = SuccessPolicy.CHIEF) -> str:
     """What the Succeeded condition says happened."""
     stopped = "; parameter servers stopped" if replicas.ps else ""
     if policy == SuccessPolicy.ALL_WORKERS and replicas.chief == 0 and replicas.worker:
