@@ -65,7 +65,7 @@ from etj.api.constants import (
     TF_CONFIG_ENV,
 )
 from etj.api.plan import ShardPlan, TablePlan
-from etj.api.progress import EVENT_PROGRESS, completion_json
+from etj.api.progress import EVENT_PROGRESS, completion_json, progress_fields
 from etj.api.roles import Role
 from etj.api.roles import is_leader as leader_rule
 from etj_trainer.config import CONFIG_ENV
@@ -224,13 +224,13 @@ class ProgressReporter:
             self._eps = (step - mark_step) * self.examples_per_step / (now - mark_time)
         eps = self._eps
         m.examples_per_second.set(eps)
-        fields = {
-            "step": int(step),
-            "loss": self._loss,
-            "auc": self._auc,
-            "examplesPerSecond": round(eps, 1),
-            "lastCheckpointStep": self.last_checkpoint_step,
-        }
+        fields = progress_fields(
+            step,
+            loss=self._loss,
+            auc=self._auc,
+            examples_per_second=eps,
+            last_checkpoint_step=self.last_checkpoint_step,
+        )
         emit(EVENT_PROGRESS, **fields)
         self.last = {k: v for k, v in fields.items() if v is not None}
         self._mark = (now, int(step))

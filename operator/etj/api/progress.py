@@ -57,7 +57,31 @@ EVALUATION_METRICS: dict[str, str] = {
 EVENT_PROGRESS = "progress"
 EVENT_EVALUATION = "evaluation"
 
+# Only in the trainer's progress lines (not in status): how often this process resumed.
+RESTARTS_SEEN_KEY = "restartsSeen"
+
 COMPLETION_PREFIX = f"{REASON_COMPLETED}: "
+
+
+def progress_fields(
+    step: int,
+    *,
+    loss: float | None,
+    auc: float | None,
+    examples_per_second: float,
+    last_checkpoint_step: int | None,
+    bad_records: int | None = None,
+) -> dict[str, Any]:
+    """One progress record as the trainer and the SDK report it (status.progress's wire
+    names; a None is left out when written)."""
+    return {
+        "step": int(step),
+        "loss": loss,
+        "auc": auc,
+        "examplesPerSecond": round(examples_per_second, 1),
+        "lastCheckpointStep": last_checkpoint_step,
+        "badRecords": bad_records,
+    }
 
 
 def completion_json(progress: dict[str, Any], evaluation: dict[str, Any] | None = None) -> str:

@@ -38,6 +38,8 @@ from etj.api.progress import (
     METRIC_LOSS,
     METRIC_RESTARTS_SEEN,
     METRIC_STEP,
+    RESTARTS_SEEN_KEY,
+    progress_fields,
 )
 from etj_trainer.task.auc import BINS, auc_from_histogram
 
@@ -196,13 +198,15 @@ class Reporter:
         if auc is not None:
             m.auc.set(auc)
         fields = {
-            "step": self.step,
-            "loss": loss,
-            "auc": auc,
-            "examplesPerSecond": round(eps, 1),
-            "lastCheckpointStep": self.last_checkpoint_step,
-            "restartsSeen": self.restarts,
-            "badRecords": self.bad_records or None,
+            **progress_fields(
+                self.step,
+                loss=loss,
+                auc=auc,
+                examples_per_second=eps,
+                last_checkpoint_step=self.last_checkpoint_step,
+                bad_records=self.bad_records or None,
+            ),
+            RESTARTS_SEEN_KEY: self.restarts,
         }
         emit(EVENT_PROGRESS, **fields)
         self._write_summaries(loss, auc, eps)
@@ -217,7 +221,7 @@ class Reporter:
         progress = {
             k: v
             for k, v in (self.last_report or {"step": self.step}).items()
-            if v is not None and k != "restartsSeen"
+            if v is not None and k != RESTARTS_SEEN_KEY
         }
         out: dict[str, Any] = {"progress": progress}
         if self.last_evaluation is not None:
