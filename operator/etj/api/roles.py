@@ -58,9 +58,6 @@ class ReplicaSet:
     def count(self, role: Role | str) -> int:
         return int(getattr(self, Role(role).value))
 
-    def __getitem__(self, role: Role | str) -> int:
-        return self.count(role)
-
     def items(self) -> Iterator[tuple[Role, int]]:
         """(role, count) for every role, in TensorFlow's order (zero counts included)."""
         return ((role, self.count(role)) for role in ALL_ROLES)
