@@ -12,11 +12,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from etj.api.constants import METRICS_PORT_ENV, TRAINER_CONFIG_ENV
 from etj.api.dynamic import table_rows
 from etj.api.trainer import TrainerConfig
 
-CONFIG_ENV = "ETJ_TRAINER_CONFIG"
-METRICS_PORT_ENV = "ETJ_METRICS_PORT"
+CONFIG_ENV = TRAINER_CONFIG_ENV
 
 
 class ConfigError(ValueError):

@@ -14,9 +14,11 @@ import os
 import sys
 import traceback
 
+from etj.api.constants import TF_CONFIG_ENV
+from etj.api.roles import Role
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, metrics_port
-from etj_trainer.task.cluster import ClusterError, Role, Task, check_strategy, parse_tf_config
+from etj_trainer.task.cluster import ClusterError, Task, check_strategy, parse_tf_config
 from etj_trainer.task.termination import report_failure, write_termination_message
 
 log = logging.getLogger("etj_trainer")
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load_config(args.config)
-        task = parse_tf_config(os.environ.get("TF_CONFIG"))
+        task = parse_tf_config(os.environ.get(TF_CONFIG_ENV))
         check_strategy(task, config.strategy)
         port = metrics_port(config)
     except (ConfigError, ClusterError) as e:

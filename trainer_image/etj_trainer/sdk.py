@@ -55,16 +55,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from etj.api.constants import REASON_COMPLETED, SHARD_PLAN_ENV
+from etj.api.constants import (
+    METRICS_PORT_ENV,
+    PROGRESS_SECONDS_ENV,
+    REASON_COMPLETED,
+    REPLICA_INDEX_ENV,
+    REPLICA_TYPE_ENV,
+    SHARD_PLAN_ENV,
+    TF_CONFIG_ENV,
+)
 from etj.api.plan import ShardPlan, TablePlan
-from etj_trainer.config import CONFIG_ENV, METRICS_PORT_ENV
-from etj_trainer.task.cluster import Role
-from etj_trainer.task.cluster import is_leader as leader_rule
+from etj.api.progress import EVENT_PROGRESS, completion_json, progress_fields
+from etj.api.roles import Role
+from etj.api.roles import is_leader as leader_rule
+from etj_trainer.config import CONFIG_ENV
 from etj_trainer.task.progress import Metrics, emit
 from etj_trainer.task.termination import write_termination_message
-
-REPLICA_TYPE_ENV = "ETJ_REPLICA_TYPE"
-REPLICA_INDEX_ENV = "ETJ_REPLICA_INDEX"
 
 
 class SdkError(RuntimeError):
@@ -130,7 +136,7 @@ def is_leader(environ: dict[str, str] | None = None) -> bool:
     index = env.get(REPLICA_INDEX_ENV, "0")
     if not index.isdigit():
         return False
-    cluster = json.loads(env.get("TF_CONFIG") or "{}").get("cluster") or {}
+    cluster = json.loads(env.get(TF_CONFIG_ENV) or "{}").get("cluster") or {}
     return leader_rule(role, int(index), bool(cluster.get(Role.CHIEF)))
 
 
@@ -180,7 +186,7 @@ class ProgressReporter:
     ):
         self.enabled = is_leader() if enabled is None else enabled
         self.examples_per_step = examples_per_step
-        self.interval = float(os.environ.get("ETJ_PROGRESS_SECONDS", interval))
+        self.interval = float(os.environ.get(PROGRESS_SECONDS_ENV, interval))
         self.clock = clock
         self.metrics = Metrics(
             (port if port is not None else metrics_port()) if self.enabled else None
@@ -218,14 +224,14 @@ class ProgressReporter:
             self._eps = (step - mark_step) * self.examples_per_step / (now - mark_time)
         eps = self._eps
         m.examples_per_second.set(eps)
-        fields = {
-            "step": int(step),
-            "loss": self._loss,
-            "auc": self._auc,
-            "examplesPerSecond": round(eps, 1),
-            "lastCheckpointStep": self.last_checkpoint_step,
-        }
-        emit("progress", **fields)
+        fields = progress_fields(
+            step,
+            loss=self._loss,
+            auc=self._auc,
+            examples_per_second=eps,
+            last_checkpoint_step=self.last_checkpoint_step,
+        )
+        emit(EVENT_PROGRESS, **fields)
         self.last = {k: v for k, v in fields.items() if v is not None}
         self._mark = (now, int(step))
         self._reported = now
@@ -247,9 +253,7 @@ class ProgressReporter:
         final = self.step(self.last_step, force=True) or self.last
         progress = {k: v for k, v in final.items() if v is not None}
         emit("done", step=self.last_step)
-        write_termination_message(
-            REASON_COMPLETED, json.dumps({"progress": progress}, separators=(",", ":"))
-        )
+        write_termination_message(REASON_COMPLETED, completion_json(progress))
 
 
 def restore_in_pieces(path: str, variables: dict[str, Any]) -> None:

@@ -30,13 +30,14 @@ from typing import Any
 import yaml
 
 from etj.api.constants import GROUP, PLURAL
+from etj.api.roles import ALL_ROLES
 
 # The namespace label by which a cluster admin lets jobs there ask for host access.
 ALLOW_PRIVILEGED_LABEL = f"{GROUP}/allow-privileged"
 _OPT_IN = f'a cluster admin may label the namespace {ALLOW_PRIVILEGED_LABEL}="true" to allow it'
 
 # The roles whose ``spec.replicas.<role>.template`` is merged over the pod.
-TEMPLATE_ROLES = ("chief", "worker", "ps", "evaluator")
+TEMPLATE_ROLES = tuple(r.value for r in ALL_ROLES)
 # What the Pod Security "restricted" level lets a container add.
 ALLOWED_CAPABILITIES = ("NET_BIND_SERVICE",)
 # Directories a mount may not cover (nor be above: "/" or "/var" hide them too).

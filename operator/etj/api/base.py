@@ -18,14 +18,14 @@ class ApiModel(BaseModel):
 
     ``extra="forbid"`` so that a typo in a job (``vocabSize``) is an error from ``etj
     validate`` instead of a silently ignored field; the API server prunes unknown fields
-    anyway, so the CRD schema does not need it.
+    anyway, so the CRD schema does not need it. Enum fields hold the enum (``Strategy``,
+    ``Phase``...), compared as such in the core; ``to_wire`` writes their values.
     """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
-        use_enum_values=True,
         validate_default=True,
     )
 

@@ -21,14 +21,24 @@ MANAGED_BY = "training.etj.dev/operator"
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# On the CRD (with LABEL_NAME): the application it belongs to.
+LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_REPLICA_TYPE = f"{GROUP}/replica-type"
 LABEL_REPLICA_INDEX = f"{GROUP}/replica-index"
 APP_NAME = "etj"
+# kopf's finalizer on every job the operator manages.
+FINALIZER = f"{GROUP}/finalizer"
 MANAGED_BY_VALUE = "etj"
 
 TF_PORT = 2222
 METRICS_PORT = 9102
+# The name of the trainer container's metrics port: the operator scrapes the pod's port so
+# named (or the address in ANNOTATION_METRICS_ADDRESS, which overrides it).
+METRICS_PORT_NAME = "metrics"
+# Where the leader's metrics page is when the pod's IP and port do not reach it (a
+# process-backed node of the test cluster serves it on a loopback port and says so here).
+ANNOTATION_METRICS_ADDRESS = f"{GROUP}/metrics-address"
 TRAINER_CONFIG_MOUNT = "/etc/etj"
 TRAINER_CONFIG_FILE = "trainer.json"
 DEFAULT_CHECKPOINT_MOUNT = "/var/lib/etj/checkpoints"
@@ -83,14 +93,24 @@ DISRUPTION_CONDITIONS = ("DisruptionTarget", KUEUE_TERMINATION_CONDITION)
 # The main container under its TFJob name: a template's container named so is etj's own.
 TFJOB_CONTAINER_NAME = "tensorflow"
 TF_CONFIG_ENV = "TF_CONFIG"
+# The trainer config file (TRAINER_CONFIG_FILE under TRAINER_CONFIG_MOUNT) of every replica.
+TRAINER_CONFIG_ENV = "ETJ_TRAINER_CONFIG"
+# The replica's role (a ``Role`` value) and index, beside TF_CONFIG: a job's own program
+# reads them (``etj_trainer.sdk.is_leader``) without parsing TF_CONFIG.
+REPLICA_TYPE_ENV = "ETJ_REPLICA_TYPE"
+REPLICA_INDEX_ENV = "ETJ_REPLICA_INDEX"
 # Environment variables whose names start so are etj's (a template may not set them).
 ETJ_ENV_PREFIX = "ETJ_"
 # Every replica finds the shard plan (``ShardPlan`` wire JSON) in the file this names: the
 # trainer config ConfigMap carries it as SHARD_PLAN_FILE next to TRAINER_CONFIG_FILE.
 SHARD_PLAN_ENV = "ETJ_SHARD_PLAN"
 SHARD_PLAN_FILE = "shard-plan.json"
-# The local port the chief's metrics page is served on under ``etj run``.
+# The trainer's metrics port, over the trainer config's (``etj run`` and the process node
+# give each leader a free local port; 0: no page). The operator's own port is another
+# variable (ETJ_OPERATOR_METRICS_PORT, an operator setting).
 METRICS_PORT_ENV = "ETJ_METRICS_PORT"
+# Seconds between the trainer's progress reports (its metrics and ``progress`` lines).
+PROGRESS_SECONDS_ENV = "ETJ_PROGRESS_SECONDS"
 # The Pod volumes etj renders itself; a template may not define volumes of these names.
 VOLUME_TRAINER_CONFIG = "trainer-config"
 VOLUME_CHECKPOINTS = "checkpoints"

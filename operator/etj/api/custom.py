@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import Field
 
+from etj.api.architectures import Architecture
 from etj.api.base import ApiModel
 from etj.api.rules import Rule
 
@@ -76,7 +77,7 @@ class CustomModel(ApiModel):
 
 
 def _custom_with_default_architecture(m: Any) -> bool:
-    return m.custom is None or str(m.architecture) == "dnn"
+    return m.custom is None or m.architecture == Architecture.DNN
 
 
 CUSTOM_RULES = (

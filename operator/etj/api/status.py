@@ -22,7 +22,22 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
 
-FINISHED_PHASES = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
+FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class ConditionType(StrEnum):
+    """The condition types etj sets on a job (``Condition.type``). Each phase but Pending
+    has its condition; Created says the pods were made, Scheduled whether the gang could be
+    placed (etj.core.reconcile.policies.gang)."""
+
+    CREATED = "Created"
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
 
 # metav1.Condition's reason: a CamelCase word (letters, digits, '_', ',' and ':').
 CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"

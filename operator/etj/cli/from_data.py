@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from etj.api.constants import GROUP, KIND, VERSION
+from etj.api.constants import API_VERSION, KIND
+from etj.api.roles import Role
 
 LABEL_NAMES = ("label", "click", "clicked", "is_click", "target", "y")
 DELIMITERS = ("\t", ",", ";", "|")
@@ -285,12 +286,12 @@ def _job(
     if not tables:
         raise ValueError("no categorical column found: etj trains embedding models")
     job = {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": name},
         "spec": {
             "strategy": "Auto",
-            "replicas": {"worker": {"replicas": 2}},
+            "replicas": {Role.WORKER.value: {"replicas": 2}},
             "model": {"embeddings": tables, "features": features, "hiddenUnits": [256, 128]},
             "data": {"source": "files", "files": files, "maxBadRecords": 0},
             "training": {

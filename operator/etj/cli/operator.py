@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     "--metrics-port",
     default=8080,
     type=int,
-    envvar="ETJ_METRICS_PORT",
+    # Not ETJ_METRICS_PORT: that is the trainer's (etj.api.constants.METRICS_PORT_ENV).
+    envvar="ETJ_OPERATOR_METRICS_PORT",
     show_default=True,
     help="Port of the Prometheus metrics (0 to disable).",
 )
@@ -74,7 +75,8 @@ if TYPE_CHECKING:
     "--progress-seconds",
     default=10.0,
     type=float,
-    envvar="ETJ_PROGRESS_SECONDS",
+    # Not ETJ_PROGRESS_SECONDS: that is the trainer's report interval (PROGRESS_SECONDS_ENV).
+    envvar="ETJ_OPERATOR_PROGRESS_SECONDS",
     show_default=True,
     help="How often the chief's progress is read into status.",
 )

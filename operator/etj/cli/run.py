@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from etj.api.status import EmbeddingTrainingJobStatus
+from etj.api.roles import Role
+from etj.api.status import EmbeddingTrainingJobStatus, Phase
 from etj.cli.files import file_argument
 
 
@@ -69,10 +70,10 @@ def run(
     steps = job.spec.training.steps
     epochs = job.spec.training.epochs
     length = f"{epochs} epochs (steps counted by the trainer)" if epochs else f"{steps} steps"
-    if any(template_command(role_template(job, role)) for role in ("chief", "worker")):
+    if any(template_command(role_template(job, role)) for role in (Role.CHIEF, Role.WORKER)):
         length = "its own program (the template's command)"
     tasks = replica_set(job, plan)
-    # Without a chief, worker 0 is the chief (TFJob's rule; ReplicaSet.leader).
+    # Without a chief, worker 0 is the chief (TFJob's rule; etj.api.roles.leader).
     roles = f"chief+{tasks.worker} workers" if tasks.chief else f"{tasks.worker} workers"
     console.print(
         f"[bold]{job.name}[/]: {plan.strategy}, {roles}"
@@ -127,7 +128,7 @@ def run(
             console.print("[yellow]interrupted: every replica stopped[/]")
             raise SystemExit(130) from None
     _summary(console, outcome.status, outcome.seconds, outcome.workdir)
-    raise SystemExit(0 if str(outcome.status.phase) == "Succeeded" else 1)
+    raise SystemExit(0 if outcome.status.phase == Phase.SUCCEEDED else 1)
 
 
 def _raise_interrupt(*_: Any) -> None:

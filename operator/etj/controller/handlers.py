@@ -24,6 +24,7 @@ from typing import Any
 import kopf
 
 from etj.api.constants import (
+    FINALIZER,
     GROUP,
     LABEL_JOB_NAME,
     LABEL_MANAGED_BY,
@@ -52,7 +53,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # etj.controller.kube runs the blocking client in threads; asyncio's default pool has cpu+4 of
     # them (6 on 2 cores), which throttles a burst of jobs to 6 API calls in flight.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"

@@ -25,8 +25,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from etj.api.constants import ANNOTATION_METRICS_ADDRESS, METRICS_PORT_NAME
+from etj.api.conventions import trainer_config_map_name
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.roles import ALL_ROLES
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
 from etj.api.storage import claims_to_read, sharing_problems
 from etj.controller import metrics
@@ -44,10 +47,6 @@ from etj.core.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint,
 from etj.core.validation import validate_manifest
 
 log = logging.getLogger("etj.controller")
-
-# Annotation a pod may carry to say where its metrics are served (the local process
-# runner sets it, since its pods share 127.0.0.1); otherwise podIP:metricsPort is used.
-ANNOTATION_METRICS_ADDRESS = "training.etj.dev/metrics-address"
 
 PostEvent = Callable[[dict[str, Any], Event], None]
 Scrape = Callable[[str], Awaitable[str | None]]
@@ -123,7 +122,7 @@ class Reconciler:
         if self.cache is not None:
             return self.cache.has(kind, namespace, job)
         return await self.kube.exists(
-            kind, namespace, job if kind == "Service" else f"{job}-trainer-config"
+            kind, namespace, job if kind == "Service" else trainer_config_map_name(job)
         )
 
     async def _reconcile(self, namespace: str, name: str) -> Outcome:
@@ -400,7 +399,9 @@ _GANG_REFUSALS = {
 def _metrics_address(raw_pods: list[dict[str, Any]], settings: OperatorSettings) -> str | None:
     for pod in raw_pods:
         for port in ((pod.get("spec") or {}).get("containers") or [{}])[0].get("ports") or []:
-            if port.get("name") != "metrics":
+            # A pod may say where its metrics are served (a process-backed node's pods share
+            # 127.0.0.1); otherwise podIP:metricsPort is used.
+            if port.get("name") != METRICS_PORT_NAME:
                 continue
             annotated = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_METRICS_ADDRESS)
             if annotated:
@@ -416,7 +417,7 @@ def _count_restarts(
 ) -> None:
     if new.replica_statuses is None:
         return
-    for role in ("chief", "worker", "ps", "evaluator"):
+    for role in ALL_ROLES:
         after = getattr(new.replica_statuses, role)
         before = getattr(old.replica_statuses, role) if old and old.replica_statuses else None
         delta = (after.restarts if after else 0) - (before.restarts if before else 0)

@@ -24,10 +24,13 @@ from typing import Any
 import yaml
 
 from etj.api.constants import (
+    APP_NAME,
     CATEGORIES,
     CRD_NAME,
     GROUP,
     KIND,
+    LABEL_NAME,
+    LABEL_PART_OF,
     MAX_JOB_NAME_LENGTH,
     PLURAL,
     SHORT_NAMES,
@@ -145,7 +148,7 @@ def build_crd() -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": CRD_NAME,
-            "labels": {"app.kubernetes.io/name": "etj", "app.kubernetes.io/part-of": "etj"},
+            "labels": {LABEL_NAME: APP_NAME, LABEL_PART_OF: APP_NAME},
         },
         "spec": {
             "group": GROUP,

@@ -224,16 +224,16 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
     return out
 
 
-def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> str:
+def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> Strategy:
     """The strategy the job runs with: ``Auto`` decided from the table sizes."""
-    if spec.strategy != Strategy.AUTO.value:
-        return str(spec.strategy)
+    if spec.strategy != Strategy.AUTO:
+        return Strategy(spec.strategy)
     if spec.replicas.ps is not None:
-        return Strategy.PARAMETER_SERVER.value
+        return Strategy.PARAMETER_SERVER
     total = sum(t.bytes for t in _tables(spec))
     if total <= quantity_bytes(spec.sharding.mirrored_max_bytes):
-        return Strategy.MULTI_WORKER_MIRRORED.value
-    return Strategy.PARAMETER_SERVER.value
+        return Strategy.MULTI_WORKER_MIRRORED
+    return Strategy.PARAMETER_SERVER
 
 
 def rows_per_shard(rows: int, shards: int) -> list[int]:
@@ -399,7 +399,7 @@ def _ps_plan(
         )
     requests = _requests(loads, spec)
     return ShardPlan(
-        strategy=Strategy.PARAMETER_SERVER.value,
+        strategy=Strategy.PARAMETER_SERVER,
         ps_replicas=num_ps,
         total_bytes=sum(t.bytes for t in tables),
         tables=plans,
@@ -567,7 +567,7 @@ def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> Shar
             "strategy ParameterServer",
         )
     return ShardPlan(
-        strategy=Strategy.MULTI_WORKER_MIRRORED.value,
+        strategy=Strategy.MULTI_WORKER_MIRRORED,
         ps_replicas=0,
         total_bytes=total,
         tables=[
@@ -593,6 +593,6 @@ def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> Shar
 def build_plan(spec: EmbeddingTrainingJobSpec) -> ShardPlan:
     """The shard plan of a job; raises ``PlanError`` naming the field to change."""
     tables = _tables(spec)
-    if resolve_strategy(spec) == Strategy.MULTI_WORKER_MIRRORED.value:
+    if resolve_strategy(spec) == Strategy.MULTI_WORKER_MIRRORED:
         return _plan_mirrored(spec, tables)
     return _plan_ps(spec, tables)

@@ -8,45 +8,21 @@ TensorFlow's conventions followed here: under ParameterServer the cluster has ``
 ``worker`` and ``ps`` — or, for a job running its own command as a TFJob does (dist-mnist's
 between-graph replication), ``worker`` and ``ps`` only; under MultiWorkerMirrored there is
 no ``ps``. A role with no task has no entry, and without a chief worker 0 is the chief
-(``ReplicaSet.leader``). An ``evaluator`` is never part of ``cluster`` — it gets the
-training cluster with ``task.type == "evaluator"``.
+(the leader rule). An ``evaluator`` is never part of ``cluster`` — it gets the training
+cluster with ``task.type == "evaluator"``. The roles, the leader rule and ``ReplicaSet``
+are the contract's (``etj.api.roles``); the keys and values written here are plain
+strings, as TF_CONFIG has them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from etj.api.constants import TF_PORT
-
-# The roles in the order TensorFlow lists them.
-TRAINING_ROLES = ("chief", "worker", "ps")
-ALL_ROLES = (*TRAINING_ROLES, "evaluator")
+from etj.api.roles import ALL_ROLES, TRAINING_ROLES, ReplicaSet
 
 AddressFn = Callable[[str, int], str]
-
-
-@dataclass(frozen=True)
-class ReplicaSet:
-    """How many tasks of each role a job runs."""
-
-    chief: int = 0
-    worker: int = 0
-    ps: int = 0
-    evaluator: int = 0
-
-    def count(self, role: str) -> int:
-        return int(getattr(self, role))
-
-    def tasks(self) -> list[tuple[str, int]]:
-        """Every (role, index) of the job, in a stable order."""
-        return [(role, i) for role in ALL_ROLES for i in range(self.count(role))]
-
-    def leader(self) -> tuple[str, int]:
-        """The replica whose success is the job's, which serves progress and checkpoints
-        first: the chief, or worker 0 when there is none. The one home of this rule."""
-        return ("chief", 0) if self.chief > 0 else ("worker", 0)
 
 
 def pod_name(job: str, role: str, index: int) -> str:
@@ -65,7 +41,7 @@ def dns_address(job: str, namespace: str, port: int = TF_PORT) -> AddressFn:
 def cluster_spec(replicas: ReplicaSet, address: AddressFn) -> dict[str, list[str]]:
     """The ``cluster`` part of TF_CONFIG (training roles with at least one task)."""
     return {
-        role: [address(role, i) for i in range(replicas.count(role))]
+        role.value: [address(role.value, i) for i in range(replicas.count(role))]
         for role in TRAINING_ROLES
         if replicas.count(role) > 0
     }
@@ -77,6 +53,6 @@ def tf_config(replicas: ReplicaSet, role: str, index: int, address: AddressFn) -
         raise ValueError(f"no task {role}/{index} in {replicas}")
     doc = {
         "cluster": cluster_spec(replicas, address),
-        "task": {"type": role, "index": index},
+        "task": {"type": str(role), "index": index},
     }
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))

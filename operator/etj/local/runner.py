@@ -29,9 +29,12 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.progress import EVENT_EVALUATION, EVENT_PROGRESS
+from etj.api.roles import Role
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
 from etj.core.reconcile import PodState, World, decide
 from etj.core.reconcile.decide import Event, iso
+from etj.core.reconcile.progress import evaluation_record, progress_record
 from etj.core.render import RenderSettings, build_config_map, build_pod, replica_set
 from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
@@ -65,33 +68,14 @@ def last_event(path: Path, event: str) -> dict | None:
 
 
 def progress_from_log(path: Path, now: str) -> Progress | None:
-    """The last ``{"event": "progress", ...}`` line the trainer wrote to its log."""
-    doc = last_event(path, "progress")
-    if doc is None:
-        return None
-    return Progress(
-        step=int(doc["step"]),
-        examples_per_second=doc.get("examplesPerSecond"),
-        loss=doc.get("loss"),
-        auc=doc.get("auc"),
-        last_checkpoint_step=doc.get("lastCheckpointStep"),
-        bad_records=doc.get("badRecords"),
-        update_time=now,
-    )
+    """The last ``{"event": "progress", ...}`` line the trainer wrote to its log, read as the
+    operator reads the same record (etj.api.progress)."""
+    return progress_record(last_event(path, EVENT_PROGRESS), now)
 
 
 def evaluation_from_log(path: Path, now: str) -> Evaluation | None:
     """The last held-out ``{"event": "evaluation", ...}`` line of the trainer's log."""
-    doc = last_event(path, "evaluation")
-    if doc is None:
-        return None
-    return Evaluation(
-        step=int(doc["step"]),
-        auc=doc.get("auc"),
-        logloss=doc.get("logloss"),
-        examples=doc.get("examples"),
-        update_time=now,
-    )
+    return evaluation_record(last_event(path, EVENT_EVALUATION), now)
 
 
 @dataclass
@@ -154,7 +138,7 @@ class LocalRunner:
         self.replicas = replica_set(self.job, plan)
         # The leader checkpoints on SIGTERM: it alone gets a graceful stop.
         self._leader_name = pod_name(self.job.name, *self.replicas.leader())
-        self.ports = {task: free_port() for task in self.replicas.tasks()}
+        self.ports: dict[tuple[str, int], int] = {t: free_port() for t in self.replicas.tasks()}
         self.metrics_port = free_port()
         self.settings = RenderSettings(metrics_port=self.metrics_port)
         self.python = python
@@ -306,7 +290,7 @@ class LocalRunner:
         self._maybe_kill_worker()
         self._report_rejoin()
         self.reporter.on_status(self.status)
-        return str(self.status.phase) in FINISHED_PHASES
+        return self.status.phase in FINISHED_PHASES
 
     def _delete(self, proc: Proc) -> None:
         if proc.name == self._leader_name:
@@ -323,7 +307,7 @@ class LocalRunner:
         """Say when the replaced worker is back and training has gone on past its restart."""
         if self.killed is None or self.rejoined or self.restarted_at_step is None:
             return
-        proc = self.procs.get(("worker", self.replicas.worker - 1))
+        proc = self.procs.get((Role.WORKER, self.replicas.worker - 1))
         if proc is None or proc.exit_code is not None or time.monotonic() - proc.started < 5:
             return
         if self._step() > self.restarted_at_step:
@@ -337,7 +321,7 @@ class LocalRunner:
         step = self._step()
         if at is None or self.killed is not None or step < at or self.replicas.worker == 0:
             return
-        key = ("worker", self.replicas.worker - 1)
+        key = (Role.WORKER, self.replicas.worker - 1)
         proc = self.procs.get(key)
         if proc is None or proc.exit_code is not None:
             return

@@ -45,14 +45,21 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from etj.api.constants import CONTAINER_NAME, LABEL_REPLICA_TYPE, VOLUME_MODEL_CODE
+from etj.api.constants import (
+    ANNOTATION_METRICS_ADDRESS,
+    CONTAINER_NAME,
+    LABEL_REPLICA_TYPE,
+    METRICS_PORT_ENV,
+    METRICS_PORT_NAME,
+    TF_CONFIG_ENV,
+    VOLUME_MODEL_CODE,
+)
 from etj.controller.kube import load_config
 from etj.local.launch import Proc, free_port, start
 from etj.local.pod_process import pod_process
 from etj_testcluster.cluster import NODE_NAME
 from etj_testcluster.pod_security import REFUSED_REASON, Refused, process_security
 
-ANNOTATION_METRICS = "training.etj.dev/metrics-address"
 ANNOTATION_PID = "training.etj.dev/local-pid"
 # The entrypoints of etj's images (their Dockerfiles' ENTRYPOINT), run from this
 # installation: the node runs etj's images, not arbitrary ones.
@@ -170,14 +177,14 @@ class ProcessNode:
         if LABEL_REPLICA_TYPE not in (raw["metadata"].get("labels") or {}):
             # Training replicas never call the API; anything else gets its account.
             env.update(self._service_account(raw, workdir))
-        if "TF_CONFIG" in env:
-            env["TF_CONFIG"] = self._map_tf_config(env["TF_CONFIG"])
+        if TF_CONFIG_ENV in env:
+            env[TF_CONFIG_ENV] = self._map_tf_config(env[TF_CONFIG_ENV])
         annotations: dict[str, str] = {}
         ports = [p.get("name") for p in raw["spec"]["containers"][0].get("ports") or []]
-        if "metrics" in ports:
+        if METRICS_PORT_NAME in ports:
             port = free_port()
-            env["ETJ_METRICS_PORT"] = str(port)
-            annotations[ANNOTATION_METRICS] = f"127.0.0.1:{port}"
+            env[METRICS_PORT_ENV] = str(port)
+            annotations[ANNOTATION_METRICS_ADDRESS] = f"127.0.0.1:{port}"
         proc = start(
             name,
             command,

@@ -4,39 +4,16 @@ Pure parsing and validation of the standard TF_CONFIG JSON; no TensorFlow import
 is cheap and testable. It must not guess: a TF_CONFIG that names a task the cluster does
 not have is a usage error (exit 2), not something to paper over.
 
-The trainer's one home of the roles (``Role``) and of the leader rule (``is_leader``).
-The operator keeps its own copy of the role names (``etj.core.tfconfig``; the trainer does not
-import the operator's planning code), and a test fails when the two drift apart.
+The roles (``Role``) and the leader rule (``is_leader``) are the contract's
+(``etj.api.roles``), the operator's and the trainer's alike.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-
-class Role(StrEnum):
-    """A task type of TensorFlow's cluster convention (TF_CONFIG ``task.type``)."""
-
-    CHIEF = "chief"
-    WORKER = "worker"
-    PS = "ps"
-    EVALUATOR = "evaluator"
-
-
-ROLES = tuple(Role)
-# The roles of the training cluster: TensorFlow's convention leaves the evaluator out of
-# TF_CONFIG's ``cluster`` dict.
-CLUSTER_ROLES = (Role.CHIEF, Role.WORKER, Role.PS)
-
-
-def is_leader(role: str, index: int, has_chief: bool) -> bool:
-    """Whether a task reports progress, serves metrics and exports: the chief, else worker 0
-    of a cluster without a chief. The trainer's one home of this rule."""
-    if role == Role.CHIEF:
-        return True
-    return role == Role.WORKER and index == 0 and not has_chief
+from etj.api.roles import ALL_ROLES, TRAINING_ROLES, Role, is_leader
 
 
 class ClusterError(ValueError):
@@ -97,8 +74,8 @@ def parse_tf_config(text: str | None) -> Task:
     if not isinstance(task, dict):
         raise ClusterError("TF_CONFIG has no 'task' object")
     role, index = task.get("type"), task.get("index", 0)
-    if role not in ROLES:
-        raise ClusterError(f"TF_CONFIG task.type {role!r} is not one of {', '.join(ROLES)}")
+    if role not in ALL_ROLES:
+        raise ClusterError(f"TF_CONFIG task.type {role!r} is not one of {', '.join(ALL_ROLES)}")
     if not isinstance(index, int) or index < 0:
         raise ClusterError(f"TF_CONFIG task.index {index!r} is not a non-negative integer")
     # TensorFlow's convention: the evaluator is not part of the cluster dict.
@@ -115,7 +92,7 @@ def _cluster(value: object) -> dict[str, list[str]]:
         raise ClusterError("TF_CONFIG has no 'cluster' object")
     cluster: dict[str, list[str]] = {}
     for role, addresses in value.items():
-        if role not in CLUSTER_ROLES:
+        if role not in TRAINING_ROLES:
             raise ClusterError(f"TF_CONFIG cluster has an unknown role {role!r}")
         if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
             raise ClusterError(f"TF_CONFIG cluster.{role} must be a list of host:port strings")
@@ -128,7 +105,7 @@ def check_strategy(task: Task, strategy: str) -> None:
     if not task.distributed:
         return
     if strategy == "ParameterServer":
-        missing = [r.value for r in CLUSTER_ROLES if task.count(r) == 0]
+        missing = [r.value for r in TRAINING_ROLES if task.count(r) == 0]
         if missing:
             raise ClusterError(
                 f"strategy ParameterServer needs chief, worker and ps tasks; TF_CONFIG has no "

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from etj.api.progress import EVENT_EVALUATION
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.data.batch import LABEL_KEY
@@ -113,7 +114,7 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
             seen = path
             at = int(step.numpy())
             result = scorer(at)
-            emit("evaluation", checkpoint=path, **result)
+            emit(EVENT_EVALUATION, checkpoint=path, **result)
             auc = result["auc"]
             write_scalars(
                 writer, at, {"logloss": result["logloss"], **({"auc": auc} if auc else {})}

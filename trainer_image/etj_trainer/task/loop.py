@@ -12,7 +12,6 @@ Strategy-neutral: it never builds a strategy, a dataset or the training state.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -26,7 +25,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from etj.api.constants import REASON_COMPLETED
+from etj.api.constants import PROGRESS_SECONDS_ENV, REASON_COMPLETED
+from etj.api.progress import EVENT_EVALUATION, completion_json
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
@@ -52,7 +52,6 @@ PS_LOST_ERRORS: tuple[type[Exception], ...] = (
     tf.errors.NotFoundError,
     tf.errors.FailedPreconditionError,
 )
-PROGRESS_SECONDS_ENV = "ETJ_PROGRESS_SECONDS"
 TENSORBOARD_ENV = "ETJ_TENSORBOARD_DIR"
 
 
@@ -145,7 +144,7 @@ def train_loop(
                 # Inline held-out evaluation of the state just saved (the job's status
                 # shows it); the watchdog must not count its time as a hang.
                 result = scorer(step)
-                emit("evaluation", **result)
+                emit(EVENT_EVALUATION, **result)
                 reporter.evaluated(result)
                 watchdog.beat()
             if stop:
@@ -156,9 +155,7 @@ def train_loop(
             export_to(state, config.export_dir)
         if is_chief:
             emit("done", step=step)
-            write_termination_message(
-                REASON_COMPLETED, json.dumps(reporter.completion(), separators=(",", ":"))
-            )
+            write_termination_message(REASON_COMPLETED, completion_json(**reporter.completion()))
         return exitcodes.SUCCESS
     except Terminated:
         emit("terminated", step=int(state.step.numpy()))

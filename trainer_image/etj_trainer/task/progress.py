@@ -25,6 +25,22 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from etj.api.progress import (
+    EVENT_PROGRESS,
+    METRIC_AUC,
+    METRIC_BAD_RECORDS,
+    METRIC_EVAL_AUC,
+    METRIC_EVAL_EXAMPLES,
+    METRIC_EVAL_LOGLOSS,
+    METRIC_EVAL_STEP,
+    METRIC_EXAMPLES_PER_SECOND,
+    METRIC_LAST_CHECKPOINT_STEP,
+    METRIC_LOSS,
+    METRIC_RESTARTS_SEEN,
+    METRIC_STEP,
+    RESTARTS_SEEN_KEY,
+    progress_fields,
+)
 from etj_trainer.task.auc import BINS, auc_from_histogram
 
 log = logging.getLogger(__name__)
@@ -49,25 +65,25 @@ class Metrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, registry=self.registry)
 
-        self.step = gauge("etj_trainer_step", "Global training step.")
+        self.step = gauge(METRIC_STEP, "Global training step.")
         self.examples_per_second = gauge(
-            "etj_trainer_examples_per_second", "Training examples per second (all workers)."
+            METRIC_EXAMPLES_PER_SECOND, "Training examples per second (all workers)."
         )
-        self.loss = gauge("etj_trainer_loss", "Mean training log-loss of recent steps.")
-        self.auc = gauge("etj_trainer_auc", "Training AUC of recent steps.")
+        self.loss = gauge(METRIC_LOSS, "Mean training log-loss of recent steps.")
+        self.auc = gauge(METRIC_AUC, "Training AUC of recent steps.")
         self.last_checkpoint_step = gauge(
-            "etj_trainer_last_checkpoint_step", "Step of the last checkpoint written."
+            METRIC_LAST_CHECKPOINT_STEP, "Step of the last checkpoint written."
         )
         self.restarts_seen = gauge(
-            "etj_trainer_restarts_seen", "Times training resumed from a checkpoint."
+            METRIC_RESTARTS_SEEN, "Times training resumed from a checkpoint."
         )
         self.bad_records = gauge(
-            "etj_trainer_bad_records", "Bad input records skipped (data.maxBadRecords)."
+            METRIC_BAD_RECORDS, "Bad input records skipped (data.maxBadRecords)."
         )
-        self.eval_step = gauge("etj_trainer_eval_step", "Step of the last held-out evaluation.")
-        self.eval_auc = gauge("etj_trainer_eval_auc", "Held-out AUC (data.validation).")
-        self.eval_logloss = gauge("etj_trainer_eval_logloss", "Held-out log-loss.")
-        self.eval_examples = gauge("etj_trainer_eval_examples", "Held-out examples scored.")
+        self.eval_step = gauge(METRIC_EVAL_STEP, "Step of the last held-out evaluation.")
+        self.eval_auc = gauge(METRIC_EVAL_AUC, "Held-out AUC (data.validation).")
+        self.eval_logloss = gauge(METRIC_EVAL_LOGLOSS, "Held-out log-loss.")
+        self.eval_examples = gauge(METRIC_EVAL_EXAMPLES, "Held-out examples scored.")
         self.port = port
         if port:
             try:
@@ -182,15 +198,17 @@ class Reporter:
         if auc is not None:
             m.auc.set(auc)
         fields = {
-            "step": self.step,
-            "loss": loss,
-            "auc": auc,
-            "examplesPerSecond": round(eps, 1),
-            "lastCheckpointStep": self.last_checkpoint_step,
-            "restartsSeen": self.restarts,
-            "badRecords": self.bad_records or None,
+            **progress_fields(
+                self.step,
+                loss=loss,
+                auc=auc,
+                examples_per_second=eps,
+                last_checkpoint_step=self.last_checkpoint_step,
+                bad_records=self.bad_records or None,
+            ),
+            RESTARTS_SEEN_KEY: self.restarts,
         }
-        emit("progress", **fields)
+        emit(EVENT_PROGRESS, **fields)
         self._write_summaries(loss, auc, eps)
         self._mark_time, self._mark_step, self._last_report = now, self.step, now
         self.last_report = fields
@@ -203,7 +221,7 @@ class Reporter:
         progress = {
             k: v
             for k, v in (self.last_report or {"step": self.step}).items()
-            if v is not None and k != "restartsSeen"
+            if v is not None and k != RESTARTS_SEEN_KEY
         }
         out: dict[str, Any] = {"progress": progress}
         if self.last_evaluation is not None:

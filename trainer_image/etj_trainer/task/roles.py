@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from etj.api.roles import Role
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.pipeline import count_records, make_dataset, ps_worker_dataset
 from etj_trainer.models.ctr import TablePartitioner
 from etj_trainer.task.checkpoint import Checkpoints
-from etj_trainer.task.cluster import Role, Task
+from etj_trainer.task.cluster import Task
 from etj_trainer.task.loop import LoopParts, StopFlag, train_loop
 from etj_trainer.task.progress import emit
 from etj_trainer.task.state import TrainingState

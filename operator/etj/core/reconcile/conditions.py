@@ -5,12 +5,12 @@ Pure.
 
 from __future__ import annotations
 
-from etj.api.status import Condition
+from etj.api.status import Condition, ConditionType
 
 
 def set_condition(
     conditions: list[Condition],
-    type_: str,
+    type_: ConditionType,
     status: bool,
     reason: str,
     message: str,
@@ -21,7 +21,8 @@ def set_condition(
     value = "True" if status else "False"
     old = next((c for c in conditions if c.type == type_), None)
     new = Condition(
-        type=type_,
+        # A string on the wire: a status written by someone else may have other types.
+        type=ConditionType(type_).value,
         status=value,
         reason=reason,
         message=message,
@@ -34,5 +35,5 @@ def set_condition(
     return [new if c.type == type_ else c for c in conditions]
 
 
-def condition_true(conditions: list[Condition], type_: str) -> bool:
+def condition_true(conditions: list[Condition], type_: ConditionType) -> bool:
     return any(c.type == type_ and c.status == "True" for c in conditions)

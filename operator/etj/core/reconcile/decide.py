@@ -18,8 +18,10 @@ from etj.api.constants import MANAGED_BY
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.quantity import human_bytes, quantity_bytes
+from etj.api.roles import ReplicaSet
 from etj.api.status import (
     FINISHED_PHASES,
+    ConditionType,
     EmbeddingTrainingJobStatus,
     Evaluation,
     Phase,
@@ -54,7 +56,7 @@ from etj.core.reconcile.progress import parse_completion
 from etj.core.reconcile.status import all_running, replica_statuses, workers_column
 from etj.core.render.objects import replica_set
 from etj.core.render.scheduling import min_available
-from etj.core.tfconfig import ReplicaSet, pod_name
+from etj.core.tfconfig import pod_name
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ class _Pass:
         self.d.events.append(Event(type_, reason, message))
         self.st.message = message
 
-    def condition(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+    def condition(self, type_: ConditionType, status: bool, reason: str, message: str = "") -> None:
         self.st.conditions = set_condition(
             self.st.conditions, type_, status, reason, message, self.now, self.gen
         )
@@ -151,13 +153,11 @@ class _Pass:
         self.st.completion_time = self.st.completion_time or self.now
         self.st.restarting_pods = []
         self.stop_waiting()
-        self.condition(phase.value, True, reason, message)
-        self.condition("Running", False, reason, message)
-        self.condition("Restarting", False, reason, "")
+        self.condition(ConditionType(phase), True, reason, message)
+        self.condition(ConditionType.RUNNING, False, reason, message)
+        self.condition(ConditionType.RESTARTING, False, reason, "")
         self.event("Normal" if phase == Phase.SUCCEEDED else "Warning", reason, message)
-        self.d.delete_pods = pods_to_clean(
-            self.w.pods, str(self.job.spec.run_policy.clean_pod_policy)
-        )
+        self.d.delete_pods = pods_to_clean(self.w.pods, self.job.spec.run_policy.clean_pod_policy)
         self.d.mark_unretriable = pods_to_mark_unretriable(self.w.pods)
 
     def stop_waiting(self) -> None:
@@ -206,9 +206,9 @@ def decide(world: World) -> Decision:
         return _finished(p, replicas)
     if job.spec.run_policy.suspend:
         return _suspend(p, replicas)
-    if p.st.phase == Phase.SUSPENDED.value:
+    if p.st.phase == Phase.SUSPENDED:
         p.condition(
-            "Suspended",
+            ConditionType.SUSPENDED,
             False,
             "Resumed",
             "pods recreated; training resumes from the last checkpoint",
@@ -229,7 +229,7 @@ def decide(world: World) -> Decision:
             f"the job ran longer than activeDeadlineSeconds ({rp.active_deadline_seconds})",
         )
         return p.done(replicas)
-    success = str(rp.success_policy)
+    success = rp.success_policy
     if job_succeeded(p.pods, replicas, success):
         # The chief exits 0 only once it has trained every step; its last metrics page
         # may not have been read before it exited, but its termination message has the
@@ -265,14 +265,16 @@ def failed_status(
     status: EmbeddingTrainingJobStatus, reason: str, message: str, now: str, generation: int | None
 ) -> EmbeddingTrainingJobStatus:
     """The status of a job that cannot even be parsed: Failed with the reason, nothing else."""
-    if status.phase == Phase.FAILED.value:
+    if status.phase == Phase.FAILED:
         return status
     st = status.model_copy(deep=True)
     st.phase = Phase.FAILED
     st.completion_time = st.completion_time or now
     st.message = message
     st.observed_generation = generation
-    st.conditions = set_condition(st.conditions, "Failed", True, reason, message, now, generation)
+    st.conditions = set_condition(
+        st.conditions, ConditionType.FAILED, True, reason, message, now, generation
+    )
     return st
 
 
@@ -305,7 +307,7 @@ def _gang(p: _Pass, replicas: ReplicaSet) -> None:
 
 
 def _invalid(p: _Pass, error: str, reason: str = "InvalidSpec") -> Decision:
-    if p.st.phase != Phase.FAILED.value:
+    if p.st.phase != Phase.FAILED:
         p.finish(Phase.FAILED, reason, error)
         p.d.delete_pods = pods_to_suspend(p.w.pods)  # nothing may run for an invalid job
     return p.done()
@@ -313,7 +315,7 @@ def _invalid(p: _Pass, error: str, reason: str = "InvalidSpec") -> Decision:
 
 def _finished(p: _Pass, replicas: ReplicaSet) -> Decision:
     rp = p.job.spec.run_policy
-    p.d.delete_pods = pods_to_clean(p.w.pods, str(rp.clean_pod_policy))
+    p.d.delete_pods = pods_to_clean(p.w.pods, rp.clean_pod_policy)
     p.d.mark_unretriable = pods_to_mark_unretriable(p.w.pods)
     finished = parse_time(p.st.completion_time)
     if ttl_expired(finished, rp.ttl_seconds_after_finished, p.w.now):
@@ -334,17 +336,19 @@ def _suspend(p: _Pass, replicas: ReplicaSet) -> Decision:
     p.d.mark_unretriable = pods_to_mark_unretriable(p.w.pods)
     p.st.restarting_pods = []
     p.stop_waiting()
-    if p.st.phase != Phase.SUSPENDED.value:
+    if p.st.phase != Phase.SUSPENDED:
         p.st.phase = Phase.SUSPENDED
-        p.condition("Suspended", True, "Suspended", "pods deleted; status and checkpoints kept")
-        p.condition("Running", False, "Suspended", "")
+        p.condition(
+            ConditionType.SUSPENDED, True, "Suspended", "pods deleted; status and checkpoints kept"
+        )
+        p.condition(ConditionType.RUNNING, False, "Suspended", "")
         p.event("Normal", "Suspended", "job suspended: pods deleted; status and checkpoints kept")
     return p.done(replicas)
 
 
 def _failures(p: _Pass) -> list[Failure]:
     restarting = set(p.st.restarting_pods)
-    policy = str(p.job.spec.run_policy.restart_policy)
+    policy = p.job.spec.run_policy.restart_policy
     return [
         classify(pod, policy)
         for pod in p.w.pods
@@ -416,7 +420,10 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     )
     p.st.phase = Phase.RESTARTING
     p.condition(
-        "Restarting", True, "ReplicaFailed", f"{whys}; next restart {when}" if when else whys
+        ConditionType.RESTARTING,
+        True,
+        "ReplicaFailed",
+        f"{whys}; next restart {when}" if when else whys,
     )
     return False
 
@@ -508,7 +515,7 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
     desired = set(replicas.tasks())
     # Said once per job, even when the status write of the pass that created the pods
     # failed (the next pass then finds them there).
-    first_time = not condition_true(p.st.conditions, "Created")
+    first_time = not condition_true(p.st.conditions, ConditionType.CREATED)
     for key in replicas.tasks():
         pod = p.pods.get(key)
         name = pod_name(p.job.name, *key)
@@ -531,7 +538,7 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
     )
     p.st.restarting_pods = sorted(restarting)
     if first_time and (p.d.create_pods or p.w.pods):
-        p.condition("Created", True, "PodsCreated", f"{len(desired)} pods created")
+        p.condition(ConditionType.CREATED, True, "PodsCreated", f"{len(desired)} pods created")
         p.event(
             "Normal",
             "Created",
@@ -567,10 +574,10 @@ def _summarise(p: _Pass, replicas: ReplicaSet) -> None:
         p.st.phase = Phase.RESTARTING
         return
     if all_running(p.pods, replicas) and not p.d.create_pods:
-        if p.st.phase != Phase.RUNNING.value:
+        if p.st.phase != Phase.RUNNING:
             p.event("Normal", "Running", "all replicas are running")
         p.st.phase = Phase.RUNNING
-        p.condition("Running", True, "AllReplicasRunning", "")
-        p.condition("Restarting", False, "AllReplicasRunning", "")
-    elif p.st.phase not in (Phase.RUNNING.value, Phase.RESTARTING.value):
+        p.condition(ConditionType.RUNNING, True, "AllReplicasRunning", "")
+        p.condition(ConditionType.RESTARTING, False, "AllReplicasRunning", "")
+    elif p.st.phase not in (Phase.RUNNING, Phase.RESTARTING):
         p.st.phase = Phase.PENDING

@@ -30,6 +30,7 @@ class PodState:
     """One replica's pod as observed."""
 
     name: str
+    # The replica-type label's value: a Role's (etj.api.roles), or whatever a stray pod has.
     role: str
     index: int
     phase: str  # Pending, Running, Succeeded, Failed, Unknown

@@ -1,11 +1,9 @@
 """Read the trainer's progress and held-out evaluation out of its Prometheus metrics text.
 Pure (prometheus_client's text parser only; no I/O).
 
-The trainer's chief serves ``etj_trainer_step``, ``etj_trainer_examples_per_second``,
-``etj_trainer_loss``, ``etj_trainer_auc``, ``etj_trainer_last_checkpoint_step`` and
-``etj_trainer_bad_records`` (status.progress), and after a held-out evaluation
-``etj_trainer_eval_step``, ``_eval_auc``, ``_eval_logloss``, ``_eval_examples``
-(status.evaluation).
+The trainer's chief serves the gauges ``etj.api.progress`` names (``etj_trainer_step``,
+``_loss``, ...: status.progress; after a held-out evaluation ``etj_trainer_eval_step``,
+``_eval_auc``, ...: status.evaluation).
 
 A chief that trained every step says the same once more in its termination message
 (``REASON_COMPLETED``): the final values, which the last scrape may have missed.
@@ -13,30 +11,17 @@ A chief that trained every step says the same once more in its termination messa
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from etj.api.constants import REASON_COMPLETED
+from etj.api.progress import EVALUATION_METRICS, PROGRESS_METRICS, completion_record
 from etj.api.status import Evaluation, Progress
 
-_PROGRESS = {
-    "etj_trainer_step": "step",
-    "etj_trainer_examples_per_second": "examples_per_second",
-    "etj_trainer_loss": "loss",
-    "etj_trainer_auc": "auc",
-    "etj_trainer_last_checkpoint_step": "last_checkpoint_step",
-    "etj_trainer_bad_records": "bad_records",
-}
-_EVALUATION = {
-    "etj_trainer_eval_step": "step",
-    "etj_trainer_eval_auc": "auc",
-    "etj_trainer_eval_logloss": "logloss",
-    "etj_trainer_eval_examples": "examples",
-}
+_PROGRESS = PROGRESS_METRICS
+_EVALUATION = EVALUATION_METRICS
 _INTS = {"step", "last_checkpoint_step", "bad_records", "examples"}
 
 
@@ -89,18 +74,21 @@ def _model_fields(doc: Any, model: type[Progress] | type[Evaluation]) -> dict[st
 def parse_completion(message: str | None, now: str) -> tuple[Progress | None, Evaluation | None]:
     """The final progress and evaluation from a chief's ``TrainingComplete: {...}``
     termination message; (None, None) for any other message or a malformed one."""
-    prefix = f"{REASON_COMPLETED}: "
-    if not message or not message.startswith(prefix):
+    doc = completion_record(message)
+    if doc is None:
         return None, None
-    try:
-        doc = json.loads(message[len(prefix) :])
-    except ValueError:
-        return None, None
-    if not isinstance(doc, dict):
-        return None, None
-    return _parsed(doc.get("progress"), Progress, now), _parsed(
-        doc.get("evaluation"), Evaluation, now
-    )
+    return progress_record(doc.get("progress"), now), evaluation_record(doc.get("evaluation"), now)
+
+
+def progress_record(doc: Any, now: str) -> Progress | None:
+    """status.progress from a progress record (a trainer's ``progress`` line, a completion
+    message's ``progress``); None without a step or with a bad value."""
+    return _parsed(doc, Progress, now)
+
+
+def evaluation_record(doc: Any, now: str) -> Evaluation | None:
+    """status.evaluation from an evaluation record (``evaluation`` line or message part)."""
+    return _parsed(doc, Evaluation, now)
 
 
 def _parsed(doc: Any, model: Any, now: str) -> Any:

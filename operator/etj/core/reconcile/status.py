@@ -4,25 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from etj.api.roles import ReplicaSet
 from etj.api.status import ReplicaStatus, ReplicaStatuses
 from etj.core.reconcile.observe import PodState
-from etj.core.tfconfig import ReplicaSet
 
 
 def replica_statuses(
     pods: Iterable[PodState], replicas: ReplicaSet, previous: ReplicaStatuses | None
 ) -> ReplicaStatuses:
     """Active/ready/succeeded/failed per role; restart counters carried over."""
+    # Keyed by the label's value (a Role's, or whatever a stray pod carries).
     by_role: dict[str, list[PodState]] = {}
     for p in pods:
         by_role.setdefault(p.role, []).append(p)
     out: dict[str, ReplicaStatus] = {}
-    for role in ("chief", "worker", "ps", "evaluator"):
-        if replicas.count(role) == 0:
+    for role, count in replicas.items():
+        if count == 0:
             continue
         prev = getattr(previous, role, None) if previous else None
         mine = by_role.get(role, [])
-        out[role] = ReplicaStatus(
+        out[role.value] = ReplicaStatus(
             active=sum(1 for p in mine if p.active),
             ready=sum(1 for p in mine if p.active and p.phase == "Running"),
             succeeded=sum(1 for p in mine if p.phase == "Succeeded"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from etj.api.roles import Role
 from etj.api.spec import RestartBackoff, Strategy
 from etj.api.status import ReplicaBackoff
 from etj.core.reconcile.observe import PodState
@@ -44,7 +45,7 @@ def replaced_at_once(strategy: str, pod: PodState) -> bool:
     """A disrupted replica (any role), or a preempted ParameterServer worker: no back-off,
     no count."""
     return pod.disrupted or (
-        strategy == Strategy.PARAMETER_SERVER.value and pod.role == "worker" and pod.preempted
+        strategy == Strategy.PARAMETER_SERVER and pod.role == Role.WORKER and pod.preempted
     )
 
 

@@ -1,7 +1,7 @@
 """When a job has succeeded, and which pods go when it finishes.
 
 ``runPolicy.successPolicy``, TFJob's rules: ``Chief`` (the default) — the job succeeds when
-its leader exits 0: the chief, or worker 0 without a chief (``ReplicaSet.leader``);
+its leader exits 0: the chief, or worker 0 without a chief (``etj.api.roles.leader``);
 ``AllWorkers`` — when every worker has exited 0 (a job without a chief only: the API
 refuses it with one). ps pods never exit by themselves, so they are always stopped when the
 job finishes; the rest follows cleanPodPolicy (All, Running, None).
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from etj.api.roles import ReplicaSet, Role
 from etj.api.spec import CleanPodPolicy, SuccessPolicy
 from etj.core.reconcile.observe import PodState
-from etj.core.tfconfig import ReplicaSet
 
 
 def _succeeded(pods: dict[tuple[str, int], PodState], key: tuple[str, int]) -> bool:
@@ -30,18 +30,18 @@ def leader_succeeded(pods: dict[tuple[str, int], PodState], replicas: ReplicaSet
 def job_succeeded(
     pods: dict[tuple[str, int], PodState],
     replicas: ReplicaSet,
-    policy: str = SuccessPolicy.CHIEF.value,
+    policy: SuccessPolicy | str = SuccessPolicy.CHIEF,
 ) -> bool:
     """Whether the job has succeeded under ``policy`` (``runPolicy.successPolicy``)."""
-    if policy == SuccessPolicy.ALL_WORKERS.value and replicas.chief == 0 and replicas.worker:
-        return all(_succeeded(pods, ("worker", i)) for i in range(replicas.worker))
+    if policy == SuccessPolicy.ALL_WORKERS and replicas.chief == 0 and replicas.worker:
+        return all(_succeeded(pods, (Role.WORKER, i)) for i in range(replicas.worker))
     return leader_succeeded(pods, replicas)
 
 
-def success_message(replicas: ReplicaSet, policy: str = SuccessPolicy.CHIEF.value) -> str:
+def success_message(replicas: ReplicaSet, policy: SuccessPolicy | str = SuccessPolicy.CHIEF) -> str:
     """What the Succeeded condition says happened."""
     stopped = "; parameter servers stopped" if replicas.ps else ""
-    if policy == SuccessPolicy.ALL_WORKERS.value and replicas.chief == 0 and replicas.worker:
+    if policy == SuccessPolicy.ALL_WORKERS and replicas.chief == 0 and replicas.worker:
         return f"all {replicas.worker} workers finished{stopped}"
     if replicas.chief:
         return f"the chief finished training{stopped}"
@@ -55,9 +55,9 @@ def pods_to_clean(pods: Iterable[PodState], policy: str) -> list[str]:
         if p.terminating:
             continue
         if (
-            p.role == "ps"
-            or policy == CleanPodPolicy.ALL.value
-            or (policy == CleanPodPolicy.RUNNING.value and p.active)
+            p.role == Role.PS
+            or policy == CleanPodPolicy.ALL
+            or (policy == CleanPodPolicy.RUNNING and p.active)
         ):
             out.append(p.name)
     return sorted(out)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from etj.api.status import ConditionType
 from etj.core.reconcile.observe import PodState
 
 # The job's condition type and its reasons.
-CONDITION_SCHEDULED = "Scheduled"
+CONDITION_SCHEDULED = ConditionType.SCHEDULED
 REASON_SCHEDULED = "GangScheduled"
 REASON_UNSCHEDULABLE = "GangUnschedulable"
 REASON_WAITING = "GangWaiting"

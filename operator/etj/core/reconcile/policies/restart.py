@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from etj.api.constants import PERMANENT_TRAINER_REASONS, REASON_WATCHDOG
+from etj.api.roles import ReplicaSet, Role
 from etj.api.spec import RestartPolicy, Strategy
 from etj.core.reconcile.observe import PodState
-from etj.core.tfconfig import ReplicaSet
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,9 @@ def classify(pod: PodState, restart_policy: str) -> Failure:
     if to_fix:
         # Every restart would fail the same way: say what a person must fix.
         return Failure(pod, True, f"{what}; fix {to_fix} (a restart cannot)")
-    if restart_policy == RestartPolicy.NEVER.value:
+    if restart_policy == RestartPolicy.NEVER:
         return Failure(pod, True, f"{what}; restartPolicy Never")
-    if restart_policy == RestartPolicy.EXIT_CODE.value:
+    if restart_policy == RestartPolicy.EXIT_CODE:
         code = pod.exit_code
         if code is not None and 1 <= code <= 127 and not pod.oom_killed:
             return Failure(
@@ -57,12 +57,13 @@ def restart_group(
 ) -> set[tuple[str, int]]:
     """The replicas that restart when (role, index) fails; ``reason`` is the one its
     trainer gave (the pod's termination message), if any."""
-    if role == "evaluator":
+    role = Role(role)
+    if role == Role.EVALUATOR:
         return {(role, index)}
-    if strategy == Strategy.MULTI_WORKER_MIRRORED.value:
-        return {(r, i) for r, i in replicas.tasks() if r in ("chief", "worker")}
-    if role == "chief" and reason == REASON_WATCHDOG:
-        return {(r, i) for r, i in replicas.tasks() if r != "evaluator"}
-    if role == "ps":
-        return {(role, index)} | {("chief", i) for i in range(replicas.chief)}
+    if strategy == Strategy.MULTI_WORKER_MIRRORED:
+        return {(r, i) for r, i in replicas.tasks() if r in (Role.CHIEF, Role.WORKER)}
+    if role == Role.CHIEF and reason == REASON_WATCHDOG:
+        return {(r, i) for r, i in replicas.tasks() if r != Role.EVALUATOR}
+    if role == Role.PS:
+        return {(role, index)} | {(Role.CHIEF, i) for i in range(replicas.chief)}
     return {(role, index)}

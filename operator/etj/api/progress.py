@@ -1,0 +1,105 @@
+"""The progress record between the trainer and the operator: the leader's metric names, the
+status fields they fill, the JSON lines ``etj run`` reads, and the termination message a
+leader that trained every step ends with.
+
+The record itself is status.progress / status.evaluation in their wire form (camelCase
+field names of ``Progress`` and ``Evaluation``): the trainer writes it as a JSON line
+``{"event": EVENT_PROGRESS, "step": ..., "loss": ...}`` on its stdout (``etj run`` reads
+the leader's log) and in the completion message; the operator reads either with
+etj.core.reconcile.progress (``progress_record``, ``evaluation_record``).
+
+The trainer (and a job's own program through ``etj_trainer.sdk``) serves the gauges named
+here on its metrics page; the operator scrapes them into ``status.progress`` and
+``status.evaluation`` (etj.core.reconcile.progress). The metric names are the contract: a
+name changed on one side only would leave the job's progress empty.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from etj.api.constants import REASON_COMPLETED
+
+METRIC_STEP = "etj_trainer_step"
+METRIC_EXAMPLES_PER_SECOND = "etj_trainer_examples_per_second"
+METRIC_LOSS = "etj_trainer_loss"
+METRIC_AUC = "etj_trainer_auc"
+METRIC_LAST_CHECKPOINT_STEP = "etj_trainer_last_checkpoint_step"
+METRIC_BAD_RECORDS = "etj_trainer_bad_records"
+# Not read by the operator: how often this trainer process resumed from a checkpoint.
+METRIC_RESTARTS_SEEN = "etj_trainer_restarts_seen"
+METRIC_EVAL_STEP = "etj_trainer_eval_step"
+METRIC_EVAL_AUC = "etj_trainer_eval_auc"
+METRIC_EVAL_LOGLOSS = "etj_trainer_eval_logloss"
+METRIC_EVAL_EXAMPLES = "etj_trainer_eval_examples"
+
+# Metric name -> status.progress field (Progress, by Python name).
+PROGRESS_METRICS: dict[str, str] = {
+    METRIC_STEP: "step",
+    METRIC_EXAMPLES_PER_SECOND: "examples_per_second",
+    METRIC_LOSS: "loss",
+    METRIC_AUC: "auc",
+    METRIC_LAST_CHECKPOINT_STEP: "last_checkpoint_step",
+    METRIC_BAD_RECORDS: "bad_records",
+}
+# Metric name -> status.evaluation field (Evaluation, by Python name).
+EVALUATION_METRICS: dict[str, str] = {
+    METRIC_EVAL_STEP: "step",
+    METRIC_EVAL_AUC: "auc",
+    METRIC_EVAL_LOGLOSS: "logloss",
+    METRIC_EVAL_EXAMPLES: "examples",
+}
+
+# The ``event`` of the trainer's JSON lines that carry the record.
+EVENT_PROGRESS = "progress"
+EVENT_EVALUATION = "evaluation"
+
+# Only in the trainer's progress lines (not in status): how often this process resumed.
+RESTARTS_SEEN_KEY = "restartsSeen"
+
+COMPLETION_PREFIX = f"{REASON_COMPLETED}: "
+
+
+def progress_fields(
+    step: int,
+    *,
+    loss: float | None,
+    auc: float | None,
+    examples_per_second: float,
+    last_checkpoint_step: int | None,
+    bad_records: int | None = None,
+) -> dict[str, Any]:
+    """One progress record as the trainer and the SDK report it (status.progress's wire
+    names; a None is left out when written)."""
+    return {
+        "step": int(step),
+        "loss": loss,
+        "auc": auc,
+        "examplesPerSecond": round(examples_per_second, 1),
+        "lastCheckpointStep": last_checkpoint_step,
+        "badRecords": bad_records,
+    }
+
+
+def completion_json(progress: dict[str, Any], evaluation: dict[str, Any] | None = None) -> str:
+    """What follows ``REASON_COMPLETED`` in the leader's termination message once it trained
+    every step: the final progress (and held-out evaluation), status field names."""
+    doc: dict[str, Any] = {"progress": progress}
+    if evaluation is not None:
+        doc["evaluation"] = evaluation
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def completion_record(message: str | None) -> dict[str, Any] | None:
+    """The ``{"progress": ..., "evaluation": ...}`` of a termination message
+    ``REASON_COMPLETED: <completion_json>``; None for any other message or a malformed one."""
+    if not message or not message.startswith(COMPLETION_PREFIX):
+        return None
+    try:
+        doc = json.loads(message[len(COMPLETION_PREFIX) :])
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
