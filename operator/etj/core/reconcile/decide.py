@@ -438,7 +438,7 @@ def _requeued(p: _Pass, names: list[str], reason: str, message: str) -> None:
         "they wait for Kueue to admit the group again and training resumes from the last "
         "checkpoint (a disruption: not counted against backoffLimit)"
     )
-    said = next((c for c in p.st.conditions if c.type == "Restarting"), None)
+    said = next((c for c in p.st.conditions if c.type == ConditionType.RESTARTING), None)
     if said is not None and said.status == "True" and said.reason in QUEUE_REASONS:
         # The same requeue, seen pod by pod (Kueue stops them one at a time): said once.
         reason, text = said.reason, said.message
@@ -446,7 +446,7 @@ def _requeued(p: _Pass, names: list[str], reason: str, message: str) -> None:
         p.event("Warning", reason, text)
     p.st.message = text
     p.st.phase = Phase.RESTARTING
-    p.condition("Restarting", True, reason, text)
+    p.condition(ConditionType.RESTARTING, True, reason, text)
 
 
 def _back_off(p: _Pass, failures: list[Failure], names: list[str]) -> str:
