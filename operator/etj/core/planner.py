@@ -3,9 +3,11 @@ every shard lives.
 
 Pure: spec in, ``ShardPlan`` out (or ``PlanError``). No I/O, no environment.
 
-Sizes. A table costs ``rows x dimension x dtype bytes x (1 + optimizer slots)``:
-SGD has no slot, Adagrad one accumulator, FTRL two, (lazy) Adam two moments. Slots are
-table-shaped and live on the same ps as their table shard.
+Sizes. A table costs ``rows x (dimension x dtype bytes + slots x slot bytes per row)``:
+SGD has no slot, Adagrad one accumulator, FTRL two, (lazy) Adam two moments, each
+``dimension x 4`` bytes a row (float32 whatever the table's dtype: a bfloat16 table is
+updated in float32); row-wise Adagrad one accumulator of 4 bytes a row. Slots live on the
+same ps as their table shard (``etj.api.spec.table_row_bytes``).
 
 Shard counts. A table gets ``ceil(rows / rows that fit in maxShardBytes)`` shards, so
 no shard with its slots exceeds ``maxShardBytes`` (counted in rows because TensorFlow gives
@@ -99,12 +101,12 @@ from etj.api.dynamic import table_rows
 from etj.api.plan import PsPlan, ShardPlan, TablePlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.spec import (
-    DTYPE_BYTES,
     MAX_PS,
-    OPTIMIZER_SLOTS,
     EmbeddingTable,
     EmbeddingTrainingJobSpec,
     Strategy,
+    largest_variable_row_bytes,
+    table_row_bytes,
 )
 
 # The limits TensorFlow and the plan's carriers live with (see the module docstring).
@@ -147,19 +149,19 @@ class _Table:
 
     @property
     def variable_bytes_per_row(self) -> int:
-        """Bytes of one row of the table alone, or of one of its slots (each the same)."""
-        return self.dimension * DTYPE_BYTES[self.dtype]
+        """Bytes of one row of the table's largest variable: the table or one of its slots."""
+        return largest_variable_row_bytes(self.dtype, self.optimizer, self.dimension)
 
     @property
     def variable_bytes(self) -> int:
-        """Bytes of the table alone, or of one of its slots (each the same size)."""
+        """Bytes of the table's largest variable: the table alone or one of its slots."""
         return self.rows * self.variable_bytes_per_row
 
 
 def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
     """Bytes of one row of the table together with its optimizer slots."""
     optimizer = str(table.optimizer or default_optimizer)
-    return table.dimension * DTYPE_BYTES[table.dtype] * (1 + OPTIMIZER_SLOTS[optimizer])
+    return table_row_bytes(table.dtype, optimizer, table.dimension)
 
 
 # Per-entry estimates of a dynamic table's index and counters (see the module docstring).
