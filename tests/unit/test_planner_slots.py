@@ -105,7 +105,7 @@ def test_ps_memory_covers_restoring_its_largest_variable(dtype, optimizer, piece
 
 def test_mirrored_workers_request_their_largest_variable_too():
     plan = _plan(
-        {"vocabularySize": 10_000, "dimension": 16, "dtype": "bfloat16"},
+        {"vocabularySize": 10_000, "dimension": 16, "dtype": "float16"},
         "adagrad",
         strategy="MultiWorkerMirrored",
         replicas={"chief": {"replicas": 0}, "worker": {"replicas": 2}},
@@ -131,3 +131,23 @@ def test_etj_plan_shows_the_slots(tmp_path):
     first = as_json["tables"][0]
     assert first["optimizer"] == "rowwiseAdagrad" and first["dtype"] == "bfloat16"
     assert first["bytes"] == first["rows"] * (first["dimension"] * 2 + 4)
+
+
+def test_bfloat16_tables_are_refused_under_multi_worker_mirrored_and_auto_picks_ps():
+    """TensorFlow's collectives have no bfloat16 kernels (the initial values' broadcast
+    fails before training): a clear error on the table's dtype instead."""
+    from etj.core.planner import PlanError, resolve_strategy
+
+    mirrored = {"chief": {"replicas": 0}, "worker": {"replicas": 2}}
+    table = {"vocabularySize": 100, "dimension": 8, "dtype": "bfloat16"}
+    with pytest.raises(PlanError) as err:
+        _plan(table, strategy="MultiWorkerMirrored", replicas=mirrored)
+    assert err.value.field == "spec.model.embeddings[0].dtype"
+    assert "float16 or strategy ParameterServer" in str(err.value)
+    small = EmbeddingTrainingJobSpec.model_validate(
+        {"strategy": "Auto", "model": {"embeddings": [{"name": "t", **table}]}}
+    )
+    assert resolve_strategy(small) == "ParameterServer"
+    float16 = small.model_copy(deep=True)
+    float16.model.embeddings[0].dtype = "float16"
+    assert resolve_strategy(float16) == "MultiWorkerMirrored"

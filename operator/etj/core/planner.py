@@ -85,7 +85,10 @@ so each shard carries its share:
   ``maintainEverySteps x batchSizePerReplica x ids per example`` new keys.
 
 Strategy ``Auto``: MultiWorkerMirrored when all tables (with slots) fit in
-``sharding.mirroredMaxBytes`` — every worker then holds a copy — else ParameterServer.
+``sharding.mirroredMaxBytes`` — every worker then holds a copy — and none is bfloat16, else
+ParameterServer. TensorFlow 2.21's collectives (the broadcast of initial values, the
+gradients' all-gather) have no bfloat16 kernels, so a bfloat16 table under
+MultiWorkerMirrored is refused (float16 works).
 ``ps: auto``: the fewest ps (up to ``maxReplicas``) whose memory request fits each ps's
 memory budget (its resources' memory limit, else request, else ``defaultPsMemory``).
 """
@@ -226,11 +229,16 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
     return out
 
 
+def _bfloat16_tables(spec: EmbeddingTrainingJobSpec) -> list[int]:
+    """Indices (in ``model.embeddings``) of the bfloat16 tables."""
+    return [i for i, t in enumerate(spec.model.embeddings) if t.dtype == "bfloat16"]
+
+
 def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> str:
     """The strategy the job runs with: ``Auto`` decided from the table sizes."""
     if spec.strategy != Strategy.AUTO.value:
         return str(spec.strategy)
-    if spec.replicas.ps is not None:
+    if spec.replicas.ps is not None or _bfloat16_tables(spec):
         return Strategy.PARAMETER_SERVER.value
     total = sum(t.bytes for t in _tables(spec))
     if total <= quantity_bytes(spec.sharding.mirrored_max_bytes):
@@ -554,6 +562,15 @@ def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
 
 
 def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
+    bfloat16 = _bfloat16_tables(spec)
+    if bfloat16:
+        i = bfloat16[0]
+        raise PlanError(
+            f"spec.model.embeddings[{i}].dtype",
+            f"table {spec.model.embeddings[i].name!r} is bfloat16, which MultiWorkerMirrored "
+            "cannot train (TensorFlow's collectives have no bfloat16 kernels); use float16 "
+            "or strategy ParameterServer",
+        )
     total = sum(t.bytes for t in tables)
     # Each worker restores whole tables: the largest piece is a whole table (or slot).
     largest = max((t.variable_bytes for t in tables), default=0)

@@ -187,7 +187,9 @@ class TrainingState:
     @staticmethod
     def _gather_sparse(ctx: Any, g: tf.IndexedSlices, bound: int, scale: float) -> Any:
         pad = bound - tf.shape(g.indices)[0]
-        values = tf.pad(g.values, [[0, pad], [0, 0]])
+        # float32 on the wire: a float16 table's gradient rows keep their bits until the
+        # update sums them in float32 (and collectives have no bfloat16 kernels).
+        values = tf.pad(tf.cast(g.values, tf.float32), [[0, pad], [0, 0]])
         indices = tf.pad(tf.cast(g.indices, tf.int64), [[0, pad]], constant_values=-1)
         values = tf.ensure_shape(values, [bound, g.values.shape[1]])
         indices = tf.ensure_shape(indices, [bound])
