@@ -151,3 +151,10 @@ def test_bfloat16_tables_are_refused_under_multi_worker_mirrored_and_auto_picks_
     float16 = small.model_copy(deep=True)
     float16.model.embeddings[0].dtype = "float16"
     assert resolve_strategy(float16) == "MultiWorkerMirrored"
+    # One process has no collectives: a single worker trains bfloat16 tables.
+    one = _plan(
+        table,
+        strategy="MultiWorkerMirrored",
+        replicas={"chief": {"replicas": 0}, "worker": {"replicas": 1}},
+    )
+    assert one.strategy == "MultiWorkerMirrored" and one.tables[0].dtype == "bfloat16"

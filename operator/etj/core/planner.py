@@ -85,10 +85,11 @@ so each shard carries its share:
   ``maintainEverySteps x batchSizePerReplica x ids per example`` new keys.
 
 Strategy ``Auto``: MultiWorkerMirrored when all tables (with slots) fit in
-``sharding.mirroredMaxBytes`` — every worker then holds a copy — and none is bfloat16, else
-ParameterServer. TensorFlow 2.21's collectives (the broadcast of initial values, the
-gradients' all-gather) have no bfloat16 kernels, so a bfloat16 table under
-MultiWorkerMirrored is refused (float16 works).
+``sharding.mirroredMaxBytes`` — every worker then holds a copy — and none is bfloat16 in a
+job of several processes, else ParameterServer. TensorFlow 2.21's collectives (the
+broadcast of initial values, the gradients' all-gather) have no bfloat16 kernels, so a
+bfloat16 table under MultiWorkerMirrored with more than one process is refused (float16
+works; one process has no collectives).
 ``ps: auto``: the fewest ps (up to ``maxReplicas``) whose memory request fits each ps's
 memory budget (its resources' memory limit, else request, else ``defaultPsMemory``).
 """
@@ -230,7 +231,11 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
 
 
 def _bfloat16_tables(spec: EmbeddingTrainingJobSpec) -> list[int]:
-    """Indices (in ``model.embeddings``) of the bfloat16 tables."""
+    """Indices (in ``model.embeddings``) of the bfloat16 tables, in a job whose
+    MultiWorkerMirrored cluster would have several processes (none otherwise)."""
+    chief = spec.replicas.chief
+    if (chief.replicas if chief is not None else 0) + spec.replicas.worker.replicas <= 1:
+        return []
     return [i for i, t in enumerate(spec.model.embeddings) if t.dtype == "bfloat16"]
 
 
@@ -568,8 +573,8 @@ def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> Shar
         raise PlanError(
             f"spec.model.embeddings[{i}].dtype",
             f"table {spec.model.embeddings[i].name!r} is bfloat16, which MultiWorkerMirrored "
-            "cannot train (TensorFlow's collectives have no bfloat16 kernels); use float16 "
-            "or strategy ParameterServer",
+            "cannot train in more than one process (TensorFlow's collectives have no "
+            "bfloat16 kernels); use float16 or strategy ParameterServer",
         )
     total = sum(t.bytes for t in tables)
     # Each worker restores whole tables: the largest piece is a whole table (or slot).
