@@ -60,8 +60,13 @@ def mirrored(spec: Any) -> Any:
     )
 
 
-def same_math(spec: Any, workdir: Path) -> dict[str, Any]:
-    """The chief's report (see ``same_math_chief.py``), after checking it."""
+def same_math(
+    spec: Any, workdir: Path, allowance: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """The chief's report (see ``same_math_chief.py``), after checking it. ``allowance``:
+    absolute differences allowed on top, by key (a low-precision table's stochastic
+    rounding may flip a value by one ulp when float32 rounding moved it across a draw)."""
+    allowance = allowance or {}
     config = trainer_config(spec)
     assert any(t.shards > 1 for t in config.shard_plan.tables), "some table must be split"
     job = LocalJob(config, workdir, workers=1, ps=2)
@@ -100,13 +105,16 @@ def same_math(spec: Any, workdir: Path) -> dict[str, Any]:
     for key, diff in report["diff"].items():
         moved = report["moved"][key]
         assert moved > 0, (key, report["moved"])
-        assert diff <= 1e-7 + 1e-3 * moved, (key, diff, moved)
+        assert diff <= 1e-7 + 1e-3 * moved + allowance.get(key, 0.0), (key, diff, moved)
     return report
 
 
-def same_math_mirrored(spec: Any, workdir: Path) -> dict[str, Any]:
+def same_math_mirrored(
+    spec: Any, workdir: Path, allowance: dict[str, float] | None = None
+) -> dict[str, Any]:
     """As ``same_math`` under 2-worker MultiWorkerMirrored (``same_math_mwms.py``): each
     worker trains on half of every batch; both must end where one process trained on all."""
+    allowance = allowance or {}
     config = trainer_config(mirrored(spec))
     assert config.strategy == "MultiWorkerMirrored"
     job = LocalJob(config, workdir, workers=2, ps=0, chief=False)
@@ -158,7 +166,7 @@ def same_math_mirrored(spec: Any, workdir: Path) -> dict[str, Any]:
         for key, diff in report["diff"].items():
             moved = report["moved"][key]
             assert moved > 0, (key, report["moved"])
-            assert diff <= 1e-6 + 1e-3 * moved, (key, diff, moved)
+            assert diff <= 1e-6 + 1e-3 * moved + allowance.get(key, 0.0), (key, diff, moved)
     return reports[0]
 
 

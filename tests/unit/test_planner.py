@@ -197,7 +197,7 @@ tables_st = st.lists(
             "vocabularySize": st.integers(1, 50_000_000),
             "dimension": st.integers(1, 256),
             "dtype": st.sampled_from(["float32", "bfloat16", "float16"]),
-            "optimizer": st.sampled_from(["sgd", "adagrad", "ftrl", "adam"]),
+            "optimizer": st.sampled_from(["sgd", "adagrad", "rowwiseAdagrad", "ftrl", "adam"]),
         }
     ),
     min_size=1,

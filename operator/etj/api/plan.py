@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from etj.api.base import ApiModel
-from etj.api.spec import OPTIMIZER_SLOTS
+from etj.api.spec import OPTIMIZER_SLOTS, largest_variable_row_bytes, slot_bytes_per_row
 
 
 class TablePlan(ApiModel):
@@ -48,8 +48,15 @@ class TablePlan(ApiModel):
         return self.bytes * self.rows_per_shard[shard] // self.rows
 
     def piece_bytes(self, shard: int) -> int:
-        """Bytes of one variable of a shard: the shard itself, or one of its slots."""
-        return self.shard_bytes(shard) // (1 + OPTIMIZER_SLOTS[self.optimizer])
+        """Bytes of the largest variable of a shard: the shard itself, or one of its slots."""
+        per_row = largest_variable_row_bytes(self.dtype, self.optimizer, self.dimension)
+        return self.rows_per_shard[shard] * per_row
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of the table's optimizer slots (float32), all shards together."""
+        per_slot = slot_bytes_per_row(self.optimizer, self.dimension)
+        return self.rows * per_slot * OPTIMIZER_SLOTS[self.optimizer]
 
 
 class PsPlan(ApiModel):

@@ -47,15 +47,47 @@ class Strategy(StrEnum):
 class Optimizer(StrEnum):
     SGD = "sgd"
     ADAGRAD = "adagrad"
+    ROWWISE_ADAGRAD = "rowwiseAdagrad"
     FTRL = "ftrl"
     ADAM = "adam"
 
 
-# Optimizer slot variables per table row: each slot is a table-shaped variable that
-# lives next to the table shard, so it counts against the ps memory as much as the table.
-OPTIMIZER_SLOTS: dict[str, int] = {"sgd": 0, "adagrad": 1, "ftrl": 2, "adam": 2}
+# Optimizer slot variables of a table: each lives next to its table shard, so it counts
+# against the ps memory. A slot is table-shaped ([rows, dimension]) except row-wise
+# Adagrad's one accumulator per row ([rows]).
+OPTIMIZER_SLOTS: dict[str, int] = {
+    "sgd": 0,
+    "adagrad": 1,
+    "rowwiseAdagrad": 1,
+    "ftrl": 2,
+    "adam": 2,
+}
+ROW_SLOT_OPTIMIZERS = frozenset({"rowwiseAdagrad"})
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Optimizer slots are float32 whatever the table's dtype: a bfloat16/float16 table is
+# updated in float32 and its rows rounded stochastically to the storage dtype.
+SLOT_DTYPE_BYTES = 4
+
+
+def slot_bytes_per_row(optimizer: str, dimension: int) -> int:
+    """Bytes of one slot (each of an optimizer's is the same size) for one table row."""
+    if OPTIMIZER_SLOTS[optimizer] == 0:
+        return 0
+    per_row = 1 if optimizer in ROW_SLOT_OPTIMIZERS else dimension
+    return per_row * SLOT_DTYPE_BYTES
+
+
+def table_row_bytes(dtype: str, optimizer: str, dimension: int) -> int:
+    """Bytes of one table row with its optimizer slots: ``dimension x dtype`` for the row,
+    ``slots x slot_bytes_per_row`` for its optimizer state (float32)."""
+    slots = OPTIMIZER_SLOTS[optimizer] * slot_bytes_per_row(optimizer, dimension)
+    return dimension * DTYPE_BYTES[dtype] + slots
+
+
+def largest_variable_row_bytes(dtype: str, optimizer: str, dimension: int) -> int:
+    """Bytes per row of the largest variable of a table shard: the shard or one slot."""
+    return max(dimension * DTYPE_BYTES[dtype], slot_bytes_per_row(optimizer, dimension))
 
 
 class RestartPolicy(StrEnum):
@@ -225,7 +257,12 @@ class EmbeddingTable(ApiModel):
     )
     dimension: int = Field(ge=1, le=8192, description="Embedding vector width.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        default="float32", description="Storage dtype of the table and its optimizer slots."
+        default="float32",
+        description=(
+            "Storage dtype of the table. Its optimizer slots are float32 whatever the dtype: "
+            "a bfloat16/float16 table is updated in float32 and its rows are rounded "
+            "stochastically to the dtype (unbiased: small steps are not lost)."
+        ),
     )
     combiner: Literal["sum", "mean"] = Field(
         default="mean", description="How the vectors of a multi-valued feature are combined."
@@ -238,7 +275,10 @@ class EmbeddingTable(ApiModel):
     )
     optimizer: Optimizer | None = Field(
         default=None,
-        description="Optimizer for this table only (default: training.optimizer).",
+        description=(
+            "Optimizer for this table only (default: training.optimizer); rowwiseAdagrad "
+            "keeps one accumulator per row instead of one per value."
+        ),
     )
     dynamic: DynamicTable | None = Field(
         default=None,
@@ -571,7 +611,12 @@ class TrainingSpec(ApiModel):
     )
     optimizer: Optimizer = Field(
         default=Optimizer.ADAGRAD,
-        description="sgd, adagrad, ftrl, or adam (a lazy Adam that only updates the rows in the batch).",
+        description=(
+            "sgd, adagrad, rowwiseAdagrad (one accumulator per table row, the mean of the "
+            "row's squared gradients: a float32 table needs half the memory of adagrad's; the "
+            "dense layers then use adagrad), ftrl, or adam (a lazy Adam that only updates the "
+            "rows in the batch)."
+        ),
     )
     learning_rate: float = Field(default=0.05, gt=0, le=100, description="Learning rate.")
     steps_per_execution: int = Field(

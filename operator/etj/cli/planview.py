@@ -20,9 +20,11 @@ def _compress(indices: list[int]) -> str:
 
 def print_plan(job: EmbeddingTrainingJob, plan: ShardPlan, console: Console | None = None) -> None:
     console = console or Console(width=120)
+    slots = sum(t.slot_bytes for t in plan.tables)
     console.print(
         f"[bold]{job.name}[/]: strategy {plan.strategy}, {plan.ps_replicas} ps, "
-        f"tables {human_bytes(plan.total_bytes)} with optimizer slots"
+        f"tables {human_bytes(plan.total_bytes)} with optimizer slots "
+        f"({human_bytes(slots)} of slots, float32)"
     )
     tables = Table(title="Tables")
     for col in (
@@ -32,6 +34,7 @@ def print_plan(job: EmbeddingTrainingJob, plan: ShardPlan, console: Console | No
         "dtype",
         "optimizer",
         "bytes",
+        "slots",
         "shards",
         "bytes/shard",
         "on ps",
@@ -47,6 +50,7 @@ def print_plan(job: EmbeddingTrainingJob, plan: ShardPlan, console: Console | No
             t.dtype,
             t.optimizer,
             human_bytes(t.bytes),
+            human_bytes(t.slot_bytes),
             str(t.shards),
             human_bytes(t.shard_bytes(0)),
             _compress(t.ps_of_shard),

@@ -3,9 +3,11 @@ every shard lives.
 
 Pure: spec in, ``ShardPlan`` out (or ``PlanError``). No I/O, no environment.
 
-Sizes. A table costs ``rows x dimension x dtype bytes x (1 + optimizer slots)``:
-SGD has no slot, Adagrad one accumulator, FTRL two, (lazy) Adam two moments. Slots are
-table-shaped and live on the same ps as their table shard.
+Sizes. A table costs ``rows x (dimension x dtype bytes + slots x slot bytes per row)``:
+SGD has no slot, Adagrad one accumulator, FTRL two, (lazy) Adam two moments, each
+``dimension x 4`` bytes a row (float32 whatever the table's dtype: a bfloat16 table is
+updated in float32); row-wise Adagrad one accumulator of 4 bytes a row. Slots live on the
+same ps as their table shard (``etj.api.spec.table_row_bytes``).
 
 Shard counts. A table gets ``ceil(rows / rows that fit in maxShardBytes)`` shards, so
 no shard with its slots exceeds ``maxShardBytes`` (counted in rows because TensorFlow gives
@@ -83,7 +85,11 @@ so each shard carries its share:
   ``maintainEverySteps x batchSizePerReplica x ids per example`` new keys.
 
 Strategy ``Auto``: MultiWorkerMirrored when all tables (with slots) fit in
-``sharding.mirroredMaxBytes`` — every worker then holds a copy — else ParameterServer.
+``sharding.mirroredMaxBytes`` — every worker then holds a copy — and none is bfloat16 in a
+job of several processes, else ParameterServer. TensorFlow 2.21's collectives (the
+broadcast of initial values, the gradients' all-gather) have no bfloat16 kernels, so a
+bfloat16 table under MultiWorkerMirrored with more than one process is refused (float16
+works; one process has no collectives).
 ``ps: auto``: the fewest ps (up to ``maxReplicas``) whose memory request fits each ps's
 memory budget (its resources' memory limit, else request, else ``defaultPsMemory``).
 """
@@ -99,12 +105,12 @@ from etj.api.dynamic import table_rows
 from etj.api.plan import PsPlan, ShardPlan, TablePlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.spec import (
-    DTYPE_BYTES,
     MAX_PS,
-    OPTIMIZER_SLOTS,
     EmbeddingTable,
     EmbeddingTrainingJobSpec,
     Strategy,
+    largest_variable_row_bytes,
+    table_row_bytes,
 )
 
 # The limits TensorFlow and the plan's carriers live with (see the module docstring).
@@ -147,19 +153,19 @@ class _Table:
 
     @property
     def variable_bytes_per_row(self) -> int:
-        """Bytes of one row of the table alone, or of one of its slots (each the same)."""
-        return self.dimension * DTYPE_BYTES[self.dtype]
+        """Bytes of one row of the table's largest variable: the table or one of its slots."""
+        return largest_variable_row_bytes(self.dtype, self.optimizer, self.dimension)
 
     @property
     def variable_bytes(self) -> int:
-        """Bytes of the table alone, or of one of its slots (each the same size)."""
+        """Bytes of the table's largest variable: the table alone or one of its slots."""
         return self.rows * self.variable_bytes_per_row
 
 
 def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
     """Bytes of one row of the table together with its optimizer slots."""
     optimizer = str(table.optimizer or default_optimizer)
-    return table.dimension * DTYPE_BYTES[table.dtype] * (1 + OPTIMIZER_SLOTS[optimizer])
+    return table_row_bytes(table.dtype, optimizer, table.dimension)
 
 
 # Per-entry estimates of a dynamic table's index and counters (see the module docstring).
@@ -224,11 +230,20 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
     return out
 
 
+def _bfloat16_tables(spec: EmbeddingTrainingJobSpec) -> list[int]:
+    """Indices (in ``model.embeddings``) of the bfloat16 tables, in a job whose
+    MultiWorkerMirrored cluster would have several processes (none otherwise)."""
+    chief = spec.replicas.chief
+    if (chief.replicas if chief is not None else 0) + spec.replicas.worker.replicas <= 1:
+        return []
+    return [i for i, t in enumerate(spec.model.embeddings) if t.dtype == "bfloat16"]
+
+
 def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> Strategy:
     """The strategy the job runs with: ``Auto`` decided from the table sizes."""
     if spec.strategy != Strategy.AUTO:
         return Strategy(spec.strategy)
-    if spec.replicas.ps is not None:
+    if spec.replicas.ps is not None or _bfloat16_tables(spec):
         return Strategy.PARAMETER_SERVER
     total = sum(t.bytes for t in _tables(spec))
     if total <= quantity_bytes(spec.sharding.mirrored_max_bytes):
@@ -552,6 +567,15 @@ def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
 
 
 def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
+    bfloat16 = _bfloat16_tables(spec)
+    if bfloat16:
+        i = bfloat16[0]
+        raise PlanError(
+            f"spec.model.embeddings[{i}].dtype",
+            f"table {spec.model.embeddings[i].name!r} is bfloat16, which MultiWorkerMirrored "
+            "cannot train in more than one process (TensorFlow's collectives have no "
+            "bfloat16 kernels); use float16 or strategy ParameterServer",
+        )
     total = sum(t.bytes for t in tables)
     # Each worker restores whole tables: the largest piece is a whole table (or slot).
     largest = max((t.variable_bytes for t in tables), default=0)

@@ -57,7 +57,11 @@ def restore_components(path: str, wanted: dict[str, list[Any]]) -> None:
     components, in row order) from ``path``, one component per device at a time, read and
     assigned on that device; a shard's rows come from the saved tensor whatever its saved
     sharding was."""
-    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    reader = tf.train.load_checkpoint(path)
+    shapes = reader.get_variable_to_shape_map()
+    # Read in the dtype saved: a bfloat16 table's slots were bfloat16 before they became
+    # float32, and such a checkpoint restores (cast) into the float32 slots.
+    dtypes = reader.get_variable_to_dtype_map()
     missing = sorted(k for k in wanted if k + VALUE_SUFFIX not in shapes)
     if missing:
         raise CheckpointMismatch(f"{path} has no {', '.join(missing)}: was the model changed?")
@@ -87,7 +91,8 @@ def restore_components(path: str, wanted: dict[str, list[Any]]) -> None:
             if r < len(pieces):
                 var, name, spec = pieces[r]
                 with tf.device(var.device):
-                    var.assign(io_ops.restore_v2(path, [name], [spec], [var.dtype])[0])
+                    value = io_ops.restore_v2(path, [name], [spec], [dtypes[name]])[0]
+                    var.assign(tf.cast(value, var.dtype))
         context.async_wait()
 
 

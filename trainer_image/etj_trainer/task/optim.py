@@ -1,9 +1,13 @@
 """Optimizers for embedding tables that touch only the rows of a batch.
 
-SGD, Adagrad and FTRL use TensorFlow's fused sparse kernels; Adam is a lazy Adam (the
-moments of a row decay only when the row is in the batch), because the dense moment decay
-of a standard Adam reads and writes every row of a table every step. Dense variables (the
-MLP) use the dense form of the same optimizer.
+SGD, Adagrad and FTRL on a float32 table use TensorFlow's fused sparse kernels. Everything
+else goes through ``rowupdate`` (float32 math on the batch's rows): Adam, which is a lazy
+Adam (the moments of a row decay only when the row is in the batch: a standard Adam's
+dense decay reads and writes every row of a table every step); row-wise Adagrad (one
+accumulator per row); and every optimizer of a bfloat16/float16 table, whose rows are
+written rounded stochastically. Optimizer slots are float32 whatever the table's dtype (a bfloat16 Adagrad
+accumulator stops counting at 256). Dense variables (the MLP) use the dense form of the
+same optimizer (row-wise Adagrad: Adagrad).
 
 Slots are created colocated with the variable they belong to (one per shard), so they
 live on that shard's ps and never advance ParameterServerStrategy's round-robin counter.
@@ -21,23 +25,33 @@ from typing import Any
 
 import tensorflow as tf
 
-OPTIMIZERS = ("sgd", "adagrad", "ftrl", "adam")
+from etj_trainer.task.rowupdate import BETA_1, BETA_2, EPSILON, ROWWISE_ADAGRAD, update_rows
+
+OPTIMIZERS = ("sgd", "adagrad", ROWWISE_ADAGRAD, "ftrl", "adam")
 SLOTS: dict[str, tuple[str, ...]] = {
     "sgd": (),
     "adagrad": ("accumulator",),
+    # Its own name: a checkpoint of the other Adagrad is refused by name, not by shape.
+    ROWWISE_ADAGRAD: ("row_accumulator",),
     "ftrl": ("accumulator", "linear"),
     "adam": ("m", "v"),
 }
+# Slots with one value per row, not per element.
+ROW_SLOTS = frozenset({"row_accumulator"})
+SLOT_DTYPE = tf.float32
 INITIAL_ACCUMULATOR = 0.1
-EPSILON = 1e-7
-BETA_1 = 0.9
-BETA_2 = 0.999
 FTRL_LR_POWER = -0.5
 
 
 def slot_initial(optimizer: str, slot: str) -> float:
     """The value a slot starts from (and a freed dynamic-table row's slot is reset to)."""
-    return INITIAL_ACCUMULATOR if slot == "accumulator" else 0.0
+    return INITIAL_ACCUMULATOR if slot in ("accumulator", "row_accumulator") else 0.0
+
+
+def dense_optimizer(optimizer: str) -> str:
+    """The optimizer of the dense variables when ``optimizer`` is the job's: row-wise
+    Adagrad is for tables; the MLP gets Adagrad."""
+    return "adagrad" if optimizer == ROWWISE_ADAGRAD else optimizer
 
 
 def _const(value: float, dtype: tf.DType) -> tf.Tensor:
@@ -77,24 +91,6 @@ def _sparse_ftrl(var: Any, slots: Sequence[Any], g: tf.IndexedSlices, lr: float,
         l1=_const(0.0, var.dtype),
         l2=_const(0.0, var.dtype),
         lr_power=_const(FTRL_LR_POWER, var.dtype),
-    )
-
-
-def _sparse_lazy_adam(
-    var: Any, slots: Sequence[Any], g: tf.IndexedSlices, lr: float, t: Any
-) -> Any:
-    """Adam on the batch's rows only; the math in float32 whatever the storage dtype."""
-    m, v = slots
-    idx = g.indices
-    grad = tf.cast(g.values, tf.float32)
-    m_rows = BETA_1 * tf.cast(tf.gather(m, idx), tf.float32) + (1.0 - BETA_1) * grad
-    v_rows = BETA_2 * tf.cast(tf.gather(v, idx), tf.float32) + (1.0 - BETA_2) * grad * grad
-    lr_t = lr * tf.sqrt(1.0 - tf.pow(BETA_2, t)) / (1.0 - tf.pow(BETA_1, t))
-    step = lr_t * m_rows / (tf.sqrt(v_rows) + EPSILON)
-    return tf.group(
-        m.scatter_update(tf.IndexedSlices(tf.cast(m_rows, m.dtype), idx)),
-        v.scatter_update(tf.IndexedSlices(tf.cast(v_rows, v.dtype), idx)),
-        var.scatter_sub(tf.IndexedSlices(tf.cast(step, var.dtype), idx)),
     )
 
 
@@ -144,11 +140,11 @@ def _dense_adam(var: Any, slots: Sequence[Any], g: tf.Tensor, lr: float, t: Any)
 
 
 UpdateFn = Callable[[Any, Sequence[Any], Any, float, Any], Any]
-_SPARSE: dict[str, UpdateFn] = {
+# The fused kernels, for float32 tables; every other sparse update is ``update_rows``.
+_FUSED_SPARSE: dict[str, UpdateFn] = {
     "sgd": _sparse_sgd,
     "adagrad": _sparse_adagrad,
     "ftrl": _sparse_ftrl,
-    "adam": _sparse_lazy_adam,
 }
 _DENSE: dict[str, UpdateFn] = {
     "sgd": _dense_sgd,
@@ -166,28 +162,40 @@ class Slotted:
     optimizer: str
     learning_rate: float
     slots: list[Any]
+    # Stochastic rounding of a low-precision table: the table's stream key
+    # (``rounding.key_of``) and the first row of this shard in the whole table.
+    key: int = 0
+    row_offset: int = 0
+
+
+def slot_shape(var: Any, slot: str) -> tf.TensorShape:
+    """A slot's shape: the variable's, or one value per row (row-wise Adagrad's)."""
+    shape = tf.TensorShape(var.shape)
+    return shape[:1] if slot in ROW_SLOTS else shape
 
 
 def create_slots(strategy: tf.distribute.Strategy, var: Any, optimizer: str) -> list[Any]:
-    """The optimizer's slots of ``var``, on the same device (built before any restore)."""
+    """The optimizer's slots of ``var``, float32, on the same device (built before any
+    restore)."""
     if optimizer not in SLOTS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
     slots = []
     base = var.name.split(":")[0]
     for slot in SLOTS[optimizer]:
         fill = slot_initial(optimizer, slot)
+        shape = slot_shape(var, slot)
 
         # A callable initial value: evaluated next to the variable, so a large slot never
         # travels over the network.
-        def initial(shape: Any = var.shape, dtype: Any = var.dtype, fill: float = fill) -> Any:
-            return tf.fill(shape, tf.constant(fill, dtype))
+        def initial(shape: Any = shape, fill: float = fill) -> Any:
+            return tf.fill(shape, tf.constant(fill, SLOT_DTYPE))
 
         with strategy.extended.colocate_vars_with(var):
             slots.append(
                 tf.Variable(
                     initial,
-                    shape=var.shape,
-                    dtype=var.dtype,
+                    shape=shape,
+                    dtype=SLOT_DTYPE,
                     trainable=False,
                     name=f"{base}/{slot}",
                 )
@@ -200,10 +208,25 @@ def apply_update(item: Slotted, grad: Any, t: Any, deduplicate: bool) -> Any:
 
     def fn(var: Any, g: Any, *slots: Any) -> Any:
         if isinstance(g, tf.IndexedSlices):
-            g = tf.IndexedSlices(tf.cast(g.values, var.dtype), g.indices, g.dense_shape)
-            if deduplicate:
-                g = dedup(g)
-            return _SPARSE[item.optimizer](var, slots, g, item.learning_rate, t)
-        return _DENSE[item.optimizer](var, slots, tf.cast(g, var.dtype), item.learning_rate, t)
+            fused = _FUSED_SPARSE.get(item.optimizer)
+            if fused is not None and var.dtype == tf.float32:
+                g = tf.IndexedSlices(tf.cast(g.values, var.dtype), g.indices, g.dense_shape)
+                if deduplicate:
+                    g = dedup(g)
+                return fused(var, slots, g, item.learning_rate, t)
+            # Gathered rows are written back once each: repeated rows summed first.
+            g = dedup(tf.IndexedSlices(tf.cast(g.values, tf.float32), g.indices, g.dense_shape))
+            return update_rows(
+                item.optimizer,
+                var,
+                slots,
+                g,
+                item.learning_rate,
+                t,
+                key=item.key,
+                row_offset=item.row_offset,
+            )
+        optimizer = dense_optimizer(item.optimizer)
+        return _DENSE[optimizer](var, slots, tf.cast(g, var.dtype), item.learning_rate, t)
 
     return fn

@@ -24,7 +24,15 @@ from etj_trainer.data.records import BAD_KEY
 from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
 from etj_trainer.models.dynamic import SlotReset
 from etj_trainer.task.auc import BINS
-from etj_trainer.task.optim import SLOTS, Slotted, apply_update, create_slots, slot_initial
+from etj_trainer.task.optim import (
+    SLOTS,
+    Slotted,
+    apply_update,
+    create_slots,
+    dense_optimizer,
+    slot_initial,
+)
+from etj_trainer.task.rounding import key_of
 
 # Steps written out per loop iteration of ``train_chunk``.
 UNROLL = 10
@@ -75,10 +83,12 @@ class TrainingState:
             self.dynamic_slots: dict[str, list[SlotReset]] = {}
             for i, table in enumerate(config.model.tables):
                 opt = str(table.optimizer or default_opt)
-                parts = [
-                    Slotted(v, opt, lr, create_slots(strategy, v, opt))
-                    for v in self.model.table_components(i)
-                ]
+                # A shard's first row in the table: stochastic rounding draws by global row.
+                key, offset, parts = key_of(table.name, config.training.seed), 0, []
+                for v in self.model.table_components(i):
+                    slots = create_slots(strategy, v, opt)
+                    parts.append(Slotted(v, opt, lr, slots, key=key, row_offset=offset))
+                    offset += int(v.shape[0])
                 self.items += parts
                 self.slots.tables[table.name] = _group_slots(opt, parts)
                 if table.dynamic is not None:
@@ -88,8 +98,9 @@ class TrainingState:
                         for part in parts
                         for name, var in zip(SLOTS[opt], part.slots, strict=True)
                     ]
+            dense_opt = dense_optimizer(default_opt)
             for v in self.model.dense_variables:
-                item = Slotted(v, default_opt, lr, create_slots(strategy, v, default_opt))
+                item = Slotted(v, dense_opt, lr, create_slots(strategy, v, dense_opt))
                 self.items.append(item)
                 self.slots.dense.append(item.slots)
         self.variables = [item.var for item in self.items]
@@ -176,7 +187,9 @@ class TrainingState:
     @staticmethod
     def _gather_sparse(ctx: Any, g: tf.IndexedSlices, bound: int, scale: float) -> Any:
         pad = bound - tf.shape(g.indices)[0]
-        values = tf.pad(g.values, [[0, pad], [0, 0]])
+        # float32 on the wire: a float16 table's gradient rows keep their bits until the
+        # update sums them in float32 (and collectives have no bfloat16 kernels).
+        values = tf.pad(tf.cast(g.values, tf.float32), [[0, pad], [0, 0]])
         indices = tf.pad(tf.cast(g.indices, tf.int64), [[0, pad]], constant_values=-1)
         values = tf.ensure_shape(values, [bound, g.values.shape[1]])
         indices = tf.ensure_shape(indices, [bound])
