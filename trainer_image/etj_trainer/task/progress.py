@@ -40,6 +40,20 @@ def emit(event: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
+# A dynamic table's stats (``ShardedDynamicTable.stats``): its gauges and what they say.
+DYNAMIC_GAUGES = (
+    ("rowsUsed", "etj_trainer_dynamic_rows_used", "Pool rows holding an admitted id."),
+    ("capacity", "etj_trainer_dynamic_capacity", "Pool rows of the table (dynamic.capacity)."),
+    ("admitted", "etj_trainer_dynamic_admitted", "Ids given a row so far."),
+    ("evicted", "etj_trainer_dynamic_evicted", "Rows freed as stale so far."),
+    (
+        "fallbackLookups",
+        "etj_trainer_dynamic_fallback_lookups",
+        "Training lookups of ids without a row (read the fallback).",
+    ),
+)
+
+
 class Metrics:
     """The chief's Prometheus gauges on their own registry (no process collectors)."""
 
@@ -68,6 +82,11 @@ class Metrics:
         self.eval_auc = gauge("etj_trainer_eval_auc", "Held-out AUC (data.validation).")
         self.eval_logloss = gauge("etj_trainer_eval_logloss", "Held-out log-loss.")
         self.eval_examples = gauge("etj_trainer_eval_examples", "Held-out examples scored.")
+        # Dynamic tables (model.embeddings[].dynamic), one series per table.
+        self.dynamic = {
+            field: Gauge(name, doc, ["table"], registry=self.registry)
+            for field, name, doc in DYNAMIC_GAUGES
+        }
         self.port = port
         if port:
             try:
@@ -109,6 +128,8 @@ class Reporter:
         # The last report and held-out evaluation: the chief's final words (``completion``).
         self.last_report: dict[str, Any] | None = None
         self.last_evaluation: dict[str, Any] | None = None
+        # Per dynamic table, its stats (rows used, capacity, ...): read at each report.
+        self.dynamic_source: Callable[[], dict[str, dict[str, int]]] | None = None
 
     def start(self, step: int, restarts: int, last_checkpoint_step: int | None) -> None:
         self.step = self._mark_step = step
@@ -181,6 +202,10 @@ class Reporter:
             m.loss.set(loss)
         if auc is not None:
             m.auc.set(auc)
+        dynamic = self.dynamic_source() if self.dynamic_source else None
+        for table, stats in (dynamic or {}).items():
+            for field, value in stats.items():
+                m.dynamic[field].labels(table=table).set(value)
         fields = {
             "step": self.step,
             "loss": loss,
@@ -189,6 +214,7 @@ class Reporter:
             "lastCheckpointStep": self.last_checkpoint_step,
             "restartsSeen": self.restarts,
             "badRecords": self.bad_records or None,
+            "dynamicTables": dynamic or None,
         }
         emit("progress", **fields)
         self._write_summaries(loss, auc, eps)
@@ -203,7 +229,7 @@ class Reporter:
         progress = {
             k: v
             for k, v in (self.last_report or {"step": self.step}).items()
-            if v is not None and k != "restartsSeen"
+            if v is not None and k not in ("restartsSeen", "dynamicTables")
         }
         out: dict[str, Any] = {"progress": progress}
         if self.last_evaluation is not None:

@@ -64,6 +64,13 @@ class TrainingState:
         self.config = config
         self.strategy = strategy
         self.sync_replicas = sync_replicas
+        # Under ParameterServer (a partitioner) many workers run steps at once: the dynamic
+        # tables' one writer is the coordinator, between steps (``maintain_between_steps``),
+        # not the step function.
+        self.maintain_in_step = partitioner is None
+        # The step of each dynamic table's last pass run by the coordinator.
+        self._maintained: dict[str, int] = {}
+        self._maintain_fns: dict[str, Any] = {}
         default_opt = str(config.training.optimizer)
         lr = config.training.learning_rate
         with strategy.scope():
@@ -72,7 +79,8 @@ class TrainingState:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.items: list[Slotted] = []
             self.slots = SlotStore()
-            self.dynamic_slots: dict[str, list[SlotReset]] = {}
+            # Per dynamic table, per pool component: the optimizer slots a freed row resets.
+            self.dynamic_slots: dict[str, list[list[SlotReset]]] = {}
             for i, table in enumerate(config.model.tables):
                 opt = str(table.optimizer or default_opt)
                 parts = [
@@ -84,9 +92,11 @@ class TrainingState:
                 if table.dynamic is not None:
                     # What a dynamic table's eviction resets with a freed row.
                     self.dynamic_slots[table.name] = [
-                        SlotReset(var, slot_initial(opt, name))
+                        [
+                            SlotReset(var, slot_initial(opt, name))
+                            for name, var in zip(SLOTS[opt], part.slots, strict=True)
+                        ]
                         for part in parts
-                        for name, var in zip(SLOTS[opt], part.slots, strict=True)
                     ]
             for v in self.model.dense_variables:
                 item = Slotted(v, default_opt, lr, create_slots(strategy, v, default_opt))
@@ -127,6 +137,37 @@ class TrainingState:
         stand_in.dynamic = self.model.dynamic
         status = tf.train.Checkpoint(model=stand_in).read(path)
         status.expect_partial().assert_existing_objects_matched()
+
+    def maintain_every(self) -> int | None:
+        """Steps between the coordinator's pauses for dynamic tables' passes (the smallest
+        ``maintainEverySteps``); None when it has none to run (no dynamic table, or the
+        step function runs them)."""
+        if self.maintain_in_step or not self.model.dynamic:
+            return None
+        return min(d.maintain_every_steps for d in self.model.dynamic.values())
+
+    def maintain_between_steps(self, step: int) -> dict[str, dict[str, int]]:
+        """Run the passes due at ``step`` (a multiple of ``maintainEverySteps`` was passed
+        since a table's last one), called by the coordinator while no step is in flight:
+        the one writer of every index. Returns each dynamic table's stats after."""
+        for name, dynamic in self.model.dynamic.items():
+            every = dynamic.maintain_every_steps
+            last = self._maintained.get(name, 0)
+            if step // every > last // every:
+                self._maintain_table(name, tf.constant(step, tf.int64))
+                self._maintained[name] = step
+        return self.dynamic_stats()
+
+    def _maintain_table(self, name: str, step: tf.Tensor) -> None:
+        fn = self._maintain_fns.get(name)
+        if fn is None:
+            dynamic, slots = self.model.dynamic[name], self.dynamic_slots[name]
+            fn = self._maintain_fns[name] = tf.function(lambda s: dynamic.maintain(s, slots))
+        fn(step)
+
+    def dynamic_stats(self) -> dict[str, dict[str, int]]:
+        """Per dynamic table: rows used, capacity, admitted, evicted, fallback lookups."""
+        return {name: d.stats() for name, d in self.model.dynamic.items()}
 
     def digest(self) -> dict[str, float]:
         """Sum of every saved variable (computed next to each shard; only scalars move)."""
@@ -203,8 +244,9 @@ class TrainingState:
     def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         local = self.strategy.experimental_local_results
         loss, h, bad = self.strategy.run(self._replica_step, args=(next(iterator), t))
-        # Dynamic tables' admission and eviction, between this step and the next.
-        self.model.maintain(tf.cast(t, tf.int64), self.dynamic_slots)
+        if self.maintain_in_step:
+            # Dynamic tables' admission and eviction, between this step and the next.
+            self.model.maintain(tf.cast(t, tf.int64), self.dynamic_slots)
         return local(loss)[0], local(h)[0], local(bad)[0]
 
     @tf.function
