@@ -165,16 +165,53 @@ def test_the_trainer_process_trains_a_dynamic_table_and_resumes_from_its_checkpo
     assert _saved_invariants(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))) > 0
 
 
-def test_a_dynamic_table_under_multi_worker_mirrored_is_a_model_error(tmp_path: Path):
-    """Until MultiWorkerMirrored carries dynamic tables, a job that asks for one there
-    fails at once with a line a person can act on (ModelError: permanent under every
-    restartPolicy), not with a trainer bug's exit. (Any strategy without the
-    ParameterServer's partitioner is refused: a mirrored one stands in.)"""
-    from etj_trainer.models.ctr import CtrModel
-    from etj_trainer.models.custom import ModelError
+def test_a_dynamic_table_trains_under_a_mirrored_strategy_as_the_same_table_everywhere(
+    tmp_path: Path,
+):
+    """The MultiWorkerMirrored path in one process (the fast sibling of the same-math test
+    below): a mirrored strategy with the replicas' keys gathered and counted in
+    cross-replica context, the row state mirrored; admission, eviction and the invariants
+    as alone."""
+    config = _config(tmp_path)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    state = TrainingState(config, strategy, None, sync_replicas=True)
+    (table,) = state.model.dynamic["user_id"].shards
+    assert isinstance(table.last_seen, tf.distribute.DistributedValues)
 
-    with (
-        tf.distribute.MirroredStrategy(["/cpu:0"]).scope(),
-        pytest.raises(ModelError, match=r"table 'user_id' is dynamic: .* fixed table"),
-    ):
-        CtrModel(_config(tmp_path))
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        return make_dataset(config.model, config.data, 32)
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    for _ in range(6):
+        state.train_chunk(iterator, tf.constant(10, tf.int64))
+        assert table.invariant_violations() == []
+    stats = state.dynamic_stats()["user_id"]
+    assert 0 < stats["rowsUsed"] <= CAPACITY and stats["evicted"] > 0
+    assert stats["rowsUsed"] == int(table.used_slots())
+    assert stats["fallbackLookups"] > 0
+
+
+@pytest.mark.extended  # make test-all (minutes); CI runs the in-process sibling above
+def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None:
+    """Two workers, each on half of every batch, end with the pool, slots and tower one
+    process trained on the whole batches gets: they counted the same keys, admitted the
+    same ids into the same rows (a pass after every step) and trained them alike."""
+    from zoo import same_math_mirrored
+
+    spec = job_spec(
+        model={
+            "embeddings": [
+                {
+                    "name": "user_id",
+                    "vocabularySize": 8,
+                    "dimension": 8,
+                    "dynamic": {"capacity": 48, "admitAfter": 2, "maintainEverySteps": 1},
+                },
+                {"name": "item_id", "vocabularySize": 200, "dimension": 8},
+            ],
+            "denseFeatures": 4,
+            "hiddenUnits": [16],
+        },
+        training={"batchSizePerReplica": 32, "optimizer": "adagrad", "learningRate": 0.1},
+    )
+    same_math_mirrored(spec, tmp_path)

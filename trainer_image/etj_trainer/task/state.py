@@ -110,6 +110,12 @@ class TrainingState:
             for i, n in enumerate(ids_per_table(config.model))
             for _ in self.model.table_components(i)
         ] + [0] * len(self.model.dense_variables)
+        # Most keys one replica's batch gives each dynamic table.
+        self._key_bound = {
+            t.name: batch * n
+            for t, n in zip(config.model.tables, ids_per_table(config.model), strict=True)
+            if t.dynamic is not None
+        }
         self.checkpoint = tf.train.Checkpoint(model=self.model, slots=self.slots, step=self.step)
         self._tower_keys = checkpoint_keys(self.checkpoint, self.model.tower_variables)
 
@@ -178,9 +184,24 @@ class TrainingState:
 
     # --- one step, in replica context -------------------------------------------------
 
-    def _replica_step(self, batch: dict[str, tf.Tensor], t: tf.Tensor) -> tuple[Any, Any, Any]:
+    def _replica_step(
+        self, batch: dict[str, tf.Tensor], t: tf.Tensor
+    ) -> tuple[Any, Any, Any, dict[str, Any]]:
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
-        self.model.observe(batch, tf.cast(t, tf.int64))
+        ctx = tf.distribute.get_replica_context()
+        seen: dict[str, Any] = {}
+        if self.sync_replicas and self.model.dynamic:
+            # MultiWorkerMirrored: every worker holds the whole dynamic table and must count
+            # the same keys to admit the same ids: every replica's keys, gathered (padded
+            # to a static bound with missing keys, as collectives need equal shapes); they
+            # are counted after the step, in cross-replica context, where the mirrored row
+            # state takes one update for all.
+            seen = {
+                name: ctx.all_gather(keys, axis=0)
+                for name, keys in self.model.dynamic_keys(batch, self._key_bound).items()
+            }
+        else:
+            self.model.observe(batch, tf.cast(t, tf.int64))
         with tf.GradientTape() as tape:
             logits = self.model(batch, training=True)
             # A mean that is 0, not NaN, for a batch whose records were all skipped as bad.
@@ -188,12 +209,11 @@ class TrainingState:
                 tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
             ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
         grads = tape.gradient(loss, self.variables)
-        ctx = tf.distribute.get_replica_context()
         if self.sync_replicas:
             grads = self._all_reduce(ctx, grads)
         ctx.merge_call(self._apply, args=(grads, t))
         bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
-        return loss, histogram(tf.sigmoid(logits), labels), bad
+        return loss, histogram(tf.sigmoid(logits), labels), bad, seen
 
     def _all_reduce(self, ctx: Any, grads: list[Any]) -> list[Any]:
         """Mean of the gradients over the replicas (MultiWorkerMirrored).
@@ -243,7 +263,11 @@ class TrainingState:
 
     def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         local = self.strategy.experimental_local_results
-        loss, h, bad = self.strategy.run(self._replica_step, args=(next(iterator), t))
+        loss, h, bad, seen = self.strategy.run(self._replica_step, args=(next(iterator), t))
+        for name, keys in seen.items():
+            # Every replica's keys (MultiWorkerMirrored), the same on every worker.
+            unique, _, occurrences = tf.unique_with_counts(local(keys)[0])
+            self.model.dynamic[name].observe(unique, occurrences, tf.cast(t, tf.int64))
         if self.maintain_in_step:
             # Dynamic tables' admission and eviction, between this step and the next.
             self.model.maintain(tf.cast(t, tf.int64), self.dynamic_slots)
