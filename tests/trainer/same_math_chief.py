@@ -34,7 +34,9 @@ def batches(config: TrainerConfig) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for t in config.model.embeddings:
         # Small ids so that a batch repeats some: repeated rows must add up the same way.
-        out[t.name] = rng.integers(0, min(t.vocabulary_size, 3 * n), (STEPS, n, t.ids_per_example))
+        # A dynamic table's ids are keys: more of them than its pool has rows.
+        rows = t.vocabulary_size + (t.dynamic.capacity if t.dynamic else 0)
+        out[t.name] = rng.integers(0, min(rows, 3 * n), (STEPS, n, t.ids_per_example))
     if config.model.dense_inputs:
         out[DENSE_KEY] = rng.normal(size=(STEPS, n, config.model.dense_inputs)).astype(np.float32)
     out[LABEL_KEY] = rng.integers(0, 2, (STEPS, n)).astype(np.float32)

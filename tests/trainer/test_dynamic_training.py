@@ -52,7 +52,7 @@ def _config(tmp_path: Path, steps: int = 60, export_dir: Path | None = None):
 
 
 def _admitted(state: TrainingState) -> dict[int, int]:
-    keys, slots = state.model.dynamic["user_id"].index.export()
+    keys, slots = state.model.dynamic["user_id"].shards[0].index.export()
     return dict(zip(keys.numpy().tolist(), slots.numpy().tolist(), strict=True))
 
 
@@ -60,7 +60,7 @@ def test_a_dynamic_table_trains_keeps_its_invariants_and_restores(tmp_path: Path
     config = _config(tmp_path)
     strategy = tf.distribute.get_strategy()
     state = TrainingState(config, strategy)
-    table = state.model.dynamic["user_id"]
+    (table,) = state.model.dynamic["user_id"].shards
     assert tuple(table.pool.shape) == (4 + CAPACITY, 8)
     iterator = iter(make_dataset(config.model, config.data, 32))
     losses = []
@@ -75,7 +75,7 @@ def test_a_dynamic_table_trains_keeps_its_invariants_and_restores(tmp_path: Path
     assert 0 < used <= CAPACITY and admitted == used + evicted and evicted > 0
     assert int(table.fallback_lookups.numpy()) > 0
     # A free row's Adagrad accumulator is its initial value: never trained, or reset.
-    accumulator = state.dynamic_slots["user_id"][0].variable.numpy()
+    accumulator = state.dynamic_slots["user_id"][0][0].variable.numpy()
     free_rows = 4 + table.free_slots().numpy()
     assert len(free_rows) == CAPACITY - used
     assert np.all(accumulator[free_rows] == np.float32(0.1))
@@ -86,7 +86,7 @@ def test_a_dynamic_table_trains_keeps_its_invariants_and_restores(tmp_path: Path
     Checkpoints(state, config.checkpoint).save()
     restored = TrainingState(config, strategy)
     assert Checkpoints(restored, config.checkpoint).restore() == 60
-    again = restored.model.dynamic["user_id"]
+    (again,) = restored.model.dynamic["user_id"].shards
     assert again.invariant_violations() == []
     assert _admitted(restored) == _admitted(state)
     assert np.array_equal(again.last_seen.numpy(), table.last_seen.numpy())
@@ -136,7 +136,7 @@ def _train(tmp_path: Path, steps: int) -> list[dict]:
 def _saved_invariants(path: str) -> int:
     """Check a saved dynamic table offline (index against row state); its rows in use."""
     reader = tf.train.load_checkpoint(path)
-    base = "model/dynamic/user_id"
+    base = "model/dynamic/user_id/shards/0"
     keys = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
     slots = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
     row_key = reader.get_tensor(f"{base}/row_key/.ATTRIBUTES/VARIABLE_VALUE")
@@ -165,12 +165,53 @@ def test_the_trainer_process_trains_a_dynamic_table_and_resumes_from_its_checkpo
     assert _saved_invariants(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))) > 0
 
 
-def test_a_dynamic_table_under_a_distributed_strategy_is_a_model_error(tmp_path: Path):
-    """Until ParameterServer and MultiWorkerMirrored carry dynamic tables, a job that asks
-    for one there fails at once with a line a person can act on (ModelError: permanent
-    under every restartPolicy), not with a trainer bug's exit."""
-    from etj_trainer.models.ctr import CtrModel, TablePartitioner
-    from etj_trainer.models.custom import ModelError
+def test_a_dynamic_table_trains_under_a_mirrored_strategy_as_the_same_table_everywhere(
+    tmp_path: Path,
+):
+    """The MultiWorkerMirrored path in one process (the fast sibling of the same-math test
+    below): a mirrored strategy with the replicas' keys gathered and counted in
+    cross-replica context, the row state mirrored; admission, eviction and the invariants
+    as alone."""
+    config = _config(tmp_path)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    state = TrainingState(config, strategy, None, sync_replicas=True)
+    (table,) = state.model.dynamic["user_id"].shards
+    assert isinstance(table.last_seen, tf.distribute.DistributedValues)
 
-    with pytest.raises(ModelError, match=r"table 'user_id' is dynamic: .* fixed table"):
-        CtrModel(_config(tmp_path), TablePartitioner())
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        return make_dataset(config.model, config.data, 32)
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    for _ in range(6):
+        state.train_chunk(iterator, tf.constant(10, tf.int64))
+        assert table.invariant_violations() == []
+    stats = state.dynamic_stats()["user_id"]
+    assert 0 < stats["rowsUsed"] <= CAPACITY and stats["evicted"] > 0
+    assert stats["rowsUsed"] == int(table.used_slots())
+    assert stats["fallbackLookups"] > 0
+
+
+@pytest.mark.extended  # make test-all (minutes); CI runs the in-process sibling above
+def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None:
+    """Two workers, each on half of every batch, end with the pool, slots and tower one
+    process trained on the whole batches gets: they counted the same keys, admitted the
+    same ids into the same rows (a pass after every step) and trained them alike."""
+    from zoo import same_math_mirrored
+
+    spec = job_spec(
+        model={
+            "embeddings": [
+                {
+                    "name": "user_id",
+                    "vocabularySize": 8,
+                    "dimension": 8,
+                    "dynamic": {"capacity": 48, "admitAfter": 2, "maintainEverySteps": 1},
+                },
+                {"name": "item_id", "vocabularySize": 200, "dimension": 8},
+            ],
+            "denseFeatures": 4,
+            "hiddenUnits": [16],
+        },
+        training={"batchSizePerReplica": 32, "optimizer": "adagrad", "learningRate": 0.1},
+    )
+    same_math_mirrored(spec, tmp_path)

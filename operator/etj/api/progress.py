@@ -60,6 +60,23 @@ EVENT_EVALUATION = "evaluation"
 # Only in the trainer's progress lines (not in status): how often this process resumed.
 RESTARTS_SEEN_KEY = "restartsSeen"
 
+# Only in the trainer's progress lines and metrics (not in the termination message): the
+# dynamic tables' stats per table, under this key.
+DYNAMIC_TABLES_KEY = "dynamicTables"
+
+# A dynamic table's stats (``ShardedDynamicTable.stats``): its gauges and what they say.
+DYNAMIC_GAUGES = (
+    ("rowsUsed", "etj_trainer_dynamic_rows_used", "Pool rows holding an admitted id."),
+    ("capacity", "etj_trainer_dynamic_capacity", "Pool rows of the table (dynamic.capacity)."),
+    ("admitted", "etj_trainer_dynamic_admitted", "Ids given a row so far."),
+    ("evicted", "etj_trainer_dynamic_evicted", "Rows freed as stale so far."),
+    (
+        "fallbackLookups",
+        "etj_trainer_dynamic_fallback_lookups",
+        "Training lookups of ids without a row (read the fallback).",
+    ),
+)
+
 COMPLETION_PREFIX = f"{REASON_COMPLETED}: "
 
 

@@ -30,8 +30,9 @@ from etj.api.spec import EmbeddingTable, ModelSpec
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import DENSE_KEY, INPUT_PREFIX, Lookup, lookups
 from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
-from etj_trainer.models.custom import ModelError, tower_variables, trainable_variables
-from etj_trainer.models.dynamic import DynamicTable, SlotReset
+from etj_trainer.models.custom import tower_variables, trainable_variables
+from etj_trainer.models.dynamic import SlotReset
+from etj_trainer.models.dynamic_shards import ShardedDynamicTable
 
 STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
 # Initial embedding values are uniform in [-EMBEDDING_INIT, EMBEDDING_INIT].
@@ -173,21 +174,13 @@ class CtrModel(tf.Module):
             ctx = partitioner.shards_for(shards) if partitioner else contextlib.nullcontext()
             with ctx:
                 self.tables.append(self._make_table(table, (seed, i)))
-        # A dynamic table's index and row state: after every table (see the module
-        # docstring), by table name.
-        self.dynamic: dict[str, DynamicTable] = {}
+        # A dynamic table's index and row state: after every table, next to each pool shard
+        # (colocated: they take no turn in the round-robin placement), by table name.
+        self.dynamic: dict[str, ShardedDynamicTable] = {}
         for i, table in enumerate(self.specs):
             if table.dynamic is not None:
-                if partitioner is not None or tf.distribute.has_strategy():
-                    # A ModelError: the job fails at once with this line as its message
-                    # (no restart can help), not with a trainer bug's exit.
-                    raise ModelError(
-                        f"table {table.name!r} is dynamic: dynamic tables train in a single "
-                        "process for now (ParameterServer and MultiWorkerMirrored come next); "
-                        "drop its dynamic settings to train it as a fixed table"
-                    )
-                self.dynamic[table.name] = DynamicTable(
-                    table, (seed, i), STORAGE_DTYPES[table.dtype], EMBEDDING_INIT, self.tables[i]
+                self.dynamic[table.name] = ShardedDynamicTable(
+                    table, self.tables[i], (seed, i), STORAGE_DTYPES[table.dtype], EMBEDDING_INIT
                 )
         # First-order table of user table i (wideDeep/deepFM): table n + i.
         self.first_order = has_first_order(spec)
@@ -246,13 +239,15 @@ class CtrModel(tf.Module):
         table = self.tables[i]
         dynamic = self.dynamic.get(self.specs[i].name)
         if dynamic is not None:
-            return pooled(
-                self.specs[i],
-                lambda u: tf.nn.embedding_lookup(table, dynamic.rows(u)),
-                ids,
-                width,
-                masked,
-            )
+
+            def read(keys: tf.Tensor) -> tf.Tensor:
+                # Distinct keys share fallback rows: each row is read once, so its gradient
+                # comes as one summed row (an optimizer's slot update, Adagrad's square,
+                # sees the row's gradient, not each key's), as under MultiWorkerMirrored.
+                rows, position = tf.unique(dynamic.rows(keys))
+                return tf.gather(tf.nn.embedding_lookup(table, rows), position)
+
+            return pooled(self.specs[i], read, ids, width, masked)
         return pooled(self.specs[i], lambda u: tf.nn.embedding_lookup(table, u), ids, width, masked)
 
     def observe(self, features: dict[str, tf.Tensor], step: tf.Tensor) -> None:
@@ -264,9 +259,29 @@ class CtrModel(tf.Module):
                 unique, _, occurrences = tf.unique_with_counts(keys)
                 dynamic.observe(unique, occurrences, step)
 
-    def maintain(self, step: tf.Tensor, slots: dict[str, list[SlotReset]]) -> None:
+    def dynamic_keys(
+        self, features: dict[str, tf.Tensor], bound: dict[str, int]
+    ) -> dict[str, tf.Tensor]:
+        """Per dynamic table, a batch's keys (every lookup of it), padded with missing keys
+        to ``bound[table]`` (a static shape, for collectives)."""
+        keys: dict[str, list[tf.Tensor]] = {}
+        for _, x in self.named_lookups:
+            name = self.specs[x.table].name
+            if name in self.dynamic:
+                keys.setdefault(name, []).append(
+                    tf.reshape(tf.cast(features[x.key], tf.int64), [-1])
+                )
+        out = {}
+        for name, parts in keys.items():
+            flat = tf.concat(parts, 0)
+            pad = tf.fill([bound[name] - tf.size(flat)], tf.constant(-1, tf.int64))
+            out[name] = tf.ensure_shape(tf.concat([flat, pad], 0), [bound[name]])
+        return out
+
+    def maintain(self, step: tf.Tensor, slots: dict[str, list[list[SlotReset]]]) -> None:
         """Admission and eviction in every dynamic table whose pass is due at ``step``
-        (the one writer: called between steps, never from two places at once)."""
+        (the one writer: called between steps, never from two places at once); ``slots``:
+        per table, per pool component, the optimizer slots a freed row resets."""
         for name, dynamic in self.dynamic.items():
             dynamic.maintain_if_due(step, slots.get(name, []))
 

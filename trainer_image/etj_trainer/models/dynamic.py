@@ -36,8 +36,13 @@ Everything lives in ``tf.Module`` attributes, so ``tf.train.Checkpoint`` saves t
 the index, the row state, the candidates and the counters together; saved between steps
 they are consistent (``invariant_violations`` checks them, e.g. after a restore).
 
-This module holds one table's state and its admission/eviction; it does not place shards
-over ps, own the optimizer (``maintain`` is handed the slots to reset) or read data.
+A table whose pool is sharded (ParameterServer) has one such table per pool shard, over that
+shard's rows (``first_row``: the table's row of its slot 0, ``pool_row``: the shard
+variable's), with its keys routed to it: ``etj_trainer.models.dynamic_shards``.
+
+This module holds one table's (or shard's) state and its admission/eviction; it does not
+route keys to shards, own the optimizer (``maintain`` is handed the slots to reset) or read
+data.
 """
 
 from __future__ import annotations
@@ -86,6 +91,13 @@ class SlotReset:
     initial: float
 
 
+class _Ref:
+    """Holds a value where a ``tf.Module`` attribute would make it a checkpoint dependency."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
 class DynamicTable(tf.Module):
     """One dynamic table: pool, index, row state and admission candidates (see the module
     docstring)."""
@@ -97,34 +109,56 @@ class DynamicTable(tf.Module):
         dtype: tf.DType = tf.float32,
         init_scale: float = 0.05,
         pool: Any = None,
+        *,
+        capacity: int | None = None,
+        first_row: int | None = None,
+        pool_row: int | None = None,
+        shard: int | None = None,
     ):
+        """``pool``: the table variable (``vocabularySize + capacity`` rows), or, for one
+        shard of a sharded table (``etj_trainer.models.dynamic_shards``), that shard's pool
+        component, whose slot 0 is its row ``pool_row`` and the table's row ``first_row``,
+        with ``capacity`` slots."""
         if spec.dynamic is None:
             raise ValueError(f"table {spec.name!r} has no dynamic settings")
-        super().__init__(name=f"dynamic_{spec.name}")
+        suffix = "" if shard is None else f"_{shard}"
+        super().__init__(name=f"dynamic_{spec.name}{suffix}")
         d = spec.dynamic
         self.fallback_rows = spec.vocabulary_size
-        self.capacity = d.capacity
+        self.capacity = d.capacity if capacity is None else capacity
         self.dimension = spec.dimension
         self.admit_after = d.admit_after
         self.evict_after_steps = d.evict_after_steps
         self.maintain_every_steps = d.maintain_every_steps
+        # The table's row of slot 0, and the pool variable's.
+        self.first_row = self.fallback_rows if first_row is None else first_row
+        self.pool_row = self.first_row if pool_row is None else pool_row
         self._seed = seed
         self._init_scale = init_scale
-        rows = self.fallback_rows + self.capacity
         if pool is None:
-            pool = tf.Variable(
+            rows = self.fallback_rows + self.capacity
+            # A pool of its own (a table on its own, as the unit tests build): saved with it.
+            self.own_pool = pool = tf.Variable(
                 self._initial_rows(tf.range(rows, dtype=tf.int64), tf.constant(0, tf.int64), dtype),
                 name=f"embedding/{spec.name}",
             )
-        if tuple(pool.shape) != (rows, self.dimension):
-            raise ValueError(f"pool of {spec.name!r} is {pool.shape}, not {(rows, spec.dimension)}")
-        self.pool = pool
+        if int(pool.shape[0]) < self.pool_row + self.capacity or pool.shape[1] != self.dimension:
+            raise ValueError(
+                f"pool of {spec.name!r} is {pool.shape}, not {self.pool_row + self.capacity} "
+                f"rows of {spec.dimension}"
+            )
+        # Not an attribute the checkpoint follows: the model saves the pool as its table
+        # (a shard of a sharded table would otherwise be saved a second time, whole).
+        self._pool = _Ref(pool)
         # The index and the row state live where the pool does: a lookup never crosses the
-        # network between them (variables ignore a user's device scope under
-        # ParameterServerStrategy, so the pool is created first and its device read).
-        with tf.device(pool.device):
+        # network between them. Variables ignore a user's device scope under
+        # ParameterServerStrategy (round-robin placement wins) but follow
+        # ``colocate_vars_with``, which also keeps them out of the round-robin count the
+        # planner's placement of the tables relies on; hash tables follow ``tf.device``.
+        extended = tf.distribute.get_strategy().extended
+        with extended.colocate_vars_with(pool), tf.device(pool.device):
             self.index = tf.lookup.experimental.MutableHashTable(
-                tf.int64, tf.int64, NO_SLOT, name=f"{spec.name}_index"
+                tf.int64, tf.int64, NO_SLOT, name=f"{spec.name}{suffix}_index"
             )
             self.row_key = tf.Variable(
                 tf.zeros([self.capacity], tf.int64), trainable=False, name=f"{spec.name}_row_key"
@@ -135,10 +169,10 @@ class DynamicTable(tf.Module):
                 name=f"{spec.name}_last_seen",
             )
             self.candidate_count = tf.lookup.experimental.MutableHashTable(
-                tf.int64, tf.int64, 0, name=f"{spec.name}_candidate_count"
+                tf.int64, tf.int64, 0, name=f"{spec.name}{suffix}_candidate_count"
             )
             self.candidate_seen = tf.lookup.experimental.MutableHashTable(
-                tf.int64, tf.int64, FREE, name=f"{spec.name}_candidate_seen"
+                tf.int64, tf.int64, FREE, name=f"{spec.name}{suffix}_candidate_seen"
             )
             # Counters for metrics and status: admitted and evicted ids, fallback reads.
             self.admitted = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="admitted")
@@ -146,6 +180,15 @@ class DynamicTable(tf.Module):
             self.fallback_lookups = tf.Variable(
                 tf.constant(0, tf.int64), trainable=False, name="fallback_lookups"
             )
+
+    @property
+    def pool(self) -> Any:
+        """The pool variable (or this shard's component of it)."""
+        return self._pool.value
+
+    @property
+    def device(self) -> str:
+        return str(self.pool.device)
 
     # ---- every step ------------------------------------------------------------------
 
@@ -165,9 +208,14 @@ class DynamicTable(tf.Module):
         """Pool rows of ``keys`` (int64; deduplicate them first: the index's lookup is a
         serial loop under its lock): the key's own row if admitted, else its fallback row,
         row 0 for a missing (negative) key. Reads only."""
-        slots = self._slots_of(keys)
+        own = self.own_rows(keys)
         other = tf.where(keys < 0, tf.constant(MISSING_ROW, tf.int64), self.fallback_row(keys))
-        return tf.where(slots >= 0, self.fallback_rows + slots, other)
+        return tf.where(own >= 0, own, other)
+
+    def own_rows(self, keys: tf.Tensor) -> tf.Tensor:
+        """The table's row of each admitted key, ``NO_SLOT`` for any other. Reads only."""
+        slots = self._slots_of(keys)
+        return tf.where(slots >= 0, self.first_row + slots, tf.constant(NO_SLOT, tf.int64))
 
     def observe(self, keys: tf.Tensor, occurrences: tf.Tensor, step: tf.Tensor) -> tf.Operation:
         """Record that unique ``keys`` occurred ``occurrences`` times at ``step``: admitted
@@ -250,8 +298,11 @@ class DynamicTable(tf.Module):
         seen = self.last_seen.read_value()
         stale = tf.logical_and(seen != FREE, step - seen >= self.evict_after_steps)
         gone = tf.reshape(tf.where(stale), [-1])
-        rows = self.fallback_rows + gone
-        fresh = tf.IndexedSlices(self._initial_rows(rows, step, self.pool.dtype), rows)
+        # Seeded by the table's rows, written to the pool variable's.
+        rows = self.pool_row + gone
+        fresh = tf.IndexedSlices(
+            self._initial_rows(self.first_row + gone, step, self.pool.dtype), rows
+        )
         ops = [
             self.index.remove(tf.gather(self.row_key, gone)),
             self.pool.scatter_update(fresh),

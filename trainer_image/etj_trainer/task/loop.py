@@ -86,6 +86,10 @@ class LoopParts:
     # Trace and compile the chunk function without training (a zero-step chunk): done
     # before the watchdog arms, as it costs minutes on a busy machine and is no hang.
     warm_up: Callable[[], None]
+    # Every ``pause_every`` scheduled steps: drain, wait for every chunk, then ``pause(step)``
+    # (the dynamic tables' one writer under ParameterServer, with no step in flight).
+    pause_every: int | None = None
+    pause: Callable[[int], None] | None = None
 
 
 def _boundaries(start: int, total: int, every: int | None) -> Iterator[int]:
@@ -113,6 +117,8 @@ def train_loop(
     start = restored or 0
     reporter = _reporter(config, parts, metrics_port, is_chief)
     reporter.max_bad_records = config.data.max_bad_records
+    if state.model.dynamic:
+        reporter.dynamic_source = state.dynamic_stats
     reporter.start(start, checkpoints.restarts, restored)
     validation = held_out(config) if is_chief else None
     scorer = Scorer(state.model, validation) if validation is not None else None
@@ -193,12 +199,21 @@ def _run_round(
         reporter.chunk_done(n, loss, hist, bad)
 
     scheduled = step
+    every = parts.pause_every
     while scheduled < boundary and not stop:
         n = min(spe, boundary - scheduled)
+        if every:
+            # A chunk never runs across a pause.
+            n = min(n, every - scheduled % every)
         pending.append((n, parts.schedule(n)))
         scheduled += n
         while len(pending) > parts.max_inflight:
             drain_one()
+        if every and parts.pause and scheduled % every == 0:
+            while pending:
+                drain_one()
+            parts.barrier()
+            parts.pause(int(state.step.numpy()))
     while pending:
         drain_one()
     parts.barrier()

@@ -26,6 +26,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from etj.api.progress import (
+    DYNAMIC_GAUGES,
+    DYNAMIC_TABLES_KEY,
     EVENT_PROGRESS,
     METRIC_AUC,
     METRIC_BAD_RECORDS,
@@ -84,6 +86,11 @@ class Metrics:
         self.eval_auc = gauge(METRIC_EVAL_AUC, "Held-out AUC (data.validation).")
         self.eval_logloss = gauge(METRIC_EVAL_LOGLOSS, "Held-out log-loss.")
         self.eval_examples = gauge(METRIC_EVAL_EXAMPLES, "Held-out examples scored.")
+        # Dynamic tables (model.embeddings[].dynamic), one series per table.
+        self.dynamic = {
+            field: Gauge(name, doc, ["table"], registry=self.registry)
+            for field, name, doc in DYNAMIC_GAUGES
+        }
         self.port = port
         if port:
             try:
@@ -125,6 +132,8 @@ class Reporter:
         # The last report and held-out evaluation: the chief's final words (``completion``).
         self.last_report: dict[str, Any] | None = None
         self.last_evaluation: dict[str, Any] | None = None
+        # Per dynamic table, its stats (rows used, capacity, ...): read at each report.
+        self.dynamic_source: Callable[[], dict[str, dict[str, int]]] | None = None
 
     def start(self, step: int, restarts: int, last_checkpoint_step: int | None) -> None:
         self.step = self._mark_step = step
@@ -197,6 +206,10 @@ class Reporter:
             m.loss.set(loss)
         if auc is not None:
             m.auc.set(auc)
+        dynamic = self.dynamic_source() if self.dynamic_source else None
+        for table, stats in (dynamic or {}).items():
+            for field, value in stats.items():
+                m.dynamic[field].labels(table=table).set(value)
         fields = {
             **progress_fields(
                 self.step,
@@ -207,6 +220,7 @@ class Reporter:
                 bad_records=self.bad_records or None,
             ),
             RESTARTS_SEEN_KEY: self.restarts,
+            DYNAMIC_TABLES_KEY: dynamic or None,
         }
         emit(EVENT_PROGRESS, **fields)
         self._write_summaries(loss, auc, eps)
@@ -221,7 +235,7 @@ class Reporter:
         progress = {
             k: v
             for k, v in (self.last_report or {"step": self.step}).items()
-            if v is not None and k != RESTARTS_SEEN_KEY
+            if v is not None and k not in (RESTARTS_SEEN_KEY, DYNAMIC_TABLES_KEY)
         }
         out: dict[str, Any] = {"progress": progress}
         if self.last_evaluation is not None:

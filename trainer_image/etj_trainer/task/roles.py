@@ -158,6 +158,8 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
         warm_up=lambda: coordinator.schedule(
             state.train_chunk, args=(iterator, tf.constant(0, tf.int64))
         ),
+        pause_every=state.maintain_every(),
+        pause=state.maintain_between_steps,
     )
     return train_loop(config, state, checkpoints, parts, restored, stop, metrics_port, True)
 
@@ -258,4 +260,26 @@ def log_placement(state: TrainingState) -> None:
             for name, var in state.slots.tables[spec.name].items()
         }
         rows = [int(v.shape[0]) for v in state.model.table_components(i)]
-        emit("placement", table=spec.name, devices=devices, rows=rows, slotDevices=slots)
+        dynamic = state.model.dynamic.get(spec.name)
+        # A dynamic table's shards: the pool shard, index and row state of each, together.
+        shards = (
+            [
+                {
+                    "pool": s.device,
+                    "index": s.index.resource_handle.device,
+                    "rowState": s.last_seen.device,
+                    "capacity": s.capacity,
+                }
+                for s in dynamic.shards
+            ]
+            if dynamic
+            else None
+        )
+        emit(
+            "placement",
+            table=spec.name,
+            devices=devices,
+            rows=rows,
+            slotDevices=slots,
+            dynamicShards=shards,
+        )

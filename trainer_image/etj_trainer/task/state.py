@@ -72,6 +72,13 @@ class TrainingState:
         self.config = config
         self.strategy = strategy
         self.sync_replicas = sync_replicas
+        # Under ParameterServer (a partitioner) many workers run steps at once: the dynamic
+        # tables' one writer is the coordinator, between steps (``maintain_between_steps``),
+        # not the step function.
+        self.maintain_in_step = partitioner is None
+        # The step of each dynamic table's last pass run by the coordinator.
+        self._maintained: dict[str, int] = {}
+        self._maintain_fns: dict[str, Any] = {}
         default_opt = str(config.training.optimizer)
         lr = config.training.learning_rate
         with strategy.scope():
@@ -80,7 +87,8 @@ class TrainingState:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.items: list[Slotted] = []
             self.slots = SlotStore()
-            self.dynamic_slots: dict[str, list[SlotReset]] = {}
+            # Per dynamic table, per pool component: the optimizer slots a freed row resets.
+            self.dynamic_slots: dict[str, list[list[SlotReset]]] = {}
             for i, table in enumerate(config.model.tables):
                 opt = str(table.optimizer or default_opt)
                 # A shard's first row in the table: stochastic rounding draws by global row.
@@ -94,9 +102,11 @@ class TrainingState:
                 if table.dynamic is not None:
                     # What a dynamic table's eviction resets with a freed row.
                     self.dynamic_slots[table.name] = [
-                        SlotReset(var, slot_initial(opt, name))
+                        [
+                            SlotReset(var, slot_initial(opt, name))
+                            for name, var in zip(SLOTS[opt], part.slots, strict=True)
+                        ]
                         for part in parts
-                        for name, var in zip(SLOTS[opt], part.slots, strict=True)
                     ]
             dense_opt = dense_optimizer(default_opt)
             for v in self.model.dense_variables:
@@ -111,6 +121,12 @@ class TrainingState:
             for i, n in enumerate(ids_per_table(config.model))
             for _ in self.model.table_components(i)
         ] + [0] * len(self.model.dense_variables)
+        # Most keys one replica's batch gives each dynamic table.
+        self._key_bound = {
+            t.name: batch * n
+            for t, n in zip(config.model.tables, ids_per_table(config.model), strict=True)
+            if t.dynamic is not None
+        }
         self.checkpoint = tf.train.Checkpoint(model=self.model, slots=self.slots, step=self.step)
         self._tower_keys = checkpoint_keys(self.checkpoint, self.model.tower_variables)
 
@@ -139,6 +155,37 @@ class TrainingState:
         status = tf.train.Checkpoint(model=stand_in).read(path)
         status.expect_partial().assert_existing_objects_matched()
 
+    def maintain_every(self) -> int | None:
+        """Steps between the coordinator's pauses for dynamic tables' passes (the smallest
+        ``maintainEverySteps``); None when it has none to run (no dynamic table, or the
+        step function runs them)."""
+        if self.maintain_in_step or not self.model.dynamic:
+            return None
+        return min(d.maintain_every_steps for d in self.model.dynamic.values())
+
+    def maintain_between_steps(self, step: int) -> dict[str, dict[str, int]]:
+        """Run the passes due at ``step`` (a multiple of ``maintainEverySteps`` was passed
+        since a table's last one), called by the coordinator while no step is in flight:
+        the one writer of every index. Returns each dynamic table's stats after."""
+        for name, dynamic in self.model.dynamic.items():
+            every = dynamic.maintain_every_steps
+            last = self._maintained.get(name, 0)
+            if step // every > last // every:
+                self._maintain_table(name, tf.constant(step, tf.int64))
+                self._maintained[name] = step
+        return self.dynamic_stats()
+
+    def _maintain_table(self, name: str, step: tf.Tensor) -> None:
+        fn = self._maintain_fns.get(name)
+        if fn is None:
+            dynamic, slots = self.model.dynamic[name], self.dynamic_slots[name]
+            fn = self._maintain_fns[name] = tf.function(lambda s: dynamic.maintain(s, slots))
+        fn(step)
+
+    def dynamic_stats(self) -> dict[str, dict[str, int]]:
+        """Per dynamic table: rows used, capacity, admitted, evicted, fallback lookups."""
+        return {name: d.stats() for name, d in self.model.dynamic.items()}
+
     def digest(self) -> dict[str, float]:
         """Sum of every saved variable (computed next to each shard; only scalars move)."""
         return {
@@ -148,9 +195,24 @@ class TrainingState:
 
     # --- one step, in replica context -------------------------------------------------
 
-    def _replica_step(self, batch: dict[str, tf.Tensor], t: tf.Tensor) -> tuple[Any, Any, Any]:
+    def _replica_step(
+        self, batch: dict[str, tf.Tensor], t: tf.Tensor
+    ) -> tuple[Any, Any, Any, dict[str, Any]]:
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
-        self.model.observe(batch, tf.cast(t, tf.int64))
+        ctx = tf.distribute.get_replica_context()
+        seen: dict[str, Any] = {}
+        if self.sync_replicas and self.model.dynamic:
+            # MultiWorkerMirrored: every worker holds the whole dynamic table and must count
+            # the same keys to admit the same ids: every replica's keys, gathered (padded
+            # to a static bound with missing keys, as collectives need equal shapes); they
+            # are counted after the step, in cross-replica context, where the mirrored row
+            # state takes one update for all.
+            seen = {
+                name: ctx.all_gather(keys, axis=0)
+                for name, keys in self.model.dynamic_keys(batch, self._key_bound).items()
+            }
+        else:
+            self.model.observe(batch, tf.cast(t, tf.int64))
         with tf.GradientTape() as tape:
             logits = self.model(batch, training=True)
             # A mean that is 0, not NaN, for a batch whose records were all skipped as bad.
@@ -158,12 +220,11 @@ class TrainingState:
                 tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
             ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
         grads = tape.gradient(loss, self.variables)
-        ctx = tf.distribute.get_replica_context()
         if self.sync_replicas:
             grads = self._all_reduce(ctx, grads)
         ctx.merge_call(self._apply, args=(grads, t))
         bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
-        return loss, histogram(tf.sigmoid(logits), labels), bad
+        return loss, histogram(tf.sigmoid(logits), labels), bad, seen
 
     def _all_reduce(self, ctx: Any, grads: list[Any]) -> list[Any]:
         """Mean of the gradients over the replicas (MultiWorkerMirrored).
@@ -215,9 +276,14 @@ class TrainingState:
 
     def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         local = self.strategy.experimental_local_results
-        loss, h, bad = self.strategy.run(self._replica_step, args=(next(iterator), t))
-        # Dynamic tables' admission and eviction, between this step and the next.
-        self.model.maintain(tf.cast(t, tf.int64), self.dynamic_slots)
+        loss, h, bad, seen = self.strategy.run(self._replica_step, args=(next(iterator), t))
+        for name, keys in seen.items():
+            # Every replica's keys (MultiWorkerMirrored), the same on every worker.
+            unique, _, occurrences = tf.unique_with_counts(local(keys)[0])
+            self.model.dynamic[name].observe(unique, occurrences, tf.cast(t, tf.int64))
+        if self.maintain_in_step:
+            # Dynamic tables' admission and eviction, between this step and the next.
+            self.model.maintain(tf.cast(t, tf.int64), self.dynamic_slots)
         return local(loss)[0], local(h)[0], local(bad)[0]
 
     @tf.function
