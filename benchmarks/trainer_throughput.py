@@ -15,6 +15,36 @@ and checkpoints a table over 2 GB (10M x 64 float32 with Adagrad, sharded over 4
 
 Each run is its own process (a fresh TensorFlow, both cores). Not a test: nothing here is
 asserted; the numbers go into the project's notes.
+
+Read ``CPU efficiency`` (examples per CPU-second, ps over single) next to ``ps/single``:
+on a shared machine the wall-clock ratio moves with the other load (a single process
+gets less of a busy machine than five do), the CPU ratio hardly does.
+
+Where the PS run's time goes (issue #23; ``perf record -F 199`` on chief, both workers
+and both ps for 20 s of steady training, samples per million examples, this model):
+
+- The PS job spent ~2.2x the CPU of ``single`` per example (~1820 samples vs 835); the
+  arithmetic (oneDNN matmuls, Eigen kernels, the sparse Adagrad on the ps) is about the
+  same in both (~600 vs ~480). The rest is overhead of talking between processes:
+  scheduler and futex wake-ups (345 vs 62), thread-pool spinning and stealing (188 vs 73),
+  gRPC (150 vs 0), kernel networking (51), malloc (77 vs 31).
+- The chief is ~1% of the samples and Python is idle on every task: with 50 steps per
+  scheduled function, ClusterCoordinator's dispatch and the closures' return values are
+  not the cost; the input pipeline (synthetic data) is a few percent of a worker.
+- Every tensor that crosses between a worker and a ps is its own RecvTensor RPC with
+  thread wake-ups on both sides. ``tf.nn.embedding_lookup`` on the sharded tables and
+  the tape's sparse gradients sent four per table shard and step (ids, rows, gradient
+  values, gradient indices): 16 for this model's 4 shards, plus the tower's read and
+  gradient. ``etj_trainer.models.fused`` packs them: one tensor of ids to each ps, one of
+  rows back, one of gradient rows to it (6 here), the same math (``tests/trainer/
+  test_fused.py``, the same-math tests). Measured the same way, that took the PS job from
+  ~2320 to ~1820 samples per million examples: gRPC 276 -> 150, wake-ups 440 -> 345,
+  spinning 246 -> 188, malloc 134 -> 77.
+- Left: the wake-ups and spinning of five processes' thread pools on two cores. Turning
+  spinning off on the servers (``ConfigProto.experimental.disable_thread_spinning``)
+  looked a few percent better in two noisy pairs; not adopted (it would cost latency on
+  nodes where each pod has its own cores). Fewer, larger shards (1 instead of 2 for
+  ``user_id``) made no measurable difference.
 """
 
 from __future__ import annotations

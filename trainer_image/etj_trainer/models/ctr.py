@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
@@ -74,15 +74,39 @@ def pooled(
     ``masked``: -1 marks an absent value (a multi-valued feature with fewer values); the
     combiner pools the present ones only, and an example with none gets zeros.
     """
-    width = spec.ids_per_example if width is None else width
+    distinct = unique_ids(spec, ids, masked)
+    rows = tf.cast(rows_of(distinct.ids), tf.float32)
+    return pool(spec, rows, distinct, width)
+
+
+class DistinctIds(NamedTuple):
+    """A lookup's ids deduplicated: ``ids`` (int64, each once), ``position`` (where each
+    of the flattened batch ids is in ``ids``) and ``present`` (``masked``: which ids
+    are not -1; else None)."""
+
+    ids: tf.Tensor
+    position: tf.Tensor
+    present: tf.Tensor | None
+
+
+def unique_ids(spec: EmbeddingTable, ids: tf.Tensor, masked: bool = False) -> DistinctIds:
+    """The distinct ids of a lookup in ``spec`` (the first half of ``pooled``)."""
     ids = tf.cast(ids, tf.int64)
     present = ids >= 0 if masked else None
     if spec.dynamic is None:
         ids = tf.math.floormod(ids, spec.vocabulary_size)
-    flat = tf.reshape(ids, [-1])
-    unique, position = tf.unique(flat)
-    rows = tf.cast(rows_of(unique), tf.float32)
-    vectors = tf.gather(rows, position)
+    unique, position = tf.unique(tf.reshape(ids, [-1]))
+    return DistinctIds(unique, position, present)
+
+
+def pool(
+    spec: EmbeddingTable, rows: tf.Tensor, distinct: DistinctIds, width: int | None = None
+) -> tf.Tensor:
+    """The pooled embeddings ``[batch, dimension]`` from the float32 ``rows`` of
+    ``distinct.ids`` (the second half of ``pooled``)."""
+    width = spec.ids_per_example if width is None else width
+    present = distinct.present
+    vectors = tf.gather(rows, distinct.position)
     if width == 1 and present is None:
         return vectors
     vectors = tf.reshape(vectors, [-1, width, spec.dimension])
@@ -296,6 +320,22 @@ class CtrModel(tf.Module):
         }
         dense = tf.cast(features[DENSE_KEY], tf.float32) if self.dense_features else None
         return embeddings, dense
+
+    def logits_from_rows(
+        self,
+        features: dict[str, tf.Tensor],
+        distinct: list[DistinctIds],
+        rows: list[tf.Tensor],
+        training: bool = False,
+    ) -> tf.Tensor:
+        """The logits from rows already read: ``rows[k]`` (float32) of ``distinct[k].ids``,
+        for each of ``named_lookups`` in order (``etj_trainer.models.fused`` reads them)."""
+        embeddings = {
+            name: pool(self.specs[x.table], r, d, x.width)
+            for (name, x), d, r in zip(self.named_lookups, distinct, rows, strict=True)
+        }
+        dense = tf.cast(features[DENSE_KEY], tf.float32) if self.dense_features else None
+        return tf.cast(self.tower(embeddings, dense, training), tf.float32)
 
     def __call__(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
         embeddings, dense = self.tower_inputs(features)

@@ -23,6 +23,7 @@ from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.records import BAD_KEY
 from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
 from etj_trainer.models.dynamic import SlotReset
+from etj_trainer.models.fused import Fetched, FusedTables
 from etj_trainer.task.auc import BINS
 from etj_trainer.task.optim import (
     SLOTS,
@@ -68,6 +69,7 @@ class TrainingState:
         strategy: tf.distribute.Strategy,
         partitioner: TablePartitioner | None = None,
         sync_replicas: bool = False,
+        fused: bool | None = None,
     ):
         self.config = config
         self.strategy = strategy
@@ -86,6 +88,7 @@ class TrainingState:
             self.model = CtrModel(config, partitioner)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.items: list[Slotted] = []
+            self.table_items: list[list[Slotted]] = []
             self.slots = SlotStore()
             # Per dynamic table, per pool component: the optimizer slots a freed row resets.
             self.dynamic_slots: dict[str, list[list[SlotReset]]] = {}
@@ -98,6 +101,7 @@ class TrainingState:
                     parts.append(Slotted(v, opt, lr, slots, key=key, row_offset=offset))
                     offset += int(v.shape[0])
                 self.items += parts
+                self.table_items.append(parts)
                 self.slots.tables[table.name] = _group_slots(opt, parts)
                 if table.dynamic is not None:
                     # What a dynamic table's eviction resets with a freed row.
@@ -114,6 +118,18 @@ class TrainingState:
                 self.items.append(item)
                 self.slots.dense.append(item.slots)
         self.variables = [item.var for item in self.items]
+        self.dense_items = self.items[sum(len(p) for p in self.table_items) :]
+        # Under ParameterServerStrategy (``fused`` None), table rows travel packed, one
+        # tensor per ps each way (``etj_trainer.models.fused``); elsewhere every table is
+        # local or mirrored and read as it is.
+        # Dynamic tables keep the plain path: their index, counters and row state live
+        # beside their own pool shards (``models.dynamic_shards``).
+        if fused is None:
+            fused = (
+                isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+                and not self.model.dynamic
+            )
+        self.fused = FusedTables(self.model) if fused else None
         # Most rows a sparse gradient can have: every id of a batch distinct.
         batch = config.training.batch_size_per_replica
         self._row_bound = [
@@ -198,6 +214,8 @@ class TrainingState:
     def _replica_step(
         self, batch: dict[str, tf.Tensor], t: tf.Tensor
     ) -> tuple[Any, Any, Any, dict[str, Any]]:
+        if self.fused is not None:
+            return self._fused_step(self.fused, batch, t)
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
         ctx = tf.distribute.get_replica_context()
         seen: dict[str, Any] = {}
@@ -225,6 +243,47 @@ class TrainingState:
         ctx.merge_call(self._apply, args=(grads, t))
         bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
         return loss, histogram(tf.sigmoid(logits), labels), bad, seen
+
+    def _fused_step(
+        self, fused: FusedTables, batch: dict[str, tf.Tensor], t: tf.Tensor
+    ) -> tuple[Any, Any, Any, dict[str, Any]]:
+        """One step on a ParameterServer worker: the table rows read and updated one
+        packed tensor per ps each way, the tower's variables as in ``_replica_step``.
+        The same math: the tape's gradient of a table is the gradient of its rows."""
+        labels = tf.cast(batch[LABEL_KEY], tf.float32)
+        fetched: Fetched = fused.fetch(batch)
+        dense_vars = [item.var for item in self.dense_items]
+        with tf.GradientTape() as tape:
+            tape.watch(fetched.rows)
+            logits = self.model.logits_from_rows(batch, fetched.distinct, fetched.rows, True)
+            loss = tf.reduce_sum(
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
+        grads = tape.gradient(
+            loss,
+            [*fetched.rows, *dense_vars],
+            unconnected_gradients=tf.UnconnectedGradients.ZERO,
+        )
+        row_grads, dense_grads = grads[: len(fetched.rows)], grads[len(fetched.rows) :]
+
+        def update(table: int, shard: int, grad: tf.IndexedSlices) -> Any:
+            item = self.table_items[table][shard]
+            return apply_update(item, grad, t, deduplicate=False)(item.var, grad, *item.slots)
+
+        fused.apply(fetched, row_grads, update)
+        ctx = tf.distribute.get_replica_context()
+        ctx.merge_call(self._apply_dense, args=(dense_grads, t))
+        bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
+        return loss, histogram(tf.sigmoid(logits), labels), bad, {}
+
+    def _apply_dense(self, strategy: tf.distribute.Strategy, grads: list[Any], t: Any) -> None:
+        for item, grad in zip(self.dense_items, grads, strict=True):
+            strategy.extended.update(
+                item.var,
+                apply_update(item, grad, t, deduplicate=False),
+                args=(grad, *item.slots),
+                group=True,
+            )
 
     def _all_reduce(self, ctx: Any, grads: list[Any]) -> list[Any]:
         """Mean of the gradients over the replicas (MultiWorkerMirrored).

@@ -1,0 +1,165 @@
+"""Embedding reads and sparse updates fused per ps: one message each way per ps and step.
+
+Under ParameterServerStrategy a worker reads table rows from the ps that hold them and
+sends the gradient rows back. Done the plain way (``tf.nn.embedding_lookup`` on each
+table, its gradient taken by the tape), every table shard costs four tensors over the
+network per step (ids, rows, gradient values, gradient indices), each its own RPC with
+its own thread wake-ups on both sides; on a machine where workers and ps share the
+cores, that overhead, not the arithmetic, set the speed (see
+``benchmarks/trainer_throughput.py``). Here the distinct ids of every lookup are packed
+into one tensor per ps (a header of segment sizes, then the ids), the ps splits it,
+gathers from each of its shards and sends every row back in one tensor; after the
+backward pass the gradient rows go to each ps in one tensor, which applies them to its
+shards with the ids it already holds. Three messages per ps and step, whatever the
+number of tables and shards.
+
+The math is that of ``CtrModel.__call__`` with the tape's gradients: the same distinct
+ids (``ctr.unique_ids``), the same rows (a shard holds the contiguous rows the
+ShardedVariable assigns it), the gradient of each distinct row summed on the worker,
+and per shard variable one sparse update with the rows of every lookup that reads it.
+
+This module reads and routes rows; the caller computes the loss and supplies the update
+of each shard (``etj_trainer.task.state``), so it knows no optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+from etj_trainer.models.ctr import CtrModel, DistinctIds, unique_ids
+
+# The update of shard ``j`` of table ``i`` with a gradient, run on that shard's ps.
+ApplyFn = Callable[[int, int, tf.IndexedSlices], Any]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """The rows lookup ``lookup`` reads from shard ``shard`` of its table."""
+
+    lookup: int
+    table: int
+    shard: int
+    dimension: int
+
+
+@dataclass
+class Fetched:
+    """One step's rows: per lookup its distinct ids and their float32 rows (what the tape
+    watches), and what the update needs again (the shard of each distinct id, and per
+    ps the ids it received, still on that ps)."""
+
+    distinct: list[DistinctIds]
+    rows: list[tf.Tensor]
+    shard_of: list[tf.Tensor | None]
+    received: list[list[tf.Tensor]]
+
+
+class FusedTables:
+    """Reads and updates of a model's tables, one packed tensor per ps each way."""
+
+    def __init__(self, model: CtrModel):
+        self.model = model
+        # Row offsets of each table's shards (the last one is the table's size).
+        self.offsets: list[list[int]] = []
+        for i in range(len(model.tables)):
+            bounds = [0]
+            for v in model.table_components(i):
+                bounds.append(bounds[-1] + int(v.shape[0]))
+            self.offsets.append(bounds)
+        # The segments each ps serves, by device, in a fixed order.
+        groups: dict[str, list[_Segment]] = {}
+        for k, (_, x) in enumerate(model.named_lookups):
+            dim = model.specs[x.table].dimension
+            for j, v in enumerate(model.table_components(x.table)):
+                groups.setdefault(v.device, []).append(_Segment(k, x.table, j, dim))
+        self.groups = list(groups.items())
+
+    def _shards(self, table: int) -> int:
+        return len(self.offsets[table]) - 1
+
+    def fetch(self, features: dict[str, tf.Tensor]) -> Fetched:
+        """The rows of every lookup's distinct ids (call in replica context, outside the
+        tape: the reads are no part of the gradient)."""
+        model = self.model
+        distinct: list[DistinctIds] = []
+        shard_of: list[tf.Tensor | None] = []
+        local: list[list[tf.Tensor]] = []
+        order: list[list[tf.Tensor] | None] = []
+        for _, x in model.named_lookups:
+            d = unique_ids(model.specs[x.table], features[x.key], x.masked)
+            distinct.append(d)
+            n = self._shards(x.table)
+            if n == 1:
+                shard_of.append(None)
+                local.append([d.ids])
+                order.append(None)
+                continue
+            bounds = tf.constant(self.offsets[x.table], tf.int64)
+            shard = tf.cast(
+                tf.searchsorted(bounds[1:-1], d.ids, side="right", out_type=tf.int32), tf.int32
+            )
+            shard_of.append(shard)
+            local.append(tf.dynamic_partition(d.ids - tf.gather(bounds, shard), shard, n))
+            order.append(tf.dynamic_partition(tf.range(tf.size(d.ids)), shard, n))
+
+        pieces: dict[tuple[int, int], tf.Tensor] = {}
+        received: list[list[tf.Tensor]] = []
+        for device, segments in self.groups:
+            ids = [local[s.lookup][s.shard] for s in segments]
+            sizes = [tf.size(i, out_type=tf.int64) for i in ids]
+            packed = tf.concat([tf.stack(sizes), *ids], axis=0)
+            m = len(segments)
+            with tf.device(device):
+                parts = tf.split(packed[m:], packed[:m], num=m)
+                rows = [
+                    tf.reshape(tf.cast(tf.gather(self._var(s), p), tf.float32), [-1])
+                    for s, p in zip(segments, parts, strict=True)
+                ]
+                out = tf.concat(rows, axis=0)
+            received.append(parts)
+            flat = tf.split(out, [n * s.dimension for n, s in zip(sizes, segments, strict=True)])
+            for s, f in zip(segments, flat, strict=True):
+                pieces[(s.lookup, s.shard)] = tf.reshape(f, [-1, s.dimension])
+
+        rows_of: list[tf.Tensor] = []
+        for k, (_, x) in enumerate(model.named_lookups):
+            parts_k = [pieces[(k, j)] for j in range(self._shards(x.table))]
+            where = order[k]
+            rows_of.append(parts_k[0] if where is None else tf.dynamic_stitch(where, parts_k))
+        return Fetched(distinct, rows_of, shard_of, received)
+
+    def _var(self, s: _Segment) -> Any:
+        return self.model.table_components(s.table)[s.shard]
+
+    def apply(self, fetched: Fetched, grads: list[tf.Tensor], update: ApplyFn) -> None:
+        """Send each ps the gradient ``grads[k]`` of ``fetched.rows[k]`` for its rows and
+        have it update each shard it holds once, with the rows of every lookup of it."""
+        split: list[list[tf.Tensor]] = []
+        for k, (_, x) in enumerate(self.model.named_lookups):
+            shard = fetched.shard_of[k]
+            n = self._shards(x.table)
+            split.append([grads[k]] if shard is None else tf.dynamic_partition(grads[k], shard, n))
+        for (device, segments), ids in zip(self.groups, fetched.received, strict=True):
+            packed = tf.concat(
+                [tf.reshape(split[s.lookup][s.shard], [-1]) for s in segments], axis=0
+            )
+            with tf.device(device):
+                values = tf.split(
+                    packed,
+                    [tf.size(i) * s.dimension for i, s in zip(ids, segments, strict=True)],
+                    num=len(segments),
+                )
+                by_var: dict[tuple[int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
+                for s, i, v in zip(segments, ids, values, strict=True):
+                    by_var.setdefault((s.table, s.shard), []).append(
+                        (i, tf.reshape(v, [-1, s.dimension]))
+                    )
+                for (table, shard), got in by_var.items():
+                    var = self.model.table_components(table)[shard]
+                    indices = got[0][0] if len(got) == 1 else tf.concat([g[0] for g in got], 0)
+                    rows = got[0][1] if len(got) == 1 else tf.concat([g[1] for g in got], 0)
+                    update(table, shard, tf.IndexedSlices(rows, indices, tf.shape(var)))
