@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages node-binaries e2e kueue test-deps kind-up kind-down
+	node-packages e2e kueue test-deps kind-up kind-down kind-packages
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -23,7 +23,7 @@ help:
 	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
 	@echo "make kind-up   - the 3-node kind cluster of kind-config.yaml, offline (root; cached)"
 	@echo "make kind-down - delete it and check nothing is left behind"
-	@echo "make e2e-kind  - the end-to-end suite on that kind cluster (after make kind-up images)"
+	@echo "make e2e       - the end-to-end suite on the kind cluster (root: brings it up, deletes it)"
 	@echo "make images    - build both images (docker, else buildah as root; cached by input hash)"
 
 venv: $(VENV)/.installed
@@ -68,14 +68,15 @@ kueue:
 	nice -n 19 bash tests/cluster/build-kueue.sh
 
 # What the suite runs against, all cached under $(ETJ_CACHE): the control plane and Kueue
-# (for the Kueue admission test; 150 s cold) always; as
-# root also the real node's packages, kubelet and CoreDNS, so the end-to-end suite on real
-# containers (tests/e2e/test_real_node.py) runs (elsewhere it skips, saying why); the
-# kubelet compiles in the control plane's own `go build` (shared packages once). Warm,
-# every step is a cache check (seconds). The images are built beside the suite
-# (tests/cluster/images-in-background.sh); the tests that need them run last.
+# (for the Kueue admission test; 150 s cold) always; as root also the packages the image
+# build (buildah) and the kind cluster's private Docker engine need, and the kubelet in the
+# control plane's own `go build` (the kind node image is built from it; shared packages
+# compile once). The kind cluster itself comes up beside the suite
+# (tests/cluster/kind-in-background.sh), the images too (tests/cluster/images-in-background.sh);
+# the end-to-end tests on it (tests/e2e, as root; elsewhere they skip saying why) run last.
+# Warm, every step is a cache check (seconds).
 ifeq ($(shell id -u),0)
-TEST_DEPS := binaries kueue node-packages node-binaries
+TEST_DEPS := binaries kueue node-packages kind-packages
 TEST_DEPS_ENV := ETJ_WITH_KUBELET=1
 else
 TEST_DEPS := binaries kueue
@@ -87,11 +88,13 @@ test-deps:
 # CI's suite: everything but the tests marked `extended` (long acceptance checks, each
 # with a faster sibling here), so a warm run stays within CI's budget.
 test: venv lint test-deps lint-objects
-	bash tests/cluster/images-in-background.sh $(PY) -m pytest -q -m "not extended"
+	bash tests/cluster/images-in-background.sh bash tests/cluster/kind-in-background.sh \
+		$(PY) -m pytest -q -m "not extended"
 
 # The whole suite, the extended checks included (about 15 min more): before a release.
 test-all: venv lint test-deps lint-objects
-	bash tests/cluster/images-in-background.sh $(PY) -m pytest -q
+	bash tests/cluster/images-in-background.sh bash tests/cluster/kind-in-background.sh \
+		$(PY) -m pytest -q
 
 demo: venv
 	$(VENV)/bin/etj run examples/quickstart.yaml --kill-worker-at 2000
@@ -114,20 +117,22 @@ cluster-down: venv
 # The local kind cluster (root): a private Docker engine, kind and a node image built
 # offline from the project's Kubernetes build, kind-config.yaml's three nodes, the
 # etj-shared ReadWriteMany class, fake-gcs-server, the project's images in every node.
-# Not part of `make test`.
+# `make test` brings it up beside the suite and its last test deletes it.
 kind-up:
 	bash tests/cluster/kind-up.sh
 
 kind-down:
 	bash tests/cluster/kind-down.sh
 
-e2e-kind: venv
-	$(PY) -m pytest -m e2e tests/e2e/test_kind.py -v
+# Debian's docker.io, containerd, runc (root; a dpkg check when installed).
+kind-packages:
+	bash tests/cluster/kind-docker.sh packages
 
-# The end-to-end suite on real containers alone (make test runs it too): the cluster
-# ETJ_E2E_KUBECONFIG names, else the local cluster's real node (root).
-e2e: venv binaries node-packages node-binaries images
-	$(PY) -m pytest -m e2e tests/e2e/test_real_node.py -v
+# The end-to-end suite alone (make test runs it too), on the kind cluster: as root it
+# builds the images and brings the cluster up itself (cached), and deletes it at the end;
+# ETJ_KIND_KUBECONFIG names another cluster to use as it is.
+e2e e2e-kind: venv binaries
+	$(PY) -m pytest -m e2e tests/e2e -v
 
 bench: venv
 	$(PY) benchmarks/trainer_throughput.py --quick
@@ -145,6 +150,3 @@ images:
 node-packages:
 	bash tests/cluster/install-node-packages.sh
 
-# The kubelet and CoreDNS of a real node of the local cluster (cached).
-node-binaries: binaries
-	nice -n 19 bash tests/cluster/build-node-binaries.sh

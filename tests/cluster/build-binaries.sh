@@ -103,7 +103,7 @@ build_k8s() {
   done
   # Every missing command in one `go build`: a package they share is compiled once and
   # the links run side by side. ETJ_WITH_KUBELET=1 (make test as root) adds the kubelet of
-  # a real node (tests/cluster/build-node-binaries.sh) to the same build.
+  # the kind node image (tests/cluster/kind-binaries.sh) to the same build.
   local cmd todo=() cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
   [ "${ETJ_WITH_KUBELET:-0}" = 1 ] && cmds+=(kubelet)
   for cmd in "${cmds[@]}"; do

@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
 # Install the Debian packages a Docker-less machine needs to build the images (buildah,
-# podman, runc, uidmap; debootstrap for the stand-in base image) and to run a real node
-# (containerd, the CNI plugins, iptables, conntrack). Called by `make images` and by
-# `etj cluster up --node kubelet` through `make node-packages`.
+# podman, runc, uidmap; debootstrap for the stand-in base image and the kind node's root
+# filesystem). Called by `make images` through `make node-packages`. (The kind cluster's
+# private Docker engine installs its own: tests/cluster/kind-docker.sh.)
 #
 # Idempotent: packages already installed are not fetched again (a warm run is a dpkg
 # query). Needs root; prints what is missing and exits 1 without it. Starts no service:
-# Debian's postinst scripts ask policy-rc.d, which we never change, and containerd is
-# only ever started by `etj cluster up --node kubelet` (and stopped by `down`).
+# Debian's postinst scripts ask policy-rc.d, which we never change.
 set -euo pipefail
 
-PACKAGES=(buildah podman runc uidmap debootstrap containerd containernetworking-plugins
-  iptables conntrack)
+PACKAGES=(buildah podman runc uidmap debootstrap)
 
 say() { printf '[node-packages %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A private Docker engine for the local kind cluster: `kind-docker.sh start|stop|env`.
+# A private Docker engine for the local kind cluster: `kind-docker.sh packages|start|stop|env`
+# (packages: install the Debian packages only; make test-deps runs it before the suite).
 # Called by tests/cluster/kind-up.sh and kind-down.sh (make kind-up / kind-down).
 #
 # Debian's docker.io and containerd, started by hand (no systemd here) with their own
@@ -130,8 +131,9 @@ stop() {
 }
 
 case "${1:-}" in
+  packages) [ "$(id -u)" = 0 ] || die "root is needed to install ${PACKAGES[*]}"; install_packages ;;
   start) start ;;
   stop) stop ;;
   env) echo "export DOCKER_HOST=unix://$SOCK" ;;
-  *) die "usage: kind-docker.sh start|stop|env" ;;
+  *) die "usage: kind-docker.sh packages|start|stop|env" ;;
 esac

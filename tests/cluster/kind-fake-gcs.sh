@@ -101,6 +101,10 @@ spec:
       # The Service "fake-gcs" would inject FAKE_GCS_PORT=tcp://..., which fake-gcs-server
       # reads as its own port setting.
       enableServiceLinks: false
+      # On the control plane, with the cluster's other services: the e2e stops a worker
+      # node mid-training and the jobs' gs:// must not go with it.
+      nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
       containers:
         - name: fake-gcs
           image: $IMAGE

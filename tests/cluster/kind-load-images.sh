@@ -23,7 +23,8 @@ if [ "${#archives[@]}" = 0 ]; then
 fi
 load_node() {
   local node=$1 a base start
-  for a in "${archives[@]}"; do
+  shift
+  for a in "$@"; do
     base=$(basename "$a")
     if docker exec "$node" test -f "/var/lib/etj-images/$base"; then continue; fi
     start=$SECONDS
@@ -32,19 +33,23 @@ load_node() {
     say "$node: $base imported in $((SECONDS - start)) s"
   done
 }
-# The workers only: etj's pods (the operator too) never run on the tainted control plane,
-# and each copy costs a node the archive twice over (content and unpacked layers).
-nodes=()
+# The trainer into the workers only (jobs never run on the tainted control plane; each copy
+# costs a node the archive twice over, content and unpacked layers); the operator into
+# every node: the e2e runs it on the control plane, beside CoreDNS and fake-gcs-server, so
+# that stopping a worker never takes the operator along.
+operator=("$CACHE"/images/etj-operator-*.tar)
+workers=() pids=()
 for node in $("$KIND" get nodes --name "$NAME"); do
-  [ "$(docker inspect -f '{{index .Config.Labels "io.x-k8s.kind.role"}}' "$node")" = control-plane ] || nodes+=("$node")
+  if [ "$(docker inspect -f '{{index .Config.Labels "io.x-k8s.kind.role"}}' "$node")" = control-plane ]; then
+    [ "${#operator[@]}" = 0 ] || { load_node "$node" "${operator[@]}" & pids+=($!); }
+  else
+    workers+=("$node")
+    load_node "$node" "${archives[@]}" & pids+=($!)
+  fi
 done
-[ "${#nodes[@]}" -gt 0 ] || nodes=("$NAME-control-plane")  # a one-node cluster
-pids=()
-for node in "${nodes[@]}"; do
-  load_node "$node" & pids+=($!)
-done
+[ "${#workers[@]}" -gt 0 ] || { workers=("$NAME-control-plane"); load_node "${workers[0]}" "${archives[@]}" & pids+=($!); }
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 [ "$rc" = 0 ] || { echo "kind-load-images: an import failed" >&2; exit 1; }
-node=${nodes[0]}
+node=${workers[0]}
 say "images in every worker node: $(docker exec "$node" ctr -n k8s.io images ls -q | grep -v -e '^sha256:' -e '^localhost/etj-kind/' | tr '\n' ' ')"

@@ -35,6 +35,10 @@ die() { echo "kind-up: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "root is needed (a private Docker engine and privileged node containers)"
 total=$SECONDS
 mkdir -p "$KIND_CACHE" "$SHARED"
+# One kind-up at a time: the e2e fixture's call waits for the one `make test` started in
+# the background (tests/cluster/kind-in-background.sh), then finds the cluster up.
+exec 7>"$KIND_CACHE/.up.lock"
+flock 7
 # kind mounts /lib/modules into every node; Docker would create it on a host without one.
 # Made here instead, and remembered, so kind-down removes it again.
 if [ ! -e /lib/modules ]; then
@@ -130,7 +134,12 @@ cluster_running() {
   for n in $("$KIND" get nodes --name "$NAME"); do
     [ "$(docker inspect -f '{{.State.Running}}' "$n" 2>/dev/null)" = true ] || return 1
   done
-  kubectl get --raw /readyz >/dev/null 2>&1
+  # Running nodes: a slow answer (a loaded machine) is no reason to delete the cluster.
+  local deadline=$((SECONDS + 120))
+  until kubectl get --raw /readyz >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 2
+  done
 }
 
 # ptp + host-local for each node's podCIDR, routes to every other node's, and masquerade
@@ -188,6 +197,11 @@ else
 fi
 [ "$LOCAL_IMAGE" = 1 ] && setup_pod_network
 kubectl wait --for=condition=Ready node --all --timeout=300s >/dev/null
+# CoreDNS on the control plane (it tolerates its taint): the workers run the jobs only, so
+# the e2e can stop either of them without taking the cluster's DNS along for the 300 s a
+# lost node's pods wait before eviction.
+kubectl -n kube-system patch deployment coredns --type merge >/dev/null \
+  -p '{"spec":{"template":{"spec":{"nodeSelector":{"node-role.kubernetes.io/control-plane":""}}}}}'
 kubectl -n kube-system rollout status deployment coredns --timeout=300s >/dev/null
 say "nodes Ready: $(kubectl get nodes -o name | tr '\n' ' ')"
 

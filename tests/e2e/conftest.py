@@ -1,9 +1,11 @@
 """Shared helpers of the end-to-end suites, and the kind suite's cluster.
 
-The kind suite (test_kind.py) runs on the local kind cluster that ``make kind-up`` brings up
-(tests/cluster/kind-up.sh: root, a private Docker engine, a node image built offline),
-or on the cluster ``ETJ_KIND_KUBECONFIG`` names. It never creates one itself (minutes to
-hours cold): without a cluster it skips, saying why.
+The kind suite (test_kind.py) runs on the local 3-node kind cluster of kind-config.yaml
+(tests/cluster/kind-up.sh: a private Docker engine, a node image built offline, cached by
+input hash). As root the session fixture brings it up itself, after the images are built
+(both cached: a warm `make test` finds the cluster its background kind-up started,
+tests/cluster/kind-in-background.sh); a failure there is a test failure. Not root, it
+skips saying why, unless ``ETJ_KIND_KUBECONFIG`` names a cluster to use as it is.
 """
 
 from __future__ import annotations
@@ -22,23 +24,47 @@ KIND_BIN_DIR = CACHE / "bin" / "v1.35.4"
 
 
 def kind_missing() -> str | None:
-    """Why the kind suite cannot run here, or None."""
+    """Why the kind suite cannot run here, or None (root can bring the cluster up)."""
     if "ETJ_KIND_KUBECONFIG" not in os.environ and os.geteuid() != 0:
-        return "not root: `make kind-up` needs root (or name a cluster in ETJ_KIND_KUBECONFIG)"
-    if not KIND_KUBECONFIG.exists():
-        return f"no kind cluster ({KIND_KUBECONFIG} is missing): run `make images kind-up`"
+        return (
+            "not root: the kind cluster needs root (a private Docker engine, privileged node "
+            "containers); run as root, or name a cluster in ETJ_KIND_KUBECONFIG"
+        )
+    return None
+
+
+def kind_answers(kubeconfig: Path) -> str | None:
+    """Why the cluster at ``kubeconfig`` cannot be used, or None."""
     for tool in ("kubectl", "helm"):
         if not (KIND_BIN_DIR / tool).exists():
             return f"no {KIND_BIN_DIR / tool}: run `make binaries`"
+    if not kubeconfig.exists():
+        return f"no kind cluster ({kubeconfig} is missing): run `make kind-up`"
     probe = subprocess.run(
-        [str(KIND_BIN_DIR / "kubectl"), f"--kubeconfig={KIND_KUBECONFIG}", "get", "--raw", "/readyz"],
+        [str(KIND_BIN_DIR / "kubectl"), f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     if probe.returncode != 0:
-        return (
-            f"the kind cluster does not answer ({probe.stderr.strip()[:200]}): run `make kind-up`"
-        )
+        return f"the kind cluster does not answer ({probe.stderr.strip()[:200]})"
     return None
+
+
+def kind_is_ours() -> bool:
+    """The suite brought the local kind cluster up (root, no ETJ_KIND_KUBECONFIG): it may
+    stop its nodes and delete it."""
+    return "ETJ_KIND_KUBECONFIG" not in os.environ and os.geteuid() == 0
+
+
+def run_script(script: str, timeout: float) -> None:
+    """Run tests/cluster/<script> (cached steps: seconds warm); fail with its log's end."""
+    t0 = time.monotonic()
+    got = subprocess.run(
+        ["bash", str(ROOT / "tests" / "cluster" / script)],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )  # fmt: skip
+    out = (got.stdout + got.stderr)[-4000:]
+    assert got.returncode == 0, f"tests/cluster/{script} failed ({got.returncode}):\n{out}"
+    print(f"tests/cluster/{script}: {time.monotonic() - t0:.0f} s", flush=True)
 
 
 # The tests that need the built images, run after everything else: `make test` builds the
@@ -52,23 +78,19 @@ def _needs_images(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items[:] = [i for i in items if not _needs_images(i)] + [i for i in items if _needs_images(i)]
-    kind_items = [i for i in items if i.path.name == "test_kind.py"]
-    if not kind_items:  # test_real_node.py decides for itself
-        return
-    reason = kind_missing()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=f"kind e2e suite skipped: {reason}")
-    for item in kind_items:
-        item.add_marker(skip)
 
 
 def sh(
     *args: str, check: bool = True, input: str | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args, check=check, capture_output=True, text=True, input=input, timeout=timeout, cwd=ROOT
+    got = subprocess.run(
+        args, capture_output=True, text=True, input=input, timeout=timeout, cwd=ROOT
     )
+    if check and got.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)[:300]} failed ({got.returncode}): {got.stderr[-2000:]}"
+        )
+    return got
 
 
 def wait_for(predicate, timeout: float, what: str, every: float = 2.0):  # type: ignore[no-untyped-def]
@@ -83,8 +105,18 @@ def wait_for(predicate, timeout: float, what: str, every: float = 2.0):  # type:
 
 @pytest.fixture(scope="session")
 def kind_kubeconfig() -> str:
-    """The kind cluster's kubeconfig (skips when there is none: see kind_missing)."""
+    """The kind cluster's kubeconfig: as root, the images built and the cluster brought up
+    (or found up) first; elsewhere the cluster ETJ_KIND_KUBECONFIG names, else a skip."""
     reason = kind_missing()
     if reason:
-        pytest.skip(reason)
+        pytest.skip(f"kind e2e suite skipped: {reason}")
+    if kind_is_ours():
+        # Both wait for the background runs `make test` started, then find them done.
+        run_script("build-images.sh", timeout=3600)
+        run_script("kind-up.sh", timeout=3600)
+    reason = kind_answers(KIND_KUBECONFIG)
+    if reason:
+        if kind_is_ours():
+            pytest.fail(f"kind-up.sh succeeded but {reason}", pytrace=False)
+        pytest.skip(f"kind e2e suite skipped: {reason}")
     return str(KIND_KUBECONFIG)

@@ -13,7 +13,7 @@ front tests/cluster/gcs-front drops that header and says the scheme was https. `
 use hostAliases instead of the proxy.
 
 Skipped without the fake-gcs-server binary (``make kind-up`` builds it into
-``~/.cache/etj/bin``) or openssl. TensorFlow runs in a child process: its GCS filesystem
+``~/.cache/etj/bin``; as root the suite's kind cluster fixture runs it first) or openssl. TensorFlow runs in a child process: its GCS filesystem
 reads the environment once.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import wait_for
+from .conftest import kind_is_ours, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.trainer]
 
@@ -130,7 +130,13 @@ class ConnectProxy:
 
 
 @pytest.fixture()
-def fake_gcs(tmp_path: Path) -> Iterator[tuple[dict[str, str], ConnectProxy]]:
+def fake_gcs(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[dict[str, str], ConnectProxy]]:
+    if kind_is_ours():
+        # As root the kind cluster's bring-up builds both binaries: wait for it, so that
+        # this never skips where the suite can build what it needs.
+        request.getfixturevalue("kind_kubeconfig")
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)

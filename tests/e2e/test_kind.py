@@ -1,43 +1,100 @@
-"""End to end on the local kind cluster (``make images kind-up``: three nodes, one control
-plane and two workers): helm install, the quickstart with its checkpoints on the
-ReadWriteMany etj-shared class, its ps and its chief on different nodes (read from each
-pod's ``spec.nodeName``); a ps killed while its node is cordoned comes back on the other
-node and the chief restores the last checkpoint from the shared volume; Succeeded, the
-checkpoint files seen on the host directory every node shares; helm uninstall leaves
-nothing. Skips, saying why, without root or a cluster (see conftest.kind_missing).
+"""End to end on the local kind cluster (kind-config.yaml: one control plane, two workers):
+what a user of a real multi-node cluster goes through, in as few job runs as it takes.
+
+1. The failure etj's checkpoint rules exist for: the quickstart's objects as ``etj render``
+   gives them, applied with kubectl (no operator), with the checkpoint volume swapped to
+   the old default, an emptyDir per pod; a ps and the chief on different nodes. The first
+   checkpoint already fails (each ps writes its shards under a directory only the chief's
+   pod has: NotFoundError from /job:ps); after a ps loss (the ps and the chief restart
+   together, as the operator restarts them) the new chief has nothing to restore and
+   starts again from step 0. Then the same job is refused by
+   ``etj validate`` and, after ``helm install``, by the operator (a Failed condition naming
+   checkpoint storage), and a malformed job by the API server.
+2. One flow, three jobs side by side (their waits overlap): the quickstart as the README
+   gives it (checkpoint.storage: a claim of the ReadWriteMany etj-shared class; one worker,
+   to spare the two cores), its ps spread over both nodes, one away from the chief
+   (``spec.nodeName``), peers found by their DNS names, the
+   operator's pod reaching the API through the ``kubernetes`` Service; a ps killed while
+   its node is cordoned comes back on the other node and the chief restores the last
+   checkpoint; then the whole node of the chief stopped (``docker stop``): its pods come
+   back on the other node and training resumes from the last checkpoint; Succeeded, the
+   ps stopped by their SIGTERM, the checkpoint files on the host directory every node
+   shares. Beside it the same model with ``checkpoint.uri: gs://...`` on fake-gcs-server
+   (objects in the bucket, a restore after a chief kill, trained to its last step; its
+   export then fails under ParameterServer, a trainer defect the test reports as an
+   xfail until it is fixed), and a worker over its memory limit, OOM-killed by the kernel
+   and brought back with more memory.
+3. ``helm uninstall`` leaves no object of etj; deleting the cluster leaves no container,
+   Docker network, iptables chain or mount (only when this suite brought the cluster up).
+
+The cluster: conftest.kind_kubeconfig (as root it is brought up, cached; elsewhere these
+skip saying why).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shutil
 import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .conftest import KIND_BIN_DIR, ROOT, sh, wait_for
+from .conftest import CACHE, KIND_BIN_DIR, ROOT, kind_is_ours, sh, wait_for
 from .test_fake_gcs import CHECKPOINT_ROUNDTRIP, GCS_HOSTS
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
+ETJ = str(Path(sys.executable).parent / "etj")
 RELEASE = "etj"
 NS = "etj-system"
 OPERATOR_IMAGE = os.environ.get("ETJ_E2E_OPERATOR_IMAGE", "localhost/etj-operator:dev")
 TRAINER_IMAGE = os.environ.get("ETJ_E2E_TRAINER_IMAGE", "localhost/etj-trainer:dev")
 # The host directory kind-config.yaml mounts into every node at /var/lib/etj-shared.
 SHARED = Path("/tmp/etj-kind-shared")
-# Long enough that the ps kill happens in the first two thirds (checked before it).
-STEPS = 8000
+# The quickstart's length and checkpoint interval here: the ps kill and the node stop both
+# happen before two thirds of it (checked before each, so a faster machine fails loudly).
+STEPS = 2000
+EVERY = 100
+# The gs:// job's.
+GCS_STEPS = 800
+GCS_EVERY = 100
 # fake-gcs-server's Service address and bucket (tests/cluster/kind-fake-gcs.sh).
 GCS_IP = "10.96.0.50"
 GCS_BUCKET = "etj-ckpt"
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+# What a pod needs to reach fake-gcs-server as TensorFlow's GCS client (kind-fake-gcs.sh).
+# (The CA under /var/lib: the chart's admission policy refuses a mount in /etc.)
+GCS_CA_DIR = "/var/lib/etj-gcs"
+GCS_ENV = [
+    {"name": "CURL_CA_BUNDLE", "value": f"{GCS_CA_DIR}/ca.crt"},
+    {"name": "NO_GCE_CHECK", "value": "true"},
+    {"name": "GOOGLE_AUTH_TOKEN_FOR_TESTING", "value": "etj-fake-token"},
+]
+# Run inside the operator's pod: the Service's DNS name, then the API through it with the
+# pod's ServiceAccount token.
+API_PROBE = """
+import socket, ssl, urllib.request
+print("dns", socket.gethostbyname("kubernetes.default.svc.cluster.local"), flush=True)
+sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+ctx = ssl.create_default_context(cafile=sa + "ca.crt")
+req = urllib.request.Request("https://kubernetes.default.svc/version",
+                             headers={"Authorization": "Bearer " + open(sa + "token").read()})
+print("api", urllib.request.urlopen(req, context=ctx, timeout=10).status, flush=True)
+"""
 
 
+@dataclass
 class Kind:
-    def __init__(self, kubeconfig: str) -> None:
-        self.kubeconfig = kubeconfig
+    kubeconfig: str
+    marks: list[str] = field(default_factory=list)
+    t0: float = field(default_factory=time.monotonic)
 
     def kubectl(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         return sh(str(KIND_BIN_DIR / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args, **kw)  # type: ignore[arg-type]
@@ -45,15 +102,27 @@ class Kind:
     def helm(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         return sh(str(KIND_BIN_DIR / "helm"), f"--kubeconfig={self.kubeconfig}", *args, **kw)  # type: ignore[arg-type]
 
+    def mark(self, what: str) -> None:
+        """A timestamped milestone, printed as it happens: where the minutes go."""
+        self.marks.append(f"{time.monotonic() - self.t0:6.1f}s {what}")
+        print(self.marks[-1], flush=True)
+
+    def apply(self, obj: dict | list[dict]) -> None:
+        docs = obj if isinstance(obj, list) else [obj]
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
     def status(self, name: str) -> dict:
         got = self.kubectl("get", "etj", name, "-o", "json")
         return json.loads(got.stdout).get("status") or {}
 
+    def phase(self, name: str) -> str | None:
+        return self.status(name).get("phase")
+
+    def progress(self, name: str, key: str) -> int:
+        return int((self.status(name).get("progress") or {}).get(key) or 0)
+
     def node_of(self, pod: str) -> str:
         return self.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}").stdout
-
-    def progress(self, key: str) -> int:
-        return int((self.status("quickstart").get("progress") or {}).get(key) or 0)
 
     def pod_state(self, pod: str) -> list[str]:
         """uid, phase and node of a pod (empty when it does not exist)."""
@@ -62,92 +131,316 @@ class Kind:
             check=False,
         ).stdout.split()  # fmt: skip
 
-    def restored_step(self) -> int | None:
+    def events_of(self, pod: str) -> list[dict]:
+        """The trainer's JSON log lines ({"event": ...}) of a pod's current container."""
+        logs = self.kubectl("logs", pod, check=False).stdout.splitlines()
+        return [json.loads(x) for x in logs if x.startswith("{")]
+
+    def restored_step(self, pod: str) -> int | None:
         # The trainer logs {"event": "restored", "step": N} when it resumes a checkpoint.
-        logs = self.kubectl("logs", "quickstart-chief-0", check=False).stdout.splitlines()
-        events = [json.loads(x) for x in logs if x.startswith("{")]
-        steps = [e["step"] for e in events if e.get("event") == "restored"]
+        steps = [e["step"] for e in self.events_of(pod) if e.get("event") == "restored"]
         return steps[-1] if steps else None
 
 
-def quickstart() -> dict:
-    """The README's quickstart: its checkpoint.storage claim gets the cluster's default
-    class, etj-shared (ReadWriteMany on a directory every node mounts)."""
-    job = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-    job["spec"]["training"]["steps"] = STEPS
-    # The ps keep off the chief's node when they can (a preference: the scheduler may
-    # still put them together, and the assertion below would say so).
-    away_from_chief = {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "topologyKey": "kubernetes.io/hostname",
-                        "labelSelector": {
-                            "matchLabels": {
-                                "training.etj.dev/job-name": "quickstart",
-                                "training.etj.dev/replica-type": "chief",
-                            }
-                        },
-                    },
-                }
-            ]
-        }
-    }
-    job["spec"]["replicas"]["ps"]["template"] = {"spec": {"affinity": away_from_chief}}
-    return job
-
-
-def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
+@pytest.fixture(scope="module")
+def kind(kind_kubeconfig: str) -> Kind:
     k = Kind(kind_kubeconfig)
     nodes = k.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
     assert len(nodes) == 3, nodes
-    k.helm(
+    return k
+
+
+@pytest.fixture(scope="module")
+def installed(kind: Kind) -> Kind:
+    """The chart, with the operator's pod from the built image (helm upgrade --install:
+    idempotent on a cluster an earlier run left up; a rebuilt image, whose archive name
+    holds its inputs' key, rolls the pod)."""
+    archives = sorted(
+        (CACHE / "images").glob("etj-operator-*.tar"), key=lambda a: a.stat().st_mtime
+    )
+    kind.helm(
         "upgrade", "--install", RELEASE, "charts/etj", "--namespace", NS, "--create-namespace",
         "--wait", "--timeout", "300s",
         "--set", f"image.repository={OPERATOR_IMAGE.rsplit(':', 1)[0]}",
         "--set", f"image.tag={OPERATOR_IMAGE.rsplit(':', 1)[1]}",
         "--set", "image.pullPolicy=Never",
         "--set", f"defaultTrainerImage={TRAINER_IMAGE}",
+        # Progress into status every 2 s (default 10): the flow acts on the step it reads.
         "--set", "progressSeconds=2",
+        "--set", f"podAnnotations.etj\\.dev/image-archive={archives[-1].name if archives else ''}",
+        # On the control plane, beside CoreDNS and fake-gcs-server (tests/cluster/kind-up.sh):
+        # the workers run the jobs only, and either may be stopped.
+        "--set-json", f"nodeSelector={json.dumps({CONTROL_PLANE: ''})}",
+        "--set-json",
+        f"tolerations={json.dumps([{'key': CONTROL_PLANE, 'operator': 'Exists', 'effect': 'NoSchedule'}])}",
     )  # fmt: skip
+    kind.mark("helm install: the operator's pod is ready")
+    return kind
+
+
+def quickstart(name: str, steps: int, every: int) -> dict:
+    """The README's quickstart (its checkpoint.storage claim gets the cluster's default
+    class, etj-shared; the replicas of each role spread over the nodes), shorter, with one
+    worker and small CPU requests: three jobs side by side on two cores, and all of a job
+    on one node after the other is stopped."""
+    job = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["training"]["steps"] = steps
+    job["spec"]["checkpoint"]["everySteps"] = every
+    for role in ("chief", "worker"):
+        job["spec"]["replicas"][role]["resources"]["requests"]["cpu"] = "100m"
+    job["spec"]["replicas"]["ps"]["resources"]["limits"]["memory"] = "1Gi"
+    job["spec"]["replicas"]["worker"]["replicas"] = 1
+    # A stopped node's pods are evicted after 5 s of NotReady (the operator's default is 30).
+    job["spec"]["placement"] = {"nodeLossSeconds": 5}
+    return job
+
+
+def on_gcs(job: dict, prefix: str) -> dict:
+    """The job with its checkpoints on gs:// (fake-gcs-server): every pod resolves the GCS
+    host names to it and trusts its test CA."""
+    job = copy.deepcopy(job)
+    del job["spec"]["checkpoint"]["storage"]
+    job["spec"]["checkpoint"]["uri"] = f"gs://{GCS_BUCKET}/{prefix}"
+    job["spec"]["podTemplate"] = {"env": GCS_ENV}
+    for replica in job["spec"]["replicas"].values():
+        spec = replica.setdefault("template", {}).setdefault("spec", {})
+        spec["hostAliases"] = [{"ip": GCS_IP, "hostnames": list(GCS_HOSTS)}]
+        spec["volumes"] = [{"name": "gcs-ca", "configMap": {"name": "etj-gcs-ca"}}]
+        mount = {"name": "gcs-ca", "mountPath": GCS_CA_DIR, "readOnly": True}
+        spec["containers"] = [{"name": "trainer", "volumeMounts": [mount]}]
+    return job
+
+
+def back_elsewhere(k: Kind, pod: str, old_uid: str, away_from: str) -> bool:
+    got = k.pod_state(pod)
+    return len(got) == 3 and got[0] != old_uid and got[1] == "Running" and got[2] != away_from
+
+
+@dataclass
+class PodWatch:
+    """Every version of a job's pods while it runs (``kubectl get -w`` into a file: a pipe
+    nobody reads would stop it at 64 KiB): a container's terminated state is seen even
+    when the operator replaces the pod at once."""
+
+    proc: subprocess.Popen[bytes]
+    out: Path
+
+    @classmethod
+    def start(cls, k: Kind, job_name: str, out: Path) -> PodWatch:
+        with out.open("wb") as sink:
+            proc = subprocess.Popen(
+                [str(KIND_BIN_DIR / "kubectl"), f"--kubeconfig={k.kubeconfig}", "get", "pods",
+                 "-w", "-l", f"training.etj.dev/job-name={job_name}", "-o", "json"],
+                stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT,
+            )  # fmt: skip
+        return cls(proc, out)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+    def terminations(self) -> list[tuple[str, int, str]]:
+        """(pod, exit code, reason) of every terminated container seen; stops the watch."""
+        self.stop()
+        text = self.out.read_text()
+        found, decoder, at = [], json.JSONDecoder(), 0
+        while (at := text.find("{", at)) >= 0:
+            pod, at = decoder.raw_decode(text, at)
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                    if done := state.get("terminated"):
+                        found.append(
+                            (pod["metadata"]["name"], done["exitCode"], done.get("reason"))
+                        )
+        return found
+
+
+def test_emptydir_checkpoints_are_lost_with_a_ps_then_such_a_job_is_refused(
+    installed: Kind, tmp_path: Path
+) -> None:
+    k = installed
+    name = "nodefault"
+    job = quickstart(name, 100000, 100)  # stopped by the test long before its end
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(job))
+    rendered = subprocess.run(
+        [ETJ, "render", str(spec_file), "--image", TRAINER_IMAGE],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    # The old default: each pod's own emptyDir for its checkpoints, no claim.
+    objects = [o for o in objects if o["kind"] != "PersistentVolumeClaim"]
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    for pod in pods:
+        vols = pod["spec"]["volumes"]
+        (i,) = [n for n, v in enumerate(vols) if v["name"] == "checkpoints"]
+        vols[i] = {"name": "checkpoints", "emptyDir": {}}
+    assert {p["metadata"]["name"] for p in pods} >= {f"{name}-chief-0", f"{name}-ps-0"}
     try:
-        job = quickstart()
-        k.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
-        wait_for(lambda: k.status("quickstart").get("phase") == "Running", 900, "Running")
+        k.apply(objects)
+        chief, ps0 = f"{name}-chief-0", f"{name}-ps-0"
+
+        def first_save() -> dict | None:
+            return next(
+                (e for e in k.events_of(chief) if e.get("event") in ("checkpoint", "error")), None
+            )
+
+        # The first checkpoint already fails: each ps writes its variables' shards under
+        # the checkpoint's prefix, a directory only the chief's own emptyDir has.
+        save = wait_for(first_save, 600, "the chief's first checkpoint (or its failure)")
+        chief_node = k.node_of(chief)
+        ps_nodes = {k.node_of(f"{name}-ps-0"), k.node_of(f"{name}-ps-1")}
+        assert chief_node and ps_nodes - {chief_node, ""}, (chief_node, ps_nodes)
+        k.mark(f"emptyDir job: chief on {chief_node}, ps on {sorted(ps_nodes)}: {str(save)[:120]}")
+        logs = k.kubectl("logs", chief).stdout
+        assert save["event"] == "error" and save["reason"] == "NotFoundError", save
+        assert "SaveV2" in logs and "No such file or directory" in logs, logs[-3000:]
+        assert f"/var/lib/etj/checkpoints/{name}/ckpt-" in logs, logs[-3000:]
+        assert "/job:ps/" in logs, logs[-3000:]
+        # A ps lost: the ps and the chief restart together, new pods (the operator's rule),
+        # and the new chief has nothing to restore: it starts again from step 0.
+        k.kubectl("delete", "pod", chief, ps0, "--grace-period=1", "--wait=true", timeout=120)
+        k.apply([p for p in pods if p["metadata"]["name"] in (chief, ps0)])
+
+        def started() -> dict | None:
+            return next((e for e in k.events_of(chief) if e.get("event") == "start"), None)
+
+        start = wait_for(started, 600, "the new chief to start")
+        k.mark(f"emptyDir job after the ps loss: {start}")
+        assert "restoredFrom" not in start and start["step"] == 0, start  # emit drops None
+        assert k.restored_step(chief) is None
+    finally:
+        k.kubectl("delete", "-f", "-", "--ignore-not-found", input=rendered, timeout=180)
+
+    # The same job (no checkpoint place: the emptyDir default) is refused before it runs.
+    del job["spec"]["checkpoint"]["storage"]
+    spec_file.write_text(yaml.safe_dump(job))
+    got = subprocess.run([ETJ, "validate", str(spec_file)], capture_output=True, text=True)
+    assert got.returncode == 2, got
+    lines = (got.stdout + got.stderr).strip().splitlines()
+    assert len(lines) == 1 and "checkpoint.storage" in lines[0], lines
+    k.apply(job)
+
+    def failed() -> dict | None:
+        conds = k.status(name).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Failed" and c["status"] == "True"), None)
+
+    cond = wait_for(failed, 60, "the operator to refuse the emptyDir job")
+    assert cond["reason"] == "InvalidSpec" and "checkpoint.storage" in cond["message"], cond
+    selector = f"training.etj.dev/job-name={name}"
+    assert k.kubectl("get", "pods", "-l", selector, "-o", "name").stdout.strip() == ""
+    k.kubectl("delete", "etj", name, "--wait=true", timeout=120)
+
+    bad = quickstart("bad", 100, 100)
+    bad["spec"]["strategy"] = "Sideways"
+    rejected = k.kubectl("apply", "-f", "-", input=yaml.safe_dump(bad), check=False)
+    assert rejected.returncode != 0 and "strategy" in rejected.stderr, rejected.stderr
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DOCKER_HOST": "unix:///run/etj-docker/docker.sock"}
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, check=check, env=env, timeout=300
+    )
+
+
+def test_across_nodes_ps_kill_node_stop_gcs_oom_to_succeeded(
+    installed: Kind, tmp_path: Path
+) -> None:
+    k = installed
+    job = quickstart("quickstart", STEPS, EVERY)
+    prefix = f"e2e-{os.getpid()}"
+    gcs = on_gcs(quickstart("gcs", GCS_STEPS, GCS_EVERY), prefix)
+    # A worker over its memory limit: the kernel OOM-kills it (137, OOMKilled) and the
+    # operator brings it back with a larger limit (1.5x per kill, until it fits).
+    oom = quickstart("oom", 200, 100)
+    oom["spec"]["replicas"]["ps"]["replicas"] = 1
+    oom["spec"]["replicas"]["worker"] = {
+        "replicas": 1,
+        "resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "128Mi"}},
+    }
+    oom["spec"]["runPolicy"]["backoffLimit"] = 10
+    oom["spec"]["runPolicy"]["restartBackoff"] = {"initialSeconds": 1}
+    watch = PodWatch.start(k, "quickstart", tmp_path / "quickstart-pods.json")
+    oom_watch = PodWatch.start(k, "oom", tmp_path / "oom-pods.json")
+    node_back: subprocess.Popen[str] | None = None
+    stopped = ""
+    # A job made again under the name of one still being deleted would get its claim
+    # deleted under it (the old job's owner reference): start from none of them.
+    k.kubectl("delete", "etj", "quickstart", "gcs", "oom", "--ignore-not-found", timeout=300)
+    wait_for(
+        lambda: not k.kubectl("get", "pvc", "-o", "name").stdout.strip(), 300, "old claims gone"
+    )
+    try:
+        k.apply([job, gcs, oom])
+        wait_for(lambda: k.phase("quickstart") == "Running", 600, "quickstart Running")
+        k.mark("quickstart Running")
+
         # The claim etj made for checkpoint.storage: bound to an etj-shared volume.
         claims = json.loads(k.kubectl("get", "pvc", "-o", "json").stdout)["items"]
-        owned = [
-            c
-            for c in claims
-            if any(
-                o["kind"] == "EmbeddingTrainingJob" and o["name"] == "quickstart"
-                for o in c["metadata"].get("ownerReferences", [])
-            )
-        ]
-        assert len(owned) == 1, [c["metadata"]["name"] for c in claims]
-        claim = owned[0]
+        (claim,) = [c for c in claims if c["metadata"]["name"] == "quickstart-checkpoints"]
         assert claim["spec"]["storageClassName"] == "etj-shared", claim["spec"]
         assert claim["spec"]["accessModes"] == ["ReadWriteMany"], claim["spec"]
-        assert claim["status"]["phase"] == "Bound", claim["status"]
-        volume = claim["spec"]["volumeName"]
+        (owner,) = claim["metadata"]["ownerReferences"]
+        assert owner["kind"] == "EmbeddingTrainingJob" and owner["name"] == "quickstart"
+        wait_for(
+            lambda: k.kubectl(
+                "get", "pvc", "quickstart-checkpoints", "-o", "jsonpath={.status.phase}"
+            ).stdout == "Bound",
+            120, "the claim bound",
+        )  # fmt: skip
+        volume = k.kubectl(
+            "get", "pvc", "quickstart-checkpoints", "-o", "jsonpath={.spec.volumeName}"
+        ).stdout
         host_path = k.kubectl("get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout
         assert host_path.startswith("/var/lib/etj-shared/volumes/"), host_path
         on_host = SHARED / host_path.removeprefix("/var/lib/etj-shared/")
+
+        # The ps spread over both workers: one of them, at least, away from the chief.
         chief = k.node_of("quickstart-chief-0")
         ps = {k.node_of("quickstart-ps-0"), k.node_of("quickstart-ps-1")}
-        print(f"chief on {chief}, ps on {sorted(ps)}")
-        assert chief and "" not in ps and chief not in ps, (chief, ps)
+        k.mark(f"chief on {chief}, ps on {sorted(ps)}")
+        assert chief and "" not in ps and len(ps) == 2 and ps - {chief}, (chief, ps)
+
+        # The operator's pod finds the `kubernetes` Service by DNS and reaches the API.
+        probe = k.kubectl("exec", "-n", NS, f"deploy/{RELEASE}", "--", "python", "-c", API_PROBE)
+        assert "dns 10." in probe.stdout and "api 200" in probe.stdout, probe.stdout
+        # Peers by their DNS names, across nodes: TF_CONFIG names them so.
+        pod = json.loads(k.kubectl("get", "pod", "quickstart-chief-0", "-o", "json").stdout)
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        peer = json.loads(env["TF_CONFIG"])["cluster"]["ps"][1].rsplit(":", 1)[0]
+        assert peer.startswith("quickstart-ps-1.quickstart.") and ".svc" in peer, peer
+        resolved = k.kubectl(
+            "exec", "quickstart-chief-0", "--", "python", "-c",
+            f"import socket; print(socket.gethostbyname({peer!r}))",
+        ).stdout.strip()  # fmt: skip
+        ps_ip = k.kubectl("get", "pod", "quickstart-ps-1", "-o", "jsonpath={.status.podIP}").stdout
+        assert resolved == ps_ip, (peer, resolved, ps_ip)
+
+        # gs://: a checkpoint in the bucket, the chief killed, the new one restores it.
+        wait_for(lambda: k.progress("gcs", "lastCheckpointStep") > 0, 900, "a gs:// checkpoint")
+        gcs_saved = k.progress("gcs", "lastCheckpointStep")
+        gcs_uid = wait_for(
+            lambda: (st := k.pod_state("gcs-chief-0")) and st[1] == "Running" and st[0],
+            300, "the gcs chief running",
+        )  # fmt: skip
+        k.kubectl("delete", "pod", "gcs-chief-0", "--grace-period=1", "--wait=false")
+        wait_for(
+            lambda: (s := k.pod_state("gcs-chief-0")) and s[0] != gcs_uid and s[1] == "Running",
+            300, "the gcs chief back",
+        )  # fmt: skip
+        gcs_restored = wait_for(lambda: k.restored_step("gcs-chief-0"), 300, "a gs:// restore")
+        k.mark(f"gcs: chief killed after checkpoint {gcs_saved}, restored {gcs_restored}")
+        assert gcs_restored >= gcs_saved, (gcs_restored, gcs_saved)
 
         # A ps lost while its node takes no new pods: it comes back on the other node, and
-        # the restarted chief restores the last checkpoint from the shared volume (which the
-        # new ps reads from there too).
-        every = job["spec"]["checkpoint"]["everySteps"]
-        wait_for(lambda: k.progress("lastCheckpointStep") >= 2 * every, 900, "two checkpoints")
-        at = k.progress("step")
-        assert at < STEPS * 2 // 3, f"step {at} of {STEPS} before the ps kill: raise STEPS"
-        before_kill = k.progress("lastCheckpointStep")
+        # the restarted chief restores the last checkpoint from the shared volume.
+        wait_for(lambda: k.progress("quickstart", "lastCheckpointStep") > 0, 900, "a checkpoint")
+        at = k.progress("quickstart", "step")
+        assert at < STEPS // 2, f"step {at} of {STEPS} before the ps kill: raise STEPS"
+        before_kill = k.progress("quickstart", "lastCheckpointStep")
         restarts = k.status("quickstart").get("restarts", 0)
         old_uid, _, old_node = k.pod_state("quickstart-ps-0")
         k.kubectl("cordon", old_node)
@@ -156,47 +449,141 @@ def test_quickstart_on_three_nodes(kind_kubeconfig: str) -> None:
             wait_for(
                 lambda: k.status("quickstart").get("restarts", 0) > restarts, 300, "ps restart"
             )
-
-            def back_elsewhere() -> bool:
-                got = k.pod_state("quickstart-ps-0")
-                return len(got) == 3 and got[0] != old_uid and got[1] == "Running"
-
-            wait_for(back_elsewhere, 600, "ps-0 running again")
+            wait_for(
+                lambda: back_elsewhere(k, "quickstart-ps-0", old_uid, old_node), 600, "ps-0 back"
+            )
         finally:
             k.kubectl("uncordon", old_node)
-        new_node = k.node_of("quickstart-ps-0")
-        assert new_node != old_node, (old_node, new_node)
-        restored = wait_for(k.restored_step, 600, "the restarted chief to restore")
-        print(
-            f"ps-0 killed at step {at} (checkpoint {before_kill}) on {old_node}, "
-            f"back on {new_node}; the chief restored step {restored}"
+        restored = wait_for(
+            lambda: k.restored_step("quickstart-chief-0"), 600, "the chief to restore"
+        )
+        k.mark(
+            f"ps-0 killed at step {at} (checkpoint {before_kill}) on {old_node}, back on "
+            f"{k.node_of('quickstart-ps-0')}; the chief restored step {restored}"
         )
         assert restored >= before_kill, (restored, before_kill)
 
-        wait_for(
-            lambda: k.status("quickstart").get("phase") == "Succeeded", 1800, "Succeeded", every=5
-        )
+        # The chief's whole node stopped: its pods come back on the other node and the
+        # chief resumes from the last checkpoint.
+        if kind_is_ours():
+            wait_for(
+                lambda: k.progress("quickstart", "lastCheckpointStep") > restored,
+                900, "a checkpoint after the restore",
+            )  # fmt: skip
+            at = k.progress("quickstart", "step")
+            assert at < STEPS * 3 // 4, f"step {at} of {STEPS} before the node stop: raise STEPS"
+            before_stop = k.progress("quickstart", "lastCheckpointStep")
+            stopped = k.node_of("quickstart-chief-0")
+            pods = json.loads(
+                k.kubectl("get", "pods", "-l", "training.etj.dev/job-name=quickstart",
+                          "-o", "json").stdout
+            )["items"]  # fmt: skip
+            lost = {
+                p["metadata"]["name"]: p["metadata"]["uid"]
+                for p in pods
+                if p["spec"].get("nodeName") == stopped
+            }
+            docker("stop", stopped)
+            k.mark(f"node {stopped} stopped at step {at} (checkpoint {before_stop}): {lost}")
+            for pod_name, pod_uid in lost.items():
+                wait_for(
+                    lambda pod_name=pod_name, pod_uid=pod_uid: back_elsewhere(
+                        k, pod_name, pod_uid, stopped
+                    ),
+                    600, f"{pod_name} running on another node",
+                )  # fmt: skip
+            k.mark(f"{sorted(lost)} running again off {stopped}")
+            resumed = wait_for(
+                lambda: k.restored_step("quickstart-chief-0"), 600, "the chief to resume"
+            )
+            k.mark(f"the chief resumed from step {resumed} (last checkpoint {before_stop})")
+            assert resumed >= before_stop, (resumed, before_stop)
+            # The node back, for whatever runs on this cluster next (kind-up.sh redoes its
+            # pod routes and waits for it Ready): beside the rest of the flow.
+            docker("start", stopped)
+            node_back = subprocess.Popen(
+                ["bash", str(ROOT / "tests/cluster/kind-up.sh")],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            )  # fmt: skip
+
+        for name in ("quickstart", "oom"):
+            wait_for(
+                lambda name=name: k.phase(name) in ("Succeeded", "Failed"),
+                1800, f"{name} to finish", every=3,
+            )  # fmt: skip
+            final = k.status(name)
+            k.mark(f"{name}: {final['phase']}")
+            assert final["phase"] == "Succeeded", json.dumps(final, indent=1)[-3000:]
+
+        table = k.kubectl("get", "etj", "quickstart").stdout
+        assert "Succeeded" in table and str(STEPS) in table, table
         # Every ps wrote its shards and the chief the index, from two nodes, into one
         # directory of the host.
-        index = sorted(p.name for p in on_host.rglob("*.index"))
-        assert index, f"no checkpoint index under {on_host}: {list(on_host.rglob('*'))[:20]}"
-        data = sorted(p.name for p in on_host.rglob("*.data-*"))
-        assert data, f"no checkpoint data under {on_host}"
+        assert sorted(on_host.rglob("*.index")), f"no checkpoint index under {on_host}"
+        assert sorted(on_host.rglob("*.data-*")), f"no checkpoint data under {on_host}"
+        # gs://: the objects, on the host directory fake-gcs-server keeps them in.
+        objects = [p.name for p in (SHARED / "gcs" / GCS_BUCKET / prefix).rglob("*")]
+        assert any(o.endswith(".index") for o in objects), objects
+        assert any(".data-" in o for o in objects), objects
+        # The operator stops the ps on success: by their SIGTERM (143), as PID 1 of their
+        # containers, not by the kubelet's SIGKILL (137) at the end of the grace period.
+        selector = "training.etj.dev/job-name=quickstart,training.etj.dev/replica-type=ps"
+        wait_for(
+            lambda: k.kubectl("get", "pods", "-l", selector, "-o", "name").stdout.strip() == "",
+            120, "the ps pods stopped",
+        )  # fmt: skip
+        ended = watch.terminations()
+        for i in range(2):
+            last = [code for p, code, _ in ended if p == f"quickstart-ps-{i}"][-1:]
+            assert last == [143], (i, ended)
+        # The kernel's kill as the kubelet reports it, and a larger limit after it.
+        killed = oom_watch.terminations()
+        assert ("oom-worker-0", 137, "OOMKilled") in killed, killed
+        limit = k.kubectl(
+            "get", "pod", "oom-worker-0", "-o",
+            "jsonpath={.spec.containers[0].resources.limits.memory}", check=False,
+        ).stdout  # fmt: skip
+        assert limit != "128Mi", limit
+
+        # The gs:// job trains to its last step; its end is the trainer's export.
+        def gcs_end() -> str | None:
+            st = k.status("gcs")
+            if st.get("phase") in ("Succeeded", "Failed"):
+                return st["phase"]
+            at_end = int((st.get("progress") or {}).get("step") or 0) >= GCS_STEPS
+            failing = [
+                c["message"]
+                for c in st.get("conditions") or []
+                if c["type"] == "Restarting" and "NotFoundError" in c.get("message", "")
+            ]
+            return f"Restarting at its last step: {failing[0]}" if at_end and failing else None
+
+        end = wait_for(gcs_end, 900, "the gs:// job to end", every=3)
+        k.mark(f"gcs: {end}")
+        if end != "Succeeded":
+            # Known defect of the trainer (etj_trainer.task.export.export_to): for a remote
+            # export_dir it saves the SavedModel into a local temporary directory of the
+            # chief, and under ParameterServer each ps writes its variables' shards there,
+            # on its own filesystem: NotFoundError .../etj-export-*/.../variables_temp, so
+            # a ParameterServer job with checkpoint.uri gs:// never succeeds. When it is
+            # fixed, this job Succeeds and the test passes.
+            pytest.xfail(f"the gs:// job's export fails under ParameterServer: {end}")
     finally:
-        k.kubectl("delete", "etj", "--all", "--wait=true", timeout=300, check=False)
-        k.helm("uninstall", RELEASE, "--namespace", NS, "--wait", check=False)
-    leftovers = k.kubectl(
-        "get", "all", "-A", "-l", "app.kubernetes.io/managed-by=etj", "-o", "name"
-    ).stdout
-    assert leftovers.strip() == ""
+        watch.stop()
+        oom_watch.stop()
+        if stopped and node_back is None:
+            docker("start", stopped, check=False)
+        if node_back is not None:
+            out, _ = node_back.communicate(timeout=600)
+            assert node_back.returncode == 0, out[-3000:]
+            k.mark(f"node {stopped} back and Ready")
 
 
-def test_tf_checkpoint_on_fake_gcs_from_a_pod(kind_kubeconfig: str) -> None:
-    """gs:// from inside the cluster, as a job's pod would use it: TensorFlow in the trainer
-    image saves, lists, renames and restores checkpoints on fake-gcs-server (the
-    kind cluster's stand-in for GCS, tests/cluster/kind-fake-gcs.sh), and the objects are
-    seen on the host directory fake-gcs-server keeps them in."""
-    k = Kind(kind_kubeconfig)
+def test_tf_checkpoint_on_fake_gcs_from_a_pod(kind: Kind) -> None:
+    """gs:// from inside the cluster, step by step: TensorFlow in the trainer image saves,
+    lists, renames and restores checkpoints on fake-gcs-server (the kind cluster's
+    stand-in for GCS, tests/cluster/kind-fake-gcs.sh); the objects are seen on the host."""
+    k = kind
     name = "gcs-probe"
     prefix = f"probe-{os.getpid()}"
     # The loopback test's roundtrip, keeping the checkpoints (no rmtree) for the host to see.
@@ -215,30 +602,22 @@ def test_tf_checkpoint_on_fake_gcs_from_a_pod(kind_kubeconfig: str) -> None:
                     "image": TRAINER_IMAGE,
                     "imagePullPolicy": "Never",
                     "command": ["python", "-c", script, f"gs://{GCS_BUCKET}/{prefix}"],
-                    "env": [
-                        {"name": "CURL_CA_BUNDLE", "value": "/etc/etj-gcs/ca.crt"},
-                        {"name": "NO_GCE_CHECK", "value": "true"},
-                        {"name": "GOOGLE_AUTH_TOKEN_FOR_TESTING", "value": "etj-fake-token"},
-                        {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
-                    ],
-                    "volumeMounts": [{"name": "ca", "mountPath": "/etc/etj-gcs"}],
+                    "env": [*GCS_ENV, {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
+                    "volumeMounts": [{"name": "ca", "mountPath": GCS_CA_DIR}],
                 }
             ],
             "volumes": [{"name": "ca", "configMap": {"name": "etj-gcs-ca"}}],
         },
     }
     k.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true")
-    k.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
+    k.apply(pod)
     try:
-        phase = wait_for(
-            lambda: (
-                k.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout
-                in ("Succeeded", "Failed")
-                and k.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout
-            ),
-            600,
-            "the probe pod to finish",
-        )
+
+        def done() -> str | None:
+            got = k.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout
+            return got if got in ("Succeeded", "Failed") else None
+
+        phase = wait_for(done, 600, "the probe pod to finish")
         logs = k.kubectl("logs", name).stdout
         assert phase == "Succeeded", logs[-3000:]
         result = [ln for ln in logs.splitlines() if ln.startswith("RESULT ")]
@@ -247,8 +626,64 @@ def test_tf_checkpoint_on_fake_gcs_from_a_pod(kind_kubeconfig: str) -> None:
         failed = {s: v["error"] for s, v in steps.items() if not v["ok"]}
         assert not failed, failed
         assert steps["restore"]["value"] == {"step": 300, "emb_equal": True}
-        # The objects, on the host: fake-gcs-server's filesystem backend, a file each.
         objects = sorted(p.name for p in (SHARED / "gcs" / GCS_BUCKET / prefix).iterdir())
         assert any("ckpt-300.index" in o for o in objects), objects
     finally:
         k.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=false", check=False)
+
+
+def host_leftovers() -> list[str]:
+    """What the private Docker engine or the kind nodes could leave on this host."""
+    left = []
+    procs = subprocess.run(["pgrep", "-af", "etj-docker"], capture_output=True, text=True)
+    left += [f"process: {p}" for p in procs.stdout.splitlines() if "pgrep" not in p]
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4]
+        if "etj-docker" in point or "etj-kind" in point or f"{CACHE}/docker" in point:
+            left.append(f"mount: {point}")
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        link = line.split(": ")[1].split("@")[0]
+        if link == "docker0" or (link.startswith("br-") and len(link) == 15):
+            left.append(f"network link: {link}")
+    for tool in filter(shutil.which, ("iptables-legacy", "iptables-nft")):
+        for table in ("filter", "nat", "mangle", "raw"):
+            got = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True)
+            chains = [c for c in got.stdout.splitlines() if c.startswith("-N DOCKER")]
+            left += [f"{tool} -t {table}: {c}" for c in chains]
+    return left
+
+
+def test_uninstall_and_cluster_deletion_leave_nothing(installed: Kind) -> None:
+    """Last: helm uninstall leaves no object of etj; deleting the cluster (only one this
+    suite brought up) leaves no container, Docker network, iptables chain or mount."""
+    k = installed
+    k.kubectl("delete", "etj", "--all", "--wait=true", timeout=300)
+    k.helm("uninstall", RELEASE, "--namespace", NS, "--wait")
+
+    def left() -> str:
+        return k.kubectl(
+            "get", "all,pvc,configmap", "-A", "-l", "app.kubernetes.io/managed-by=etj", "-o", "name"
+        ).stdout.strip()  # fmt: skip
+
+    wait_for(lambda: left() == "", 120, "nothing of etj left after helm uninstall")
+    assert k.kubectl("get", "deploy", "-n", NS, "-o", "name").stdout.strip() == ""
+    k.mark("helm uninstall: nothing of etj left")
+    if not kind_is_ours():
+        return
+    kind_bin = str(CACHE / "bin" / "kind")
+    cluster = yaml.safe_load((ROOT / "kind-config.yaml").read_text())["name"]
+    env = {**os.environ, "DOCKER_HOST": "unix:///run/etj-docker/docker.sock"}
+    subprocess.run(
+        [kind_bin, "delete", "cluster", "--name", cluster], check=True, env=env, timeout=300
+    )
+    assert docker("ps", "-aq").stdout.strip() == "", docker("ps", "-a").stdout
+    k.mark("kind delete cluster: no container")
+    # kind keeps its Docker network; kind-down.sh removes it with the engine, and the host
+    # check below finds its bridge (br-<id>) if anything is left of it.
+    got = subprocess.run(
+        ["bash", str(ROOT / "tests/cluster/kind-down.sh")], capture_output=True, text=True
+    )
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert host_leftovers() == []
+    k.mark("kind-down: engine stopped; no process, mount, network link or iptables chain left")

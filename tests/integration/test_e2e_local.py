@@ -119,7 +119,7 @@ def test_ps_job_survives_a_killed_worker(
     wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 60, "ps stopped")
 
 
-@pytest.mark.extended  # make test-all; CI kills the chief on the node in test_custom_tower_node (restore checked) and a ps on the real node in tests/e2e
+@pytest.mark.extended  # make test-all; CI kills the chief on the node in test_custom_tower_node (restore checked) and a ps on the kind cluster in tests/e2e
 def test_ps_chief_kill_resumes_from_the_last_checkpoint(
     crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):

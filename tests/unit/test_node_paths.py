@@ -1,7 +1,5 @@
 """The process node maps container paths in config files to its directories, once."""
 
-import pytest
-
 from etj_testcluster.process_node import _map_paths
 
 
@@ -56,24 +54,6 @@ def test_a_pod_that_is_not_a_replica_is_a_process_too():
     assert spec.command == ["/venv/bin/etj", "operator", "--metrics-port=0"]
     assert spec.env == {"POD_NAME": "etj-5d8f"} and spec.role == ""
     assert pod_process(pod, {}).command == ["operator", "--metrics-port=0"]
-
-
-@pytest.mark.parametrize(
-    "ref",
-    [
-        "docker.io/library/etj-trainer:dev",
-        "localhost/etj-trainer:dev",
-        "etj-trainer:dev",
-        "registry.example:5000/team/etj-trainer@sha256:0123",
-    ],
-)
-def test_the_real_node_replaces_an_image_by_its_name(ref: str) -> None:
-    """A changed archive etj-trainer-<key>.tar replaces the image named etj-trainer
-    whatever registry prefix, tag or digest containerd lists it under; never another."""
-    from etj_testcluster.kubelet_node import _image_name
-
-    assert _image_name(ref) == "etj-trainer"
-    assert _image_name(ref.replace("etj-trainer", "etj-trainer-gpu")) != "etj-trainer"
 
 
 def test_a_mount_path_inside_a_longer_path_is_not_mapped():

@@ -3,8 +3,9 @@
 No mock: etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from Go
 modules by ``tests/cluster/build-binaries.sh`` (``make binaries``), plus one Node object.
 ``LocalCluster`` runs no pods itself, listens on 127.0.0.1 only and leaves no process
-behind; ``etj cluster up`` adds a node that runs them: the process-backed one
-(``etj_testcluster.process_node``) or, as root, a real kubelet (``etj_testcluster.kubelet_node``).
+behind; ``etj cluster up`` adds a node that runs them, the process-backed one
+(``etj_testcluster.process_node``). Real containers on real nodes: the kind cluster
+(``make kind-up``, tests/e2e/test_kind.py).
 
 Use from Python::
 

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from etj.local.launch import Proc, start
 from etj_testcluster.cluster import LocalCluster
-from etj_testcluster.kubelet_node import KubeletNode, image_archives
 
-NODE_KINDS = ("process", "kubelet", "none")
+NODE_KINDS = ("process", "none")
 
 
 class _StopRequested(Exception):
@@ -57,10 +56,7 @@ def main(state_dir: str, node: str = "process", locked_down: str = "") -> int:
     state = Path(state_dir)
     ready = state / "ready"
     ready.unlink(missing_ok=True)
-    cluster = LocalCluster(
-        state / "cluster", pod_network=node == "kubelet", locked_down=locked_down == "locked-down"
-    )
-    real_node: KubeletNode | None = None
+    cluster = LocalCluster(state / "cluster", locked_down=locked_down == "locked-down")
     # Handlers, not a blocked signal mask: children inherit the mask, and a component with
     # SIGTERM blocked would only stop on the SIGKILL after the grace period. A signal
     # during start() unwinds it, and start() stops what it had started.
@@ -71,8 +67,6 @@ def main(state_dir: str, node: str = "process", locked_down: str = "") -> int:
         cluster.start()
         if node == "process":
             node_proc = _start_process_node(cluster, state)
-        elif node == "kubelet":
-            real_node = KubeletNode(cluster, images=image_archives()).start()
         ready.write_text(str(cluster.kubeconfig))
         print(f"cluster ready: {cluster.kubeconfig}", flush=True)
         while True:
@@ -85,8 +79,6 @@ def main(state_dir: str, node: str = "process", locked_down: str = "") -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node_proc is not None:
             node_proc.stop(grace=10)  # its pods' processes die with it
-        if real_node is not None:
-            real_node.stop()
         cluster.stop()
         ready.unlink(missing_ok=True)
     return 0

@@ -22,7 +22,6 @@ from pathlib import Path
 import click
 
 from etj_testcluster.cluster import cache_dir, process_alive
-from etj_testcluster.kubelet_node import clean_up_after
 
 
 def _state(state_dir: str | None) -> Path:
@@ -73,12 +72,12 @@ def cluster() -> None:
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
 @click.option(
     "--node",
-    type=click.Choice(["process", "kubelet", "none"]),
+    type=click.Choice(["process", "none"]),
     default="process",
     show_default=True,
-    help="process: a node that runs pods as local processes (no root); kubelet: a real "
-    "node (root: containerd, CNI bridge, kubelet, CoreDNS; images from `make images`); "
-    "none: a control plane only (pods are scheduled, never run).",
+    help="process: a node that runs pods as local processes (no root); none: a control "
+    "plane only (pods are scheduled, never run). Real containers on several nodes: "
+    "`make kind-up`.",
 )
 @click.option(
     "--locked-down",
@@ -158,8 +157,6 @@ def _stop(state: Path, timeout: float) -> bool:
         if process_alive(p):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
-    # A real node's containers, mounts, bridge and iptables chain outlive a killed supervisor.
-    clean_up_after(state / "cluster")
     (state / "supervisor.pid").unlink(missing_ok=True)
     (state / "ready").unlink(missing_ok=True)
     return bool(pids)

@@ -134,9 +134,6 @@ class LocalCluster:
     _etcd_url: str = ""
     # Extra kube-apiserver flags, after the defaults (a later flag wins), e.g. for a benchmark.
     apiserver_args: tuple[str, ...] = ()
-    # A real kubelet node (etj_testcluster.kubelet_node) gives pods routable addresses:
-    # then the endpoint controllers run, so headless Services get DNS records.
-    pod_network: bool = False
     # Admit as a locked-down cluster does (LOCKED_DOWN_ADMISSION).
     locked_down: bool = False
     # Feature gates of the API server and the scheduler alike (e.g. GenericWorkload and
@@ -451,13 +448,8 @@ class LocalCluster:
                 # node unreachable and evict everything. Pods run on loopback addresses,
                 # which Endpoints and EndpointSlices may not hold: those controllers would
                 # only fail and log (nothing here routes through Services).
-                "--controllers=*,-node-lifecycle-controller"
-                + (
-                    ""
-                    if self.pod_network
-                    else ",-endpoints-controller,-endpointslice-controller,"
-                    "-endpointslice-mirroring-controller"
-                ),
+                "--controllers=*,-node-lifecycle-controller,-endpoints-controller,"
+                "-endpointslice-controller,-endpointslice-mirroring-controller",
                 "--concurrent-gc-syncs=5",
                 "--v=1",
             ],

@@ -87,16 +87,6 @@ def make_pki(directory: Path) -> Pki:
     return pki
 
 
-def issue(pki: Pki, name: str, subject: str, san: str | None = None) -> tuple[Path, Path]:
-    """A certificate and key signed by the cluster's CA (``<name>.crt``, ``<name>.key``),
-    made once: a real node's kubelet client (``/O=system:nodes/CN=system:node:<node>``)
-    and serving certificates."""
-    crt, key = pki.dir / f"{name}.crt", pki.dir / f"{name}.key"
-    if not crt.exists():
-        _issue(pki.dir, key.name, crt.name, subject, san)
-    return crt, key
-
-
 def _issue(d: Path, key: str, crt: str, subject: str, san: str | None) -> None:
     _openssl(
         "req",
