@@ -20,9 +20,8 @@ what a user of a real multi-node cluster goes through, in as few job runs as it 
    back on the other node and training resumes from the last checkpoint; Succeeded, the
    ps stopped by their SIGTERM, the checkpoint files on the host directory every node
    shares. Beside it the same model with ``checkpoint.uri: gs://...`` on fake-gcs-server
-   (objects in the bucket, a restore after a chief kill, trained to its last step; its
-   export then fails under ParameterServer, a trainer defect the test reports as an
-   xfail until it is fixed), and a worker over its memory limit, OOM-killed by the kernel
+   (objects in the bucket, a restore after a chief kill, Succeeded: its export, staged
+   on the chief's disk, is written by the chief alone), and a worker over its memory limit, OOM-killed by the kernel
    and brought back with more memory.
 3. ``helm uninstall`` leaves no object of etj; deleting the cluster leaves no container,
    Docker network, iptables chain or mount (only when this suite brought the cluster up).
@@ -560,14 +559,10 @@ def test_across_nodes_ps_kill_node_stop_gcs_oom_to_succeeded(
 
         end = wait_for(gcs_end, 900, "the gs:// job to end", every=3)
         k.mark(f"gcs: {end}")
-        if end != "Succeeded":
-            # Known defect of the trainer (etj_trainer.task.export.export_to): for a remote
-            # export_dir it saves the SavedModel into a local temporary directory of the
-            # chief, and under ParameterServer each ps writes its variables' shards there,
-            # on its own filesystem: NotFoundError .../etj-export-*/.../variables_temp, so
-            # a ParameterServer job with checkpoint.uri gs:// never succeeds. When it is
-            # fixed, this job Succeeds and the test passes.
-            pytest.xfail(f"the gs:// job's export fails under ParameterServer: {end}")
+        # Before the fix (etj_trainer.task.serving_model.local_io) the export staged in
+        # the chief's local directory was written by each ps on its own filesystem:
+        # NotFoundError .../etj-export-*/.../variables_temp, the job never Succeeded.
+        assert end == "Succeeded", end
     finally:
         watch.stop()
         oom_watch.stop()

@@ -46,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from etj_trainer.models import local_tower
+from etj_trainer.task.serving_model import local_io
 from etj_trainer.task.serving_model import save as save_serving
 from etj_trainer.task.state import TrainingState
 
@@ -183,7 +184,10 @@ def export(state: TrainingState, export_dir: str) -> Path:
         write_table(state, i, staging / "embeddings" / f"{t.name}.npy")
     tower = Tower(state)
     tf.saved_model.save(
-        tower, str(staging / "tower"), signatures={"serving_default": _signature(tower, state)}
+        tower,
+        str(staging / "tower"),
+        signatures={"serving_default": _signature(tower, state)},
+        options=local_io(),
     )
     write_serving(state, staging / SERVING)
     (staging / MANIFEST).write_text(json.dumps(manifest(state), indent=1))

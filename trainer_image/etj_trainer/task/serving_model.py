@@ -179,9 +179,23 @@ class RawServingModel(tf.Module):
         return {PROBABILITY: tf.sigmoid(logits)}
 
 
+def local_io() -> tf.saved_model.SaveOptions:
+    """Save options that write every variable from this process's own CPU.
+
+    By default each variable is written by the host that holds it: under
+    ParameterServer every ps would write its shards into ``directory`` on its own
+    filesystem — a local staging directory of the chief that the ps's pods do not have
+    (``NotFoundError .../variables_temp``; a gs:// export stages locally). The export is
+    the chief's file, so the chief does the I/O."""
+    return tf.saved_model.SaveOptions(experimental_io_device=tf.constant(0).device)
+
+
 def save(spec: ModelSpec, tables: Sequence[Sequence[Any]], tower: Any, directory: str) -> None:
     """Write the serving SavedModel of ``tables`` and ``tower`` to ``directory``."""
     module = RawServingModel(spec, tables, tower)
     tf.saved_model.save(
-        module, directory, signatures={SIGNATURE: module.serve.get_concrete_function()}
+        module,
+        directory,
+        signatures={SIGNATURE: module.serve.get_concrete_function()},
+        options=local_io(),
     )
