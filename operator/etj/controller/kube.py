@@ -244,7 +244,8 @@ class Kube:
             path,
             query_params=query,
             header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=body,
+            # Encoded here: the client would walk the whole object in Python first.
+            body=None if body is None else json.dumps(body),
             auth_settings=["BearerToken"],
         )
         resp = self.api_client.call_api(*call)
