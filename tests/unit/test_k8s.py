@@ -64,7 +64,7 @@ def answering(k: Kube, *answers: Answer) -> list[tuple[str, str, Any]]:
     queue = list(answers)
 
     def call_api(method: str, url: str, headers: Any = None, body: Any = None, *_: Any) -> Any:
-        sent.append((method, url, None if body is None else json.loads(body)))
+        sent.append((method, url, body))
         return queue.pop(0)
 
     k.api_client.call_api = call_api  # type: ignore[method-assign]

@@ -84,7 +84,7 @@ def test_a_pod_with_a_workload_ref_is_posted_as_plain_json():
     sent: list[Any] = []
 
     def call_api(method: str, url: str, headers: Any = None, body: Any = None, *_: Any) -> Any:
-        sent.append((method, url, json.loads(body)))
+        sent.append((method, url, body))
         return Response(201, {"metadata": {"name": "p", "resourceVersion": "9"}})
 
     k.api_client.call_api = call_api  # type: ignore[method-assign]

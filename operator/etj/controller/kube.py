@@ -244,8 +244,7 @@ class Kube:
             path,
             query_params=query,
             header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            # Encoded here: the client would walk the whole object in Python first.
-            body=None if body is None else json.dumps(body),
+            body=body,
             auth_settings=["BearerToken"],
         )
         resp = self.api_client.call_api(*call)
