@@ -43,10 +43,12 @@ benchmark's client 13-38 s):
     r3          11.59    19.7 s    1.27 s            7.15 *    7.4 s    1.50 s   27.2
     r4           8.77    14.5 s    0.87 s            5.84     17.3 s    0.90 s   23.7
     r6           9.89    26.7 s    0.80 s            7.65     9.0 s    1.05 s    -
+    r7 (load 8)  8.64     4.7 s    0.26 s            7.06     5.9 s    0.32 s   76.4
 
     (* without the kopf changes)
 
-The operator's CPU per burst is down by a quarter to two fifths (after/before 0.62-0.77);
+The operator's CPU per burst is down by a fifth to two fifths (after/before 0.62-0.82; the
+quietest run, r7, 0.82);
 the issue's target (<= 4 CPU-s, training-operator's 3.5-4.0) is not reached: what is
 left is listed above.
 """
