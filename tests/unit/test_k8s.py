@@ -45,23 +45,71 @@ def kube(core: Recorder | None = None, custom: Recorder | None = None, **kw: Any
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}}
 
 
-def test_create_returns_the_stored_object_and_none_when_it_already_exists():
-    stored = client.V1Pod(metadata=client.V1ObjectMeta(name="p", resource_version="7"))
-    k = kube(core=Recorder(create_namespaced_pod=stored))
-    assert asyncio.run(k.create(POD)) == {"metadata": {"name": "p", "resourceVersion": "7"}}
-    k = kube(core=Recorder(create_namespaced_pod=ApiException(status=409)))
-    assert asyncio.run(k.create(POD)) is None
-    k = kube(core=Recorder(create_namespaced_pod=ApiException(status=403)))
+class Answer:
+    """What ``ApiClient.call_api`` returns: a status and a JSON body."""
+
+    def __init__(self, status: int, body: dict[str, Any] | None = None) -> None:
+        self.status = status
+        self.reason = "OK" if status < 300 else "Error"
+        self.data = json.dumps(body or {}).encode()
+        self.headers: dict[str, str] = {}
+
+    def read(self) -> bytes:
+        return self.data
+
+
+def answering(k: Kube, *answers: Answer) -> list[tuple[str, str, Any]]:
+    """``k``'s plain-JSON requests answered in turn; the (method, url, body) sent."""
+    sent: list[tuple[str, str, Any]] = []
+    queue = list(answers)
+
+    def call_api(method: str, url: str, headers: Any = None, body: Any = None, *_: Any) -> Any:
+        sent.append((method, url, body))
+        return queue.pop(0)
+
+    k.api_client.call_api = call_api  # type: ignore[method-assign]
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        ("Pod", "/api/v1/namespaces/n/pods"),
+        ("Service", "/api/v1/namespaces/n/services"),
+        ("ConfigMap", "/api/v1/namespaces/n/configmaps"),
+        ("PersistentVolumeClaim", "/api/v1/namespaces/n/persistentvolumeclaims"),
+        ("NetworkPolicy", "/apis/networking.k8s.io/v1/namespaces/n/networkpolicies"),
+    ],
+)
+def test_create_returns_the_stored_object_and_none_when_it_already_exists(kind, path):
+    obj = {**POD, "kind": kind}
+    k = kube()
+    stored = {"kind": kind, "metadata": {"name": "p", "resourceVersion": "7"}}
+    sent = answering(k, Answer(201, stored), Answer(409), Answer(403))
+    assert asyncio.run(k.create(obj)) == stored
+    # Plain JSON both ways, past the client's models.
+    method, url, body = sent[0]
+    assert (method, url.endswith(path), body) == ("POST", True, obj)
+    assert k.core.calls == []  # type: ignore[attr-defined]
+    assert asyncio.run(k.create(obj)) is None
     with pytest.raises(ApiException):
-        asyncio.run(k.create(POD))
+        asyncio.run(k.create(obj))
 
 
 def test_deleting_what_is_gone_is_done():
-    k = kube(core=Recorder(delete_namespaced_pod=ApiException(status=404)))
+    k = kube()
+    sent = answering(k, Answer(404), Answer(200, POD), Answer(200, POD), Answer(500))
     assert asyncio.run(k.delete_pod("n", "p")) is False
-    k = kube(core=Recorder())
     assert asyncio.run(k.delete_pod("n", "p")) is True
-    assert k.core.calls == [("delete_namespaced_pod", ("p", "n"), {})]  # type: ignore[attr-defined]
+    assert [(m, u.split("?")[0].endswith("/api/v1/namespaces/n/pods/p")) for m, u, _ in sent] == [
+        ("DELETE", True),
+        ("DELETE", True),
+    ]
+    # A forced delete: grace period 0, for a pod whose kubelet will never confirm it.
+    assert asyncio.run(k.delete_pod("n", "p", force=True)) is True
+    assert sent[-1][1].endswith("?gracePeriodSeconds=0")
+    with pytest.raises(ApiException):
+        asyncio.run(k.delete_pod("n", "p"))
 
 
 def test_a_status_write_is_one_patch_of_the_status_subresource():

@@ -278,3 +278,43 @@ def test_a_deleted_job_ends_its_loop():
     del s.api.jobs[(NS, "ctr")]
     s.cache.on_job_event("DELETED", manifest())
     assert s.run().gone
+
+
+def test_a_job_is_validated_once_per_generation_and_its_metadata_read_every_pass(monkeypatch):
+    import etj.controller.reconciler as module
+
+    validated: list[int] = []
+    real = module.validate_manifest
+
+    def counting(manifest: dict[str, Any]) -> Any:
+        validated.append(manifest["metadata"]["generation"])
+        return real(manifest)
+
+    monkeypatch.setattr(module, "validate_manifest", counting)
+    s = Setup()
+    assert s.cache is not None
+    s.run()
+    s.run_all_pods()
+    s.run()
+    s.run()
+    assert validated == [1]
+    # A spec change comes with a new generation: validated (and planned) again.
+    job = s.api.add_job({**manifest(), "status": s.cache.job(NS, "ctr")["status"]})
+    job["metadata"]["generation"] = 2
+    job["spec"]["replicas"]["worker"]["replicas"] = 3
+    s.cache.on_job_event("MODIFIED", job)
+    s.run()
+    assert validated == [1, 2]
+    assert "ctr-worker-2" in {c[2] for c in s.api.calls("create") if c[1] == "Pod"}
+    # Metadata changes without a new generation; each pass reads it afresh (a job being
+    # deleted is left alone).
+    deleting = s.api.add_job(
+        {**job, "metadata": {**job["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    )
+    s.cache.on_job_event("MODIFIED", deleting)
+    before = len(s.api.log)
+    s.api.set_pod_status(NS, "ctr-worker-0", {"phase": "Failed"})
+    s.watch_pods()
+    s.run()
+    assert validated == [1, 2]
+    assert s.api.log[before:] == [], "a job being deleted gets no writes"

@@ -151,3 +151,24 @@ PERMANENT_TRAINER_REASONS = {
     REASON_DATA_ERROR: "the data",
     REASON_CHECKPOINT_MISMATCH: "the model or the checkpoint",
 }
+
+# What etj's renderer writes on its objects (etj.core.render) beside the labels above: the
+# recommended app.kubernetes.io labels, the job generation a pod was made from, and
+# whether a checkpoint claim is kept after its job (checkpoint.storage.retain).
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+ANNOTATION_SPEC_GENERATION = f"{GROUP}/spec-generation"
+LABEL_RETAINED = f"{GROUP}/retained"
+# Container port name of TensorFlow's gRPC server (the metrics page's: METRICS_PORT_NAME).
+PORT_NAME_TF = "tf"
+# The environment of every replica's trainer container: the trainer config's path, the
+# job and the task it runs (the trainer and etj_trainer.sdk read these), the pod's own
+# name, Keras 2 for TensorFlow, and the key file of checkpoint.credentialsSecret.
+# (TRAINER_CONFIG_ENV, REPLICA_TYPE_ENV and REPLICA_INDEX_ENV are above.)
+JOB_NAME_ENV = "ETJ_JOB_NAME"
+POD_NAME_ENV = "POD_NAME"
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+GCS_CREDENTIALS_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
+# The label Kubernetes puts on every namespace: its own name (a NetworkPolicy's
+# namespaceSelector matches the operator's namespace by it).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"

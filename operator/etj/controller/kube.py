@@ -10,7 +10,6 @@ No decisions are made here.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 from typing import Any
 
@@ -73,16 +72,14 @@ def _lease(namespace: str, name: str, spec: dict[str, Any], version: str | None 
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
 
-@functools.cache
-def _pod_spec_fields() -> frozenset[str]:
-    fields = client.V1PodSpec.model_fields
-    return frozenset(f.serialization_alias or name for name, f in fields.items())
-
-
-def _newer_than_client(pod: dict[str, Any]) -> bool:
-    """The pod has spec fields the client's models do not know (they lag the API: a v1.35
-    ``spec.workloadRef`` fails their validation before any request is made)."""
-    return bool(set(pod.get("spec") or {}) - _pod_spec_fields())
+# Where each kind etj creates is POSTed.
+_CREATE_PATHS = {
+    "Service": "/api/v1/namespaces/{namespace}/services",
+    "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
+    "PersistentVolumeClaim": "/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+    "Pod": "/api/v1/namespaces/{namespace}/pods",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+}
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -195,17 +192,9 @@ class Kube:
     async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Create a Service, ConfigMap, PersistentVolumeClaim, NetworkPolicy or Pod: the
         object as stored; None when it already existed."""
-        create: Any = {
-            "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map,
-            "PersistentVolumeClaim": self.core.create_namespaced_persistent_volume_claim,
-            "Pod": self.core.create_namespaced_pod,
-            "NetworkPolicy": self.networking.create_namespaced_network_policy,
-        }[obj["kind"]]
-        if obj["kind"] == "Pod" and _newer_than_client(obj):
-            create = self._post_pod_json
-        made, created = await _call(409, create, obj["metadata"]["namespace"], obj)
-        return dict(self._plain(created)) if made else None
+        path = _CREATE_PATHS[obj["kind"]].format(namespace=obj["metadata"]["namespace"])
+        made, created = await _call(409, self._request_json, "POST", path, obj)
+        return created if made else None
 
     # ---- gang objects (Workload, Volcano or scheduler-plugins PodGroup) ---------------
 
@@ -250,15 +239,20 @@ class Kube:
             await _call(404, self.custom.delete_namespaced_custom_object, *args, meta["name"])
         await asyncio.to_thread(self.custom.create_namespaced_custom_object, *args, obj)
 
-    def _post_pod_json(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create a pod from plain JSON, past the client's models (see ``_newer_than_client``);
-        errors are the client's ``ApiException``s, as from its typed calls."""
+    def _request_json(
+        self, method: str, path: str, body: Any = None, query: list[tuple[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """One request with a plain JSON body and answer, past the client's models: they
+        lag the API (a v1.35 ``spec.workloadRef`` fails their validation before any request
+        is made), and turning every answer into models and back to dicts is most of the
+        client's CPU on a burst. Errors are the client's ``ApiException``s, as from its
+        typed calls."""
         call = self.api_client.param_serialize(
-            "POST",
-            "/api/v1/namespaces/{namespace}/pods",
-            path_params={"namespace": namespace},
+            method,
+            path,
+            query_params=query,
             header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=obj,
+            body=body,
             auth_settings=["BearerToken"],
         )
         resp = self.api_client.call_api(*call)
@@ -270,8 +264,9 @@ class Kube:
     async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
         """Delete a pod; False when it was already gone. ``force``: at once (grace period
         0), for a pod whose node is lost and whose kubelet will never confirm it."""
-        extra = {"grace_period_seconds": 0} if force else {}
-        deleted, _ = await _call(404, self.core.delete_namespaced_pod, name, namespace, **extra)
+        query = [("gracePeriodSeconds", 0)] if force else None
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        deleted, _ = await _call(404, self._request_json, "DELETE", path, None, query)
         return deleted
 
     async def mark_pod_unretriable(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ duplicates a pod.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import urllib.request
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 
 from etj.api.constants import ANNOTATION_METRICS_ADDRESS, METRICS_PORT_NAME
 from etj.api.conventions import trainer_config_map_name
-from etj.api.job import EmbeddingTrainingJob
+from etj.api.job import EmbeddingTrainingJob, ObjectMeta
 from etj.api.plan import ShardPlan
 from etj.api.roles import ALL_ROLES
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
@@ -44,7 +45,7 @@ from etj.core.render import RenderSettings, build_config_map, build_pod, build_s
 from etj.core.render.networkpolicy import build_network_policy
 from etj.core.render.objects import build_checkpoint_claim, build_gang_object
 from etj.core.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
-from etj.core.validation import validate_manifest
+from etj.core.validation import Validated, validate_manifest
 
 log = logging.getLogger("etj.controller")
 
@@ -88,6 +89,8 @@ class Reconciler:
         self.post_event = post_event
         self.scrape = scrape
         self._last_scrape: dict[tuple[str, str], float] = {}
+        # (namespace, name) -> (uid, generation, the job validated and planned).
+        self._validations: dict[tuple[str, str], tuple[str, int, Validated]] = {}
 
     async def reconcile(self, namespace: str, name: str) -> Outcome:
         started = time.monotonic()
@@ -129,12 +132,11 @@ class Reconciler:
         obj = await self._job(namespace, name)
         if obj is None:
             self._last_scrape.pop((namespace, name), None)
+            self._validations.pop((namespace, name), None)
             return Outcome(gone=True)
         now = datetime.now(UTC)
         status = _status_of(obj)
-        # Planning is bounded but not free: never on the event loop every job shares.
-        spec_only = {k: v for k, v in obj.items() if k != "status"}
-        validated = await asyncio.to_thread(validate_manifest, spec_only)
+        validated = await self._validated(obj)
         if validated.job is None:
             # The schema normally stops these; an old CRD or a CEL-less server may not.
             problems = "; ".join(str(p) for p in validated.problems)
@@ -190,6 +192,25 @@ class Reconciler:
             requeue_after=self._requeue(decision),
             finished=decision.status is not None and decision.status.phase in FINISHED_PHASES,
         )
+
+    async def _validated(self, obj: dict[str, Any]) -> Validated:
+        """The job (without its status) validated and planned, once per generation: the API
+        server bumps ``metadata.generation`` on every spec change, and validation reads
+        nothing else but the name. The metadata is taken fresh on every pass (labels and
+        deletionTimestamp change without a new generation)."""
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        uid, generation = meta.get("uid"), meta.get("generation")
+        cached = self._validations.get(key)
+        if cached is not None and cached[:2] == (uid, generation) and cached[2].job is not None:
+            job = cached[2].job.model_copy(update={"metadata": ObjectMeta.model_validate(meta)})
+            return dataclasses.replace(cached[2], job=job)
+        # Planning is bounded but not free: never on the event loop every job shares.
+        spec_only = {k: v for k, v in obj.items() if k != "status"}
+        validated = await asyncio.to_thread(validate_manifest, spec_only)
+        if uid is not None and generation is not None:
+            self._validations[key] = (uid, generation, validated)
+        return validated
 
     def _render(self, memory_limits: dict[str, int]) -> RenderSettings:
         return RenderSettings(

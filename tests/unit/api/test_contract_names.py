@@ -28,8 +28,6 @@ TEST_CLUSTER = ROOT / "tests" / "cluster" / "etj_testcluster"
 
 EXEMPT_DIRS = (
     OPERATOR / "api",  # the contract itself
-    # render/: exemption removed at the merge of the Python-data rewrite
-    OPERATOR / "core" / "render",
 )
 
 ROLES = {r.value for r in ALL_ROLES}

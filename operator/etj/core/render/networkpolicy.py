@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from etj.api.constants import NAMESPACE_NAME_LABEL
 from etj.api.job import EmbeddingTrainingJob
 from etj.core.render.objects import (
     RenderSettings,
-    _render,
+    _metadata,
+    _plain,
     common_labels,
     job_selector,
     owner_reference,
@@ -48,15 +50,36 @@ def build_network_policy(
     policy = settings.network_policy
     if policy is None:
         return None
-    return _render(
-        "networkpolicy.yaml.j2",
-        job=job.name,
-        namespace=job.namespace,
-        labels=common_labels(job),
-        owner=owner_reference(job),
-        selector=job_selector(job.name),
-        tf_port=settings.tf_port,
-        metrics_port=settings.metrics_port,
-        operator_namespace=policy.operator_namespace,
-        operator_labels=policy.operator_labels,
-    )
+    selector = _plain(job_selector(job.name))
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(job.name, job.namespace, common_labels(job), owner_reference(job)),
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            # Ingress only: what the job's pods reach is left alone (the data, the API
+            # server...).
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                # TensorFlow's gRPC: the job's own replicas only.
+                {
+                    "from": [{"podSelector": {"matchLabels": _plain(selector)}}],
+                    "ports": [{"port": settings.tf_port, "protocol": "TCP"}],
+                },
+                # The chief's progress page: the operator's pods.
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {
+                                    NAMESPACE_NAME_LABEL: _plain(policy.operator_namespace)
+                                }
+                            },
+                            "podSelector": {"matchLabels": _plain(policy.operator_labels)},
+                        }
+                    ],
+                    "ports": [{"port": settings.metrics_port, "protocol": "TCP"}],
+                },
+            ],
+        },
+    }

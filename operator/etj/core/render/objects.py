@@ -1,42 +1,55 @@
 """Pure ``build_*`` functions: a job and its shard plan in, Kubernetes objects out.
 
-The jinja2 templates next to this module give the manifests their shape; every value is
-inserted as JSON (``tojson``), and TF_CONFIG is built by ``etj.core.tfconfig`` with ``json``,
-never by text templating. Nothing here talks to the API server or reads the environment:
-the operator's settings come in as ``RenderSettings``.
+Objects are built as Python data (dicts and lists), as the API server will store them; no
+text templates, no YAML parsed back. TF_CONFIG is built by ``etj.core.tfconfig`` with
+``json``. Every value that comes from the job or the settings goes through ``_plain``: a
+fresh copy as the JSON it stands for (mappings' keys sorted, enums as their values), so
+an object shares nothing with the job and renders the same bytes every time. Nothing here
+talks to the API server or reads the environment: the operator's settings come in as
+``RenderSettings``.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
-import jinja2
-import yaml
-
 from etj.api.constants import (
+    ANNOTATION_SPEC_GENERATION,
     API_VERSION,
     APP_NAME,
     CONTAINER_NAME,
     DEFAULT_IMAGE,
+    GCS_CREDENTIALS_ENV,
+    JOB_NAME_ENV,
     KIND,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
     LABEL_JOB_NAME,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
+    LABEL_RETAINED,
+    LEGACY_KERAS_ENV,
     MANAGED_BY_VALUE,
     METRICS_PORT,
+    METRICS_PORT_NAME,
     MODEL_CODE_ENV,
     MODEL_CODE_MOUNT,
+    POD_NAME_ENV,
+    PORT_NAME_TF,
+    REPLICA_INDEX_ENV,
+    REPLICA_TYPE_ENV,
     SHARD_PLAN_ENV,
     SHARD_PLAN_FILE,
     TERMINATION_LOG,
     TERMINATION_LOG_ENV,
+    TF_CONFIG_ENV,
     TF_PORT,
+    TRAINER_CONFIG_ENV,
     TRAINER_CONFIG_FILE,
     TRAINER_CONFIG_MOUNT,
     VOLUME_CHECKPOINTS,
@@ -46,10 +59,12 @@ from etj.api.constants import (
     VOLUME_TMP,
     VOLUME_TRAINER_CONFIG,
 )
+from etj.api.conventions import trainer_config_map_name
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.podtemplate import runs_own_program
 from etj.api.quantity import format_bytes, quantity_bytes
+from etj.api.roles import Role
 from etj.api.spec import GCS_CREDENTIALS_MOUNT, GangScheduler, ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.render.kueue import kueue_pod_metadata
@@ -59,10 +74,6 @@ from etj.core.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_c
 
 if TYPE_CHECKING:
     from etj.core.render.networkpolicy import NetworkPolicySettings
-
-# Annotation carrying the memory limit an OOM-killed replica was recreated with.
-ANNOTATION_MEMORY_LIMIT = "training.etj.dev/memory-limit"
-ANNOTATION_SPEC_HASH = "training.etj.dev/spec-generation"
 
 
 @dataclass(frozen=True)
@@ -88,42 +99,46 @@ class RenderSettings:
     node_loss_seconds: int = 30
 
 
-# JSON escapes a character outside the BMP as a UTF-16 surrogate pair (backslash-u d800
-# backslash-u dc00), which YAML refuses: YAML spells it backslash-U 00010000. Escaped
-# backslashes are matched first, so a value that itself contains "backslash-u d800" stays.
-_SURROGATE_PAIR = re.compile(r"(\\\\)|\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+_SCALARS = (str, int, float, bool, type(None))
 
 
-def _pair_to_yaml(m: re.Match[str]) -> str:
-    if m.group(1):
-        return m.group(1)
-    high, low = int(m.group(2), 16), int(m.group(3), 16)
-    return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+def _plain(value: Any) -> Any:
+    """``value`` as the JSON it stands for, as a fresh copy: mappings with their keys sorted
+    at every level, tuples as lists, and str/int/float subclasses (enums) as plain values.
+    (Sorted keys keep ``etj render``'s output stable; a copy keeps a later change to one
+    object out of the job and the other objects.)"""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        return {_plain(k): _plain(value[k]) for k in sorted(value)}
+    if kind is list or kind is tuple:
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str.__str__(value)  # an enum's value, not its name
+    if isinstance(value, int | float):
+        return (int if isinstance(value, int) else float)(value)
+    raise TypeError(f"cannot render a {kind.__name__} ({value!r}) into an object")
 
 
-def _tojson(value: Any) -> str:
-    """A value as a JSON literal YAML reads back as the same value."""
-    return _SURROGATE_PAIR.sub(_pair_to_yaml, json.dumps(value, sort_keys=True))
-
-
-@cache
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("etj.core.render", "templates"),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-    )
-    env.filters["tojson"] = _tojson
-    return env
-
-
-def _render(template: str, **values: Any) -> dict[str, Any]:
-    text = _env().get_template(template).render(**values)
-    # libyaml's parser when present: rendering is on the operator's hot path.
-    obj = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    assert isinstance(obj, dict)
-    return obj
+def _metadata(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    owner: dict[str, Any] | None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """An object's metadata, keys in the order etj writes them."""
+    meta: dict[str, Any] = {
+        "name": _plain(name),
+        "namespace": _plain(namespace),
+        "labels": _plain(labels),
+    }
+    if annotations is not None:
+        meta["annotations"] = _plain(annotations)
+    if owner:
+        meta["ownerReferences"] = [_plain(owner)]
+    return meta
 
 
 def replica_set(job: EmbeddingTrainingJob, plan: ShardPlan) -> ReplicaSet:
@@ -142,7 +157,7 @@ def replica_set(job: EmbeddingTrainingJob, plan: ShardPlan) -> ReplicaSet:
 def common_labels(job: EmbeddingTrainingJob) -> dict[str, str]:
     return {
         LABEL_NAME: APP_NAME,
-        "app.kubernetes.io/instance": job.name,
+        LABEL_INSTANCE: job.name,
         LABEL_MANAGED_BY: MANAGED_BY_VALUE,
         LABEL_JOB_NAME: job.name,
     }
@@ -168,7 +183,7 @@ def owner_reference(job: EmbeddingTrainingJob) -> dict[str, Any] | None:
 
 
 def config_map_name(job_name: str) -> str:
-    return f"{job_name}-trainer-config"
+    return trainer_config_map_name(job_name)
 
 
 def checkpoint_dir(job: EmbeddingTrainingJob) -> str:
@@ -182,10 +197,6 @@ def checkpoint_dir(job: EmbeddingTrainingJob) -> str:
 
 def checkpoint_claim_name(job_name: str) -> str:
     return f"{job_name}-checkpoints"
-
-
-# Label of a checkpoint claim kept after its job (checkpoint.storage.retain).
-LABEL_RETAINED = "training.etj.dev/retained"
 
 
 def build_checkpoint_claim(
@@ -240,38 +251,56 @@ def build_trainer_config(
 
 
 def build_service(job: EmbeddingTrainingJob, settings: RenderSettings) -> dict[str, Any]:
-    return _render(
-        "service.yaml.j2",
-        job=job.name,
-        namespace=job.namespace,
-        labels=common_labels(job),
-        owner=owner_reference(job),
-        selector=job_selector(job.name),
-        tf_port=settings.tf_port,
-    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job.name, job.namespace, common_labels(job), owner_reference(job)),
+        "spec": {
+            # Headless, and DNS records exist before pods are ready: peers resolve each
+            # other while TensorFlow servers start (the start-up race users of other
+            # operators hit).
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": _plain(job_selector(job.name)),
+            "ports": [
+                {
+                    "name": PORT_NAME_TF,
+                    "port": settings.tf_port,
+                    "targetPort": settings.tf_port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
 
 
 def build_config_map(
     job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings
 ) -> dict[str, Any]:
     config = build_trainer_config(job, plan, settings)
-    return _render(
-        "configmap.yaml.j2",
-        name=config_map_name(job.name),
-        namespace=job.namespace,
-        labels=common_labels(job),
-        owner=owner_reference(job),
-        files={
+    meta = _metadata(
+        config_map_name(job.name), job.namespace, common_labels(job), owner_reference(job)
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {
             TRAINER_CONFIG_FILE: json.dumps(config.to_wire(), indent=1, sort_keys=True),
             # The plan alone, for a job's own program (``ETJ_SHARD_PLAN``, etj_trainer.sdk).
             SHARD_PLAN_FILE: json.dumps(plan.to_wire(), indent=1, sort_keys=True),
         },
-    )
+    }
 
 
 def _role_spec(job: EmbeddingTrainingJob, role: str) -> Any:
     r = job.spec.replicas
-    return {"chief": r.chief, "worker": r.worker, "ps": r.ps, "evaluator": r.evaluator}[role]
+    return {
+        Role.CHIEF: r.chief,
+        Role.WORKER: r.worker,
+        Role.PS: r.ps,
+        Role.EVALUATOR: r.evaluator,
+    }[Role(role)]
 
 
 def role_template(job: EmbeddingTrainingJob, role: str) -> dict[str, Any] | None:
@@ -309,12 +338,12 @@ def replica_resources(
     requests: dict[str, Any] = dict(given.requests or {}) if given else {}
     limits: dict[str, Any] = dict(given.limits or {}) if given else {}
     need: int | None = None
-    if role == "ps" and plan.ps:
+    if role == Role.PS and plan.ps:
         need = plan.ps[index].memory_request_bytes
         if "memory" not in limits:
             # The budget the plan was fitted into is the ps's limit.
             limits["memory"] = job.spec.sharding.default_ps_memory
-    elif role in ("chief", "worker") and plan.replica_memory_bytes is not None:
+    elif role in (Role.CHIEF, Role.WORKER) and plan.replica_memory_bytes is not None:
         # etj's trainer mirrors every table on each replica; a program of the user's own
         # (a converted TFJob) is sized by the resources it asks for, as in a TFJob.
         template = role_template(job, role)
@@ -454,7 +483,7 @@ def build_pod(
     labels = {
         **(template.labels or {} if template else {}),
         **common_labels(job),
-        "app.kubernetes.io/component": role,
+        LABEL_COMPONENT: role,
         LABEL_REPLICA_TYPE: role,
         LABEL_REPLICA_INDEX: str(index),
     }
@@ -463,7 +492,7 @@ def build_pod(
     labels.update(gang.labels)
     annotations.update(gang.annotations)
     if job.metadata.generation is not None:
-        annotations[ANNOTATION_SPEC_HASH] = str(job.metadata.generation)
+        annotations[ANNOTATION_SPEC_GENERATION] = str(job.metadata.generation)
     # Kueue's plain-Pod group (etj.core.render.kueue): nothing unless the job names a queue.
     kueue = kueue_pod_metadata(
         job.metadata.labels, job.name, job.metadata.uid, len(replicas.tasks()), role
@@ -471,16 +500,16 @@ def build_pod(
     labels |= kueue.labels
     annotations |= kueue.annotations
     env: list[dict[str, Any]] = [
-        {"name": "TF_CONFIG", "value": tf_config(replicas, role, index, address)},
-        {"name": "ETJ_TRAINER_CONFIG", "value": f"{TRAINER_CONFIG_MOUNT}/{TRAINER_CONFIG_FILE}"},
+        {"name": TF_CONFIG_ENV, "value": tf_config(replicas, role, index, address)},
+        {"name": TRAINER_CONFIG_ENV, "value": f"{TRAINER_CONFIG_MOUNT}/{TRAINER_CONFIG_FILE}"},
         {"name": SHARD_PLAN_ENV, "value": f"{TRAINER_CONFIG_MOUNT}/{SHARD_PLAN_FILE}"},
-        {"name": "ETJ_JOB_NAME", "value": job.name},
-        {"name": "ETJ_REPLICA_TYPE", "value": role},
-        {"name": "ETJ_REPLICA_INDEX", "value": str(index)},
-        {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
+        {"name": JOB_NAME_ENV, "value": job.name},
+        {"name": REPLICA_TYPE_ENV, "value": role},
+        {"name": REPLICA_INDEX_ENV, "value": str(index)},
+        {"name": LEGACY_KERAS_ENV, "value": "1"},
         # Where the trainer writes why it ended (read back as the pod's termination message).
         {"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG},
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
     if model_code_config_map(job) is not None:
         # The trainer puts this directory on sys.path before it imports custom.module.
@@ -488,47 +517,75 @@ def build_pod(
     secret = job.spec.checkpoint.credentials_secret
     if secret is not None:
         # TensorFlow's gs:// client reads the key file this names (never its contents here).
-        env.append(
-            {
-                "name": "GOOGLE_APPLICATION_CREDENTIALS",
-                "value": f"{GCS_CREDENTIALS_MOUNT}/{secret.key}",
-            }
-        )
+        env.append({"name": GCS_CREDENTIALS_ENV, "value": f"{GCS_CREDENTIALS_MOUNT}/{secret.key}"})
     env += [e.to_wire() for e in (template.env or [])] if template else []
-    ports = [{"name": "tf", "containerPort": settings.tf_port, "protocol": "TCP"}]
+    ports = [{"name": PORT_NAME_TF, "containerPort": settings.tf_port, "protocol": "TCP"}]
     if (role, index) == replicas.leader():
-        ports.append({"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"})
+        ports.append(
+            {"name": METRICS_PORT_NAME, "containerPort": settings.metrics_port, "protocol": "TCP"}
+        )
     # ps and PS-strategy workers serve gRPC on the TF port as soon as they are up. Without
     # a chief (a TFJob-shaped own program) what a worker serves is the program's: no probe,
     # as in a TFJob.
-    serves_tf = role == "ps" or (
-        role == "worker" and plan.strategy == Strategy.PARAMETER_SERVER.value and replicas.chief > 0
+    serves_tf = role == Role.PS or (
+        role == Role.WORKER
+        and plan.strategy == Strategy.PARAMETER_SERVER.value
+        and replicas.chief > 0
     )
-    readiness = {"tcpSocket": {"port": settings.tf_port}, "periodSeconds": 5} if serves_tf else None
     volumes, mounts = _volumes(job)
-    pod = _render(
-        "pod.yaml.j2",
-        name=name,
-        job=job.name,
-        namespace=job.namespace,
-        labels=labels,
-        annotations=annotations,
-        owner=owner_reference(job),
-        grace_seconds=settings.grace_seconds,
-        pod_overrides={**_pod_overrides(job), **placement(job, role, settings), **gang.spec},
-        container=CONTAINER_NAME,
-        image=job.spec.image or settings.default_image,
-        image_pull_policy=job.spec.image_pull_policy,
-        command=list(settings.command),
-        env=env,
-        ports=ports,
-        resources=replica_resources(job, plan, role, index, settings),
-        volume_mounts=mounts,
-        readiness=readiness,
-        termination_log=TERMINATION_LOG,
-        volumes=volumes,
-    )
-    return merge_pod_template(pod, role_template(job, role))
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": _plain(job.spec.image or settings.default_image),
+    }
+    if job.spec.image_pull_policy:
+        container["imagePullPolicy"] = _plain(job.spec.image_pull_policy)
+    container |= {
+        "command": _plain(settings.command),
+        "env": _plain(env),
+        "ports": _plain(ports),
+        "resources": _plain(replica_resources(job, plan, role, index, settings)),
+        "volumeMounts": _plain(mounts),
+        # The trainer writes its failure reason here (the operator acts on
+        # WatchdogTimeout); a replica that wrote nothing still leaves the end of its log.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if serves_tf:
+        container["readinessProbe"] = {"periodSeconds": 5, "tcpSocket": {"port": settings.tf_port}}
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    spec: dict[str, Any] = {
+        # The operator, not the kubelet, restarts replicas: it applies the strategy-aware
+        # rules and counts restarts against the job's backoffLimit.
+        "restartPolicy": "Never",
+        "hostname": name,
+        "subdomain": job.name,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": settings.grace_seconds,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    overrides = {**_pod_overrides(job), **placement(job, role, settings), **gang.spec}
+    spec |= {key: _plain(value) for key, value in overrides.items()}
+    spec["containers"] = [container]
+    spec["volumes"] = _plain(volumes)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(name, job.namespace, labels, owner_reference(job), annotations),
+        "spec": spec,
+    }
+    template_wire = role_template(job, role)
+    # (A freshly built pod needs no copy: the merge copies only when there is a template.)
+    return merge_pod_template(pod, template_wire) if template_wire else pod
 
 
 def build_pods(

@@ -33,6 +33,7 @@ from typing import Any
 from etj.api.constants import GROUP, KIND
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.quantity import format_bytes, parse_quantity
+from etj.api.roles import Role
 from etj.api.spec import GangScheduler, SchedulingPolicy
 from etj.core.tfconfig import ReplicaSet
 
@@ -71,7 +72,7 @@ DEFAULT_SCHEDULER_NAMES: dict[GangScheduler, str] = {
 }
 # Whose pods must be placed first when minAvailable is less than every pod: without the
 # chief and the ps no worker can train.
-_GANG_ORDER = ("chief", "ps", "worker", "evaluator")
+_GANG_ORDER = (Role.CHIEF, Role.PS, Role.WORKER, Role.EVALUATOR)
 
 
 # One pod's container requests, by (role, index).
