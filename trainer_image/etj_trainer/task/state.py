@@ -123,11 +123,15 @@ class TrainingState:
         # tensor per ps each way (``etj_trainer.models.fused``); elsewhere every table is
         # local or mirrored and read as it is.
         # Dynamic tables keep the plain path: their index, counters and row state live
-        # beside their own pool shards (``models.dynamic_shards``).
+        # beside their own pool shards (``models.dynamic_shards``). So do low-precision
+        # tables: the plain path's gradient rows are in the table's dtype, the fused
+        # path's would not be, and the stochastic rounding must see the same values
+        # whatever the strategy (the same-math tests hold it to that).
         if fused is None:
             fused = (
                 isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
                 and not self.model.dynamic
+                and all(t.dtype == "float32" for t in config.model.tables)
             )
         self.fused = FusedTables(self.model) if fused else None
         # Most rows a sparse gradient can have: every id of a batch distinct.
