@@ -57,7 +57,7 @@ fmt: venv
 	$(VENV)/bin/ruff format operator trainer_image tests benchmarks
 
 unit: venv
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit -q -m "not extended"
 
 binaries:
 	bash tests/cluster/build-binaries.sh
@@ -86,10 +86,14 @@ test-deps:
 	$(TEST_DEPS_ENV) $(MAKE) --no-print-directory $(TEST_DEPS)
 
 # CI's suite: everything but the tests marked `extended` (long acceptance checks, each
-# with a faster sibling here), so a warm run stays within CI's budget.
-test: venv lint test-deps lint-objects
+# with a faster sibling here), so a warm run stays within CI's budget. In lanes, each
+# failing fast: lint and the unit tests first (no cluster, no TensorFlow process: their
+# verdict within minutes of the start), then the dependencies' cache checks, then the
+# rest: integration on the local control plane, trainer processes, the e2e on kind (the
+# images and the kind cluster come up beside the suite).
+test: venv lint unit test-deps lint-objects
 	bash tests/cluster/images-in-background.sh bash tests/cluster/kind-in-background.sh \
-		$(PY) -m pytest -q -m "not extended"
+		$(PY) -m pytest -q -m "not extended" --ignore=tests/unit
 
 # The whole suite, the extended checks included (about 15 min more): before a release.
 test-all: venv lint test-deps lint-objects
