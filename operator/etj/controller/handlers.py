@@ -127,7 +127,12 @@ async def _resync_forever(memo: kopf.Memo) -> None:
             wake.set()
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)  # type: ignore[arg-type]
+# A deleted job's daemon finishes the pass it is in, then makes one last pass (marking a
+# Kueue group's pods unretriable); kopf cancels it after cancellation_timeout. 10 s was
+# too short on a loaded machine: the daemon was cancelled mid-pass, the last pass never
+# ran and Kueue held the pods (test_kueue_admission's deleted-job test, at load ~10).
+# The job's finalizer waits as long, so a deletion takes at most that much longer.
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=60.0)  # type: ignore[arg-type]
 async def job_loop(
     namespace: str, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: Any, **_: Any
 ) -> None:
