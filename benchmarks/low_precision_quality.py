@@ -28,10 +28,7 @@ Measured (``--quick --seeds 3``, single process, on a shared 2-core machine at l
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,8 +48,8 @@ from model_quality import (
     job_spec,
     log_loss,
     score_export,
+    train_alone,
     trainer_config,
-    trainer_env,
     write_csv,
 )
 
@@ -107,20 +104,7 @@ def run(spec: Any, mode: str, work: Path) -> Path:
             job.start_all()
             job.wait_done(timeout=2400)
         return export
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / "trainer.json"
-    path.write_text(json.dumps(config.to_wire()))
-    env = trainer_env({"ETJ_TRAINER_CONFIG": str(path), "ETJ_METRICS_PORT": "0"})
-    env.pop("TF_CONFIG", None)
-    with (work / "single.log").open("wb") as log:
-        subprocess.run(
-            [sys.executable, "-m", "etj_trainer"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            check=True,
-            timeout=2400,
-        )
+    train_alone(config, work, timeout=2400)
     return export
 
 

@@ -41,6 +41,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from harness import LocalJob, job_spec, trainer_config, trainer_env  # noqa: E402
 
+from etj.api.constants import METRICS_PORT_ENV, TF_CONFIG_ENV, TRAINER_CONFIG_ENV  # noqa: E402
+
 TABLES = {"user_id": 2000, "item_id": 1000, "category": 60, "country": 20}
 DIM = 8
 DENSE = 4
@@ -178,11 +180,17 @@ def run_etj(mode: str, arch: str, steps: int, batch: int, files: str, work: Path
             job.start_all()
             job.wait_done(timeout=1200)
         return export
+    train_alone(config, work, timeout=1200)
+    return export
+
+
+def train_alone(config: Any, work: Path, timeout: float) -> None:
+    """Run the trainer as one process (no TF_CONFIG) on ``config``; its log in ``work``."""
     path = work / "trainer.json"
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config.to_wire()))
-    env = trainer_env({"ETJ_TRAINER_CONFIG": str(path), "ETJ_METRICS_PORT": "0"})
-    env.pop("TF_CONFIG", None)
+    env = trainer_env({TRAINER_CONFIG_ENV: str(path), METRICS_PORT_ENV: "0"})
+    env.pop(TF_CONFIG_ENV, None)
     with (work / "single.log").open("wb") as log:
         subprocess.run(
             [sys.executable, "-m", "etj_trainer"],
@@ -190,9 +198,8 @@ def run_etj(mode: str, arch: str, steps: int, batch: int, files: str, work: Path
             stdout=log,
             stderr=subprocess.STDOUT,
             check=True,
-            timeout=1200,
+            timeout=timeout,
         )
-    return export
 
 
 def score_export(export: Path, held: dict[str, np.ndarray]) -> np.ndarray:
