@@ -325,19 +325,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(Path(tmp) / "cluster").start()
         try:
-            for path in sorted((ROOT / "crds").glob("*.yaml")):
-                cluster.kubectl("apply", "--server-side", "-f", str(path))
-            # (kubectl wait fails outright on a CRD whose status is not written yet.)
-            wait(
-                lambda: (
-                    cluster.kubectl(
-                        "wait", "--for=condition=Established", "crd", "--all", check=False
-                    ).returncode
-                    == 0
-                ),
-                60,
-                every=0.5,
-            )
+            cluster.apply_crds(sorted((ROOT / "crds").glob("*.yaml")))
             core = client.CoreV1Api(load_config(str(cluster.kubeconfig)))
             make_namespace(cluster, "raw")
 

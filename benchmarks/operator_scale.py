@@ -233,19 +233,7 @@ def main() -> None:
         op: OperatorProcess | None = None
         kubelet: WatchingKubelet | None = None
         try:
-            for path in sorted((ROOT / "crds").glob("*.yaml")):
-                cluster.kubectl("apply", "--server-side", "-f", str(path))
-            # A CRD just applied may not have its conditions yet: kubectl wait then errs.
-            wait(
-                lambda: (
-                    cluster.kubectl(
-                        "wait", "--for=condition=Established", "crd", "--all", check=False
-                    ).returncode
-                    == 0
-                ),
-                60,
-                every=0.5,
-            )
+            cluster.apply_crds(sorted((ROOT / "crds").glob("*.yaml")))
             cluster.kubectl("create", "namespace", NS)
             wait(
                 lambda: (

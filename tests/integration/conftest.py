@@ -84,20 +84,7 @@ def apply_crds(cluster: LocalCluster) -> LocalCluster:
     """Apply the repository's ``crds/*.yaml`` and wait until they are Established."""
     paths = sorted((ROOT / "crds").glob("*.yaml"))
     assert paths, "no CRDs in crds/"
-    for path in paths:
-        cluster.kubectl("apply", "--server-side", "-f", str(path))
-    # Retried: right after the apply a CRD may have no status.conditions yet, and kubectl
-    # wait then fails at once (".status.conditions accessor error") instead of waiting.
-    wait_for(
-        lambda: (
-            cluster.kubectl(
-                "wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False
-            ).returncode
-            == 0
-        ),
-        90,
-        "the CRDs Established",
-    )
+    cluster.apply_crds(paths)
     return cluster
 
 

@@ -561,6 +561,27 @@ class LocalCluster:
             )
         return result
 
+    def apply_crds(self, paths: list[Path], timeout: float = 90.0) -> None:
+        """Apply CRD files (server-side) and wait until every CRD is Established."""
+        for path in paths:
+            self.kubectl("apply", "--server-side", "-f", str(path))
+        self.wait_crds_established(timeout)
+
+    def wait_crds_established(self, timeout: float) -> None:
+        """Every CRD Established. ``kubectl wait`` fails at once on a CRD the API server
+        has not given conditions yet (just applied, on a busy host): ask again until the
+        deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.kubectl(
+                "wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False
+            )
+            if result.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"CRDs not Established: {result.stderr.strip()}")
+            time.sleep(0.5)  # poll interval of a deadline-bounded wait
+
     def api_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` for this cluster (needs the operator extra)."""
         from kubernetes import config

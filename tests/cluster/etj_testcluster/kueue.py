@@ -154,7 +154,7 @@ class LocalKueue:
             self.cluster.kubectl(
                 "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(crd)
             )
-        self._wait_established(time.monotonic() + 60)
+        self.cluster.wait_crds_established(60)
         # With its certificate management off, Kueue v0.15 reads its metrics server's
         # certificate from a fixed path, /etc/kueue/metrics/certs. It gets a mount
         # namespace of its own whose /etc is an empty tmpfs holding only that (a static Go
@@ -190,20 +190,6 @@ class LocalKueue:
             conf["metadata"]["name"] = "kueue-" + conf["metadata"]["name"]
             self.cluster.kubectl("apply", "-f", "-", input=json.dumps(conf))
         return self
-
-    def _wait_established(self, deadline: float) -> None:
-        """Every CRD Established. ``kubectl wait`` fails at once on a CRD the API server
-        has not given conditions yet (just applied, on a busy host): ask again until the
-        deadline."""
-        while True:
-            result = self.cluster.kubectl(
-                "wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False
-            )
-            if result.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise ClusterError(f"Kueue's CRDs not Established: {result.stderr.strip()}")
-            time.sleep(0.5)  # poll interval of a deadline-bounded wait
 
     def _wait_ready(self, deadline: float) -> None:
         last = ""
