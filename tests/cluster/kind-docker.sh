@@ -79,7 +79,10 @@ state = "$RUN/containerd"
   disable_apparmor = true
 TOML
   say "starting containerd"
-  setsid containerd --config "$RUN/containerd.toml" >"$RUN/containerd.log" 2>&1 </dev/null &
+  # 7>&-: the engine outlives kind-up.sh, whose lock is fd 7 (kind-up.sh); a daemon that
+  # inherited it held the lock for its whole life and the e2e fixture's own kind-up.sh
+  # waited on it until pytest's timeout (CI, 2026-11-25).
+  setsid containerd --config "$RUN/containerd.toml" >"$RUN/containerd.log" 2>&1 </dev/null 7>&- &
   echo $! >"$RUN/containerd.pid"
   wait_for 30 containerd test -S "$CTRD_SOCK"
   local runtime_args=()
@@ -92,7 +95,7 @@ TOML
   setsid dockerd --data-root "$DATA/docker" --exec-root "$RUN/exec" --pidfile "$RUN/dockerd.pid" \
     -H "unix://$SOCK" --containerd "$CTRD_SOCK" --storage-driver overlay2 \
     --exec-opt native.cgroupdriver=cgroupfs --iptables=false --ip-forward=false --ip-masq=false \
-    --bridge=none "${runtime_args[@]}" >"$RUN/dockerd.log" 2>&1 </dev/null &
+    --bridge=none "${runtime_args[@]}" >"$RUN/dockerd.log" 2>&1 </dev/null 7>&- &
   wait_for 60 dockerd docker info
   say "running ($SOCK)"
 }
