@@ -31,9 +31,9 @@ MODEL = {
 
 
 def _config(optimizer: str) -> Any:
+    from harness import trainer_config
+
     from etj.api.spec import EmbeddingTrainingJobSpec
-    from etj.api.trainer import TrainerConfig
-    from etj.core.planner import build_plan
 
     spec = EmbeddingTrainingJobSpec.model_validate(
         {
@@ -48,15 +48,7 @@ def _config(optimizer: str) -> Any:
             },
         }
     )
-    return TrainerConfig(
-        job_name="t",
-        strategy="MultiWorkerMirrored",
-        model=spec.model,
-        data=spec.data,
-        training=spec.training,
-        shard_plan=build_plan(spec),
-        metrics_port=9102,
-    )
+    return trainer_config(spec)
 
 
 def _batches(config: Any) -> dict[str, np.ndarray]:
