@@ -30,7 +30,7 @@ import numpy as np
 from dynamic_quality import write_columns
 from etj.api.progress import DYNAMIC_TABLES_KEY
 from model_quality import LocalJob, job_spec, trainer_config
-from trainer_throughput import _processes
+from trainer_throughput import group_memory
 
 IDS_PER_EXAMPLE = 4
 BATCH = 1024
@@ -49,22 +49,6 @@ def drifting_ids(steps: int, batch: int, width: int, distinct: int, seed: int = 
     step = np.repeat(np.arange(steps, dtype=np.int64), batch)
     start = step * (distinct - width) // steps
     return start[:, None] + rng.integers(0, width, (steps * batch, IDS_PER_EXAMPLE))
-
-
-def rss_bytes(pgid: int) -> int:
-    """Resident memory of a process group (a supervised trainer is two processes)."""
-    total = 0
-    for pid, fields in _processes():
-        if int(fields[2]) != pgid:
-            continue
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        total += next(
-            (int(x.split()[1]) * 1024 for x in status.splitlines() if x.startswith("VmRSS:")), 0
-        )
-    return total
 
 
 def main() -> None:
@@ -133,7 +117,7 @@ def main() -> None:
             job.check_chief_alive()
             progress = job.last("progress") or {}
             stats = (progress.get(DYNAMIC_TABLES_KEY) or {}).get("item", {})
-            rss = [rss_bytes(job.procs[("ps", i)].pid) for i in range(2)]
+            rss = [sum(group_memory(job.procs[("ps", i)].pid)) for i in range(2)]
             samples.append(
                 (time.monotonic() - began, progress.get("step", 0), stats, rss, os.getloadavg()[0])
             )

@@ -252,9 +252,10 @@ def run_ps(seconds: float, spe: int, dynamic: bool = False) -> tuple[float, dict
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _peak_rss_bytes(pgid: int) -> int:
-    """The largest peak resident set (VmHWM) in a task's process group (trainer + child)."""
-    peak = 0
+def group_memory(pgid: int, field: str = "VmRSS") -> list[int]:
+    """``field`` of /proc/<pid>/status (VmRSS, VmHWM...) in bytes, for each process of a
+    task's process group (a supervised trainer is two)."""
+    out = []
     for pid, fields in _processes():
         if int(fields[2]) != pgid:
             continue
@@ -262,10 +263,13 @@ def _peak_rss_bytes(pgid: int) -> int:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                peak = max(peak, int(line.split()[1]) * 1024)
-    return peak
+        out += [int(x.split()[1]) * 1024 for x in status.splitlines() if x.startswith(field + ":")]
+    return out
+
+
+def _peak_rss_bytes(pgid: int) -> int:
+    """The largest peak resident set (VmHWM) in a task's process group (trainer + child)."""
+    return max(group_memory(pgid, "VmHWM"), default=0)
 
 
 def _first_last(events: list[dict[str, Any]], key: str) -> tuple[Any, Any] | None:
