@@ -13,6 +13,13 @@ evicted, fallback lookups: ``etj.api.progress.DYNAMIC_GAUGES``) and the resident
 each ps process (its process group's VmRSS), prints the series, and reports whether rows
 used stayed <= capacity and whether each ps's RSS plateaued (its growth over the run's last
 half). Not a test: nothing is asserted.
+
+Measured (``--capacity 100000 --steps 1500``: 994,792 distinct ids in the file; 2-core
+machine shared with other jobs, load 10-13): the pool filled to 76.6k rows within 560 steps
+and stayed there (at most 76,708 <= 100,000) while rows were freed and reused (255,054
+admitted, 178,423 evicted); each ps's RSS went from 724 to 725 MiB and 725 to 727 MiB over
+the last half (+0.2 %, +0.3 %). Open question: 255,054 admissions for ~995k distinct ids
+with free rows left (each id is drawn ~6 times in its 15 steps); not investigated here.
 """
 
 from __future__ import annotations

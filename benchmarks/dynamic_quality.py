@@ -22,6 +22,11 @@ initial values and data order), checkpointed at the end, restored here into the 
 model and scored on the held-out file (exact AUC); differences are paired by seed. Goal:
 dynamic >= hashed + 0.005 AUC where collisions are heavy. Prints a markdown table.
 Not a test: nothing is asserted.
+
+Measured (``--quick``, 3 seeds, load 5-21; the table in README.md): long-tail, dynamic -
+hashed +0.0017 at equal rows, +0.0050 at equal memory (every seed positive there);
+movielens -0.0064 and -0.0061 (one seed -0.018, the others within 0.0012). The full
+setting (400,000 rows, 1,500 steps) was not run for lack of machine time.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ Prints examples/s of each and, as the last line, ``ps/single=<ratio> ps/naive=<r
 ``--quick`` keeps the whole run within ~10 minutes here. ``--large-table`` instead trains
 and checkpoints a table over 2 GB (10M x 64 float32 with Adagrad, sharded over 4 ps).
 
+``--dynamic`` runs the PS job with ``user_id`` and ``item_id`` as dynamic tables (as many
+rows: 1,000 fallback rows + the rest as pool) against the hashed ones, alternating,
+``--repeat`` times, and prints each median and ``dynamic/hashed`` (issue #22's goal: >= 0.7)
+with the load average and each task's CPU-seconds per million examples.
+
 Each run is its own process (a fresh TensorFlow, both cores). Not a test: nothing here is
 asserted; the numbers go into the project's notes.
 
