@@ -15,11 +15,11 @@ used stayed <= capacity and whether each ps's RSS plateaued (its growth over the
 half). Not a test: nothing is asserted.
 
 Measured (``--capacity 100000 --steps 1500``: 994,792 distinct ids in the file; 2-core
-machine shared with other jobs, load 10-13): the pool filled to 76.6k rows within 560 steps
-and stayed there (at most 76,708 <= 100,000) while rows were freed and reused (255,054
-admitted, 178,423 evicted); each ps's RSS went from 724 to 725 MiB and 725 to 727 MiB over
-the last half (+0.2 %, +0.3 %). Open question: 255,054 admissions for ~995k distinct ids
-with free rows left (each id is drawn ~6 times in its 15 steps); not investigated here.
+machine shared with other jobs, load 9-12): the pool was full (100,000 rows) from step 220
+on and never over it, while rows were freed and reused (400,000 admitted, 300,000
+evicted, 5.67M fallback lookups); each ps's RSS went from 722 to 724 MiB and 720 to 722
+MiB over the last half of the training (+0.3 % each). (A first run found the trainer
+reading a lone own-layout file four times over, fixed in ``data/pipeline.py``.)
 """
 
 from __future__ import annotations
