@@ -124,7 +124,11 @@ def test_decide_parameter_server_scale_up_to_four():
 
 
 def test_decide_parameter_server_scale_down_to_one():
-    job = make_job(workers=1, status={"phase": "Running", "conditions": [CREATED]})
+    job = make_job(
+        workers=1,
+        status={"phase": "Running", "conditions": [CREATED]},
+        runPolicy={"backoffLimit": 0},
+    )
     pods = cluster(PS1, 4)
     d = run(job, pods)
     assert d.delete_pods == ["j-chief-0"]  # the removed workers wait for it
@@ -133,6 +137,14 @@ def test_decide_parameter_server_scale_down_to_one():
     assert sorted(d.delete_pods) == ["j-worker-1", "j-worker-2", "j-worker-3"]
     assert d.create_pods == [("chief", 0)]
     assert d.status.restarts == 0 and d.status.restarting_pods == []
+    # The removed workers end while they are deleted: not failures (backoffLimit 0 holds).
+    job = with_status(job, d)
+    removed = [
+        pod("worker", i, "Failed", cluster_workers=4, terminating=True, exit_code=143)
+        for i in (1, 2, 3)
+    ]
+    d = run(job, [*cluster(PS1, 1)[:1], pod("worker", 0, cluster_workers=4), *removed])
+    assert d.status.phase != "Failed" and d.status.restarts == 0 and d.delete_pods == []
 
 
 def test_decide_mirrored_restarts_every_worker_after_the_leader():

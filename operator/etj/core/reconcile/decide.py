@@ -362,20 +362,24 @@ def _suspend(p: _Pass, replicas: ReplicaSet) -> Decision:
     return p.done(replicas)
 
 
-def _failures(p: _Pass) -> list[Failure]:
+def _failures(p: _Pass, replicas: ReplicaSet) -> list[Failure]:
     restarting = set(p.st.restarting_pods)
     policy = p.job.spec.run_policy.restart_policy
+    # A pod of a task the spec no longer has (the job was scaled down) is being removed:
+    # its end is no failure.
+    desired = set(replicas.tasks())
     return [
         classify(pod, policy)
         for pod in p.w.pods
         if pod.name not in restarting
+        and pod.key in desired
         and (pod.phase == "Failed" or (pod.terminating and not pod.finished))
     ]
 
 
 def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     """Restart what failed; True when the job itself failed."""
-    failures = _failures(p)
+    failures = _failures(p, replicas)
     if not failures:
         return False
     rp = p.job.spec.run_policy
