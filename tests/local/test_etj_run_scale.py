@@ -19,7 +19,7 @@ from etj.local.launch import processes_under
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 
-STEPS = 1200
+STEPS = 600
 JOB = {
     "apiVersion": "training.etj.dev/v1alpha1",
     "kind": "EmbeddingTrainingJob",
@@ -39,7 +39,7 @@ JOB = {
             "optimizer": "sgd",
             "learningRate": 0.1,
         },
-        "checkpoint": {"everySteps": 200, "keep": 3},
+        "checkpoint": {"everySteps": 100, "keep": 3},
         "runPolicy": {"backoffLimit": 0},
     },
 }
@@ -62,12 +62,13 @@ def test_run_scales_workers_without_losing_a_step(tmp_path: Path):
             "--workdir",
             str(workdir),
             "--scale-workers",
-            "300:2",
+            "200:2",
         ],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "COLUMNS": "200"},
+        # Progress every half second: the runner sees step 200 soon after it is passed.
+        env={**os.environ, "COLUMNS": "200", "ETJ_PROGRESS_SECONDS": "0.5"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
@@ -77,7 +78,7 @@ def test_run_scales_workers_without_losing_a_step(tmp_path: Path):
     chief = workdir / "logs" / "grow-chief-0.log"
     stopped, restored = events(chief, "terminated"), events(chief, "restored")
     assert len(stopped) == 1 and len(restored) == 1
-    assert restored[0]["step"] == stopped[0]["step"] >= 300
+    assert restored[0]["step"] == stopped[0]["step"] >= 200
     assert len(events(chief, "connecting")[-1]["cluster"]["worker"]) == 2
     assert (workdir / "logs" / "grow-worker-1.log").exists()  # the added worker ran
     summary = text[text.index("Summary") :]

@@ -4,8 +4,9 @@ The order of the rules: not ours → nothing; invalid spec → Failed; finished 
 honour the TTL; suspended → delete pods; deadline → Failed; succeeded (the chief, else
 worker 0, or every worker: runPolicy.successPolicy) → Succeeded; failed replicas → restart
 their group (or fail the job when the policy or backoffLimit says so), after the replica's
-restart back-off; then create whatever is missing (a replica still in back-off waits: the
-Decision asks to be requeued when it is due). The whole new status comes out once, for one
+restart back-off; then a changed worker count restarts, checkpoint first, what must see
+the new cluster (policies.scale); then create whatever is missing (a replica still in
+back-off waits: the Decision asks to be requeued when it is due). The whole new status comes out once, for one
 status write.
 """
 
