@@ -13,6 +13,17 @@ Prints examples/s of each and, as the last line, ``ps/single=<ratio> ps/naive=<r
 ``--quick`` keeps the whole run within ~10 minutes here. ``--large-table`` instead trains
 and checkpoints a table over 2 GB (10M x 64 float32 with Adagrad, sharded over 4 ps).
 
+``--dynamic`` runs the PS job with ``user_id`` and ``item_id`` as dynamic tables (as many
+rows: 1,000 fallback rows + the rest as pool) against the hashed ones, alternating,
+``--repeat`` times, and prints each median and ``dynamic/hashed`` (issue #22's goal: >= 0.7)
+with the load average and each task's CPU-seconds per million examples. Measured
+(``--dynamic --repeat 3 --seconds 30``, load 15-20): hashed 122,700, dynamic 57,677
+examples/s, dynamic/hashed 0.47 (below the goal). CPU-seconds per million examples (one
+more pair, load 10-12): hashed chief 0.2, ps 2.7 + 1.2, workers 3.3 + 3.2; dynamic chief
+1.3, ps 5.9 + 3.4, workers 5.6 + 5.6. A model with a dynamic table takes the plain
+per-shard path, not ``models.fused``; each step also looks up every shard's index twice
+(counting, then rows) and inserts its candidates there.
+
 Each run is its own process (a fresh TensorFlow, both cores). Not a test: nothing here is
 asserted; the numbers go into the project's notes.
 
@@ -69,16 +80,29 @@ for _p in (ROOT / "operator", ROOT / "trainer_image", ROOT / "tests" / "trainer"
 
 from harness import LocalJob, trainer_config, trainer_env  # noqa: E402
 
+from etj.api.progress import DYNAMIC_TABLES_KEY  # noqa: E402
 from etj.api.spec import EmbeddingTrainingJobSpec  # noqa: E402
 
 BATCH = 1024
 
 
-def model_doc() -> dict[str, Any]:
+# ``--dynamic``: user_id and item_id as dynamic tables of as many rows (fallback + pool).
+DYNAMIC_FALLBACK = 1000
+
+
+def _id_table(name: str, rows: int, dynamic: bool, **extra: Any) -> dict[str, Any]:
+    table = {"name": name, "vocabularySize": rows, "dimension": 32, **extra}
+    if dynamic:
+        table["vocabularySize"] = DYNAMIC_FALLBACK
+        table["dynamic"] = {"capacity": rows - DYNAMIC_FALLBACK, "evictAfterSteps": 2000}
+    return table
+
+
+def model_doc(dynamic: bool = False) -> dict[str, Any]:
     return {
         "embeddings": [
-            {"name": "user_id", "vocabularySize": 1_000_000, "dimension": 32},
-            {"name": "item_id", "vocabularySize": 200_000, "dimension": 32, "idsPerExample": 2},
+            _id_table("user_id", 1_000_000, dynamic),
+            _id_table("item_id", 200_000, dynamic, idsPerExample=2),
             {"name": "category", "vocabularySize": 1000, "dimension": 16},
         ],
         "denseFeatures": 13,
@@ -86,7 +110,7 @@ def model_doc() -> dict[str, Any]:
     }
 
 
-def job_spec(steps: int, spe: int) -> EmbeddingTrainingJobSpec:
+def job_spec(steps: int, spe: int, dynamic: bool = False) -> EmbeddingTrainingJobSpec:
     return EmbeddingTrainingJobSpec.model_validate(
         {
             "strategy": "ParameterServer",
@@ -95,7 +119,7 @@ def job_spec(steps: int, spe: int) -> EmbeddingTrainingJobSpec:
                 "worker": {"replicas": 2},
                 "ps": {"replicas": 2},
             },
-            "model": model_doc(),
+            "model": model_doc(dynamic),
             "data": {"source": "synthetic", "synthetic": {"seed": 3}},
             "training": {
                 "batchSizePerReplica": BATCH,
@@ -198,10 +222,10 @@ def run_naive(seconds: float) -> float:
     return steps * BATCH / (time.perf_counter() - start)
 
 
-def run_ps(seconds: float, spe: int) -> tuple[float, dict[str, Any]]:
+def run_ps(seconds: float, spe: int, dynamic: bool = False) -> tuple[float, dict[str, Any]]:
     """etj's PS trainer on chief + 2 workers + 2 ps; examples/s of the steady state."""
     workdir = Path(tempfile.mkdtemp(prefix="etj-bench-ps-"))
-    config = trainer_config(job_spec(10**9, spe))
+    config = trainer_config(job_spec(10**9, spe, dynamic))
     job = LocalJob(config, workdir, workers=2, ps=2, env={"ETJ_PROGRESS_SECONDS": "2"})
     try:
         job.start_all()
@@ -212,10 +236,13 @@ def run_ps(seconds: float, spe: int) -> tuple[float, dict[str, Any]]:
                 raise TimeoutError("the PS job made no step in 300 s")
             time.sleep(0.5)
         pids = [p.pid for p in job.procs.values()]
+        roles = {k: [p.pid] for k, p in job.procs.items()}
         first = (time.monotonic(), job.step(), _tree_cpu(pids))
+        role_cpu = {k: _tree_cpu(v) for k, v in roles.items()}
         time.sleep(seconds)  # the job runs; the measurement is its own step counter
         job.check_chief_alive()
         last = (time.monotonic(), job.step(), _tree_cpu(pids))
+        role_cpu = {k: _tree_cpu(v) - role_cpu[k] for k, v in roles.items()}
         rates = [e["examplesPerSecond"] for e in job.events() if e["event"] == "progress"][2:]
         examples = (last[1] - first[1]) * BATCH
         eps = examples / (last[0] - first[0])
@@ -223,15 +250,23 @@ def run_ps(seconds: float, spe: int) -> tuple[float, dict[str, Any]]:
             "reported_median": statistics.median(rates) if rates else None,
             "per_cpu_second": examples / (last[2] - first[2]),
             "plan": [(t.name, t.shards, t.ps_of_shard) for t in config.shard_plan.tables],
+            "load": os.getloadavg()[0],
+            # CPU-seconds per million examples, by task: where the time goes.
+            "cpu_per_million": {
+                f"{role}{index}": round(cpu * 1e6 / examples, 1)
+                for (role, index), cpu in sorted(role_cpu.items())
+            },
+            "dynamic": (job.last("progress") or {}).get(DYNAMIC_TABLES_KEY),
         }
     finally:
         job.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _peak_rss_bytes(pgid: int) -> int:
-    """The largest peak resident set (VmHWM) in a task's process group (trainer + child)."""
-    peak = 0
+def group_memory(pgid: int, field: str = "VmRSS") -> list[int]:
+    """``field`` of /proc/<pid>/status (VmRSS, VmHWM...) in bytes, for each process of a
+    task's process group (a supervised trainer is two)."""
+    out = []
     for pid, fields in _processes():
         if int(fields[2]) != pgid:
             continue
@@ -239,10 +274,13 @@ def _peak_rss_bytes(pgid: int) -> int:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                peak = max(peak, int(line.split()[1]) * 1024)
-    return peak
+        out += [int(x.split()[1]) * 1024 for x in status.splitlines() if x.startswith(field + ":")]
+    return out
+
+
+def _peak_rss_bytes(pgid: int) -> int:
+    """The largest peak resident set (VmHWM) in a task's process group (trainer + child)."""
+    return max(group_memory(pgid, "VmHWM"), default=0)
 
 
 def _first_last(events: list[dict[str, Any]], key: str) -> tuple[Any, Any] | None:
@@ -351,6 +389,30 @@ def _in_subprocess(mode: str, seconds: float, extra: list[str], env: dict[str, s
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def dynamic_vs_hashed(seconds: float, spe: int, repeat: int) -> int:
+    """The PS run with hashed tables and with dynamic ones, alternating, ``repeat`` times:
+    the median examples/s of each and their ratio (goal: dynamic / hashed >= 0.7)."""
+    rates: dict[str, list[float]] = {"hashed": [], "dynamic": []}
+    for _ in range(repeat):
+        for kind in rates:
+            extra = ["--spe", str(spe)] + (["--dynamic"] if kind == "dynamic" else [])
+            eps, info = _in_subprocess("ps", seconds, extra, {})
+            rates[kind].append(eps)
+            print(
+                f"etj PS {kind:<8}: {eps:10,.0f} examples/s "
+                f"({info['per_cpu_second']:,.0f} per CPU-second), load {info['load']:.1f}, "
+                f"CPU-s per 1M examples {info['cpu_per_million']}"
+                + (f", tables {info['dynamic']}" if info["dynamic"] else ""),
+                flush=True,
+            )
+    hashed, dynamic = (statistics.median(rates[k]) for k in ("hashed", "dynamic"))
+    print(
+        f"median of {repeat}: hashed {hashed:,.0f} dynamic {dynamic:,.0f} examples/s; "
+        f"dynamic/hashed={dynamic / hashed:.2f} (load average {os.getloadavg()[0]:.1f})"
+    )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -365,6 +427,11 @@ def main() -> int:
     )
     parser.add_argument("--large-table", action="store_true", help="the >2 GB table run instead")
     parser.add_argument("--large-steps", type=int, default=2000)
+    parser.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="the PS run with dynamic user_id/item_id tables vs hashed ones (median of --repeat)",
+    )
     parser.add_argument("--run", choices=["single", "naive", "ps"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     seconds = args.seconds or (30.0 if args.quick else 90.0)
@@ -375,8 +442,10 @@ def main() -> int:
         print(json.dumps(run_naive(seconds)))
         return 0
     if args.run == "ps":
-        print(json.dumps(run_ps(seconds, args.spe)))
+        print(json.dumps(run_ps(seconds, args.spe, args.dynamic)))
         return 0
+    if args.dynamic:
+        return dynamic_vs_hashed(seconds, args.spe, args.repeat)
     if args.large_table:
         print(json.dumps(run_large_table(args.large_steps), indent=1))
         return 0

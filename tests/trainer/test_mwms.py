@@ -51,3 +51,21 @@ def test_mwms_kill_restart_both_resume_and_finish(tmp_path: Any) -> None:
         assert job.wait_exit("worker", 1, timeout=120) == 0
         losses = [e["loss"] for e in job.all_events() if e["event"] == "progress" and "loss" in e]
         assert losses[-1] < losses[0] - 0.03
+
+
+def test_mwms_leader_stopped_by_sigterm_checkpoints_its_step_first(tmp_path: Any) -> None:
+    """How a change of the worker count stops a MultiWorkerMirrored job: SIGTERM to the
+    leader alone. It checkpoints the step it reached and exits 143 (TensorFlow's own
+    preemption notifier, which the strategy installs, would let it end without that
+    checkpoint); the other worker, waiting for it in a collective, exits retryable."""
+    config = trainer_config(_spec(), checkpoint_dir=tmp_path / "ckpt", every_steps=EVERY, keep=20)
+    with LocalJob(config, tmp_path, workers=2, ps=0, chief=False) as job:
+        job.start_all()
+        job.wait_step(EVERY + 50, timeout=240)
+        job.kill("worker", 0, signal.SIGTERM)
+        assert job.wait_exit("worker", 0, timeout=120) == exitcodes.TERMINATED
+        stopped = job.last("terminated")
+        assert stopped is not None and stopped["step"] > EVERY
+        saved = max(e["step"] for e in job.events() if e["event"] == "checkpoint")
+        assert saved == stopped["step"]
+        assert job.wait_exit("worker", 1, timeout=120) == exitcodes.RETRYABLE

@@ -181,3 +181,23 @@ def test_etj_layout_with_fewer_files_than_shards_splits_the_records(tmp_path: Pa
         seen.append(got)
     assert seen[0].isdisjoint(seen[1])
     assert seen[0] | seen[1] == set(range(rows))
+
+
+def test_etj_layout_one_file_is_read_once_per_pass(tmp_path: Path):
+    """One file in etj's own layout: each record once per pass over it (the interleave used
+    to open the repeated file four times at once, so every record came four times in a
+    row and a pass took four times as many steps)."""
+    from etj_trainer.data.pipeline import make_dataset
+
+    rows = 12_000  # past the shuffle buffer: a first batch of it holds no record twice
+    lines = ["label,dense_0,ids"] + [f"{r % 2},{r},{r % 7}" for r in range(rows)]
+    (tmp_path / "own-0.csv").write_text("\n".join(lines) + "\n")
+    model = ModelSpec.model_validate(
+        {"embeddings": [{"name": "ids", "vocabularySize": 10, "dimension": 4}], "denseFeatures": 1}
+    )
+    data = DataSpec.model_validate(
+        {"source": "files", "files": {"pattern": str(tmp_path / "own-*.csv"), "format": "csv"}}
+    )
+    batch = next(iter(make_dataset(model, data, 1000)))
+    values = batch["dense"].numpy()[:, 0].tolist()
+    assert len(set(values)) == len(values)

@@ -74,7 +74,15 @@ def test_names_columns_and_subresources():
     assert names["shortNames"] == ["etj"]
     assert "all" in names["categories"]
     version = crd["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        # kubectl scale etj/NAME, HorizontalPodAutoscaler and KEDA change the worker count.
+        "scale": {
+            "specReplicasPath": ".spec.replicas.worker.replicas",
+            "statusReplicasPath": ".status.workerReplicas",
+            "labelSelectorPath": ".status.workerSelector",
+        },
+    }
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Strategy",
         "Phase",
@@ -108,3 +116,23 @@ def test_quantities_and_auto_are_int_or_string():
 def test_committed_file_is_valid_yaml_of_one_crd():
     docs = [d for d in yaml.safe_load_all(COMMITTED.read_text()) if d]
     assert len(docs) == 1 and docs[0]["kind"] == "CustomResourceDefinition"
+
+
+def test_the_scale_paths_name_fields_of_the_schema():
+    """Each path of the scale subresource is a field of the generated schema of the kind it
+    must be; the worker count has a default, so a job that leaves it out still reads it."""
+    version = build_crd()["spec"]["versions"][0]
+    root = version["schema"]["openAPIV3Schema"]
+    kinds = {
+        "specReplicasPath": "integer",
+        "statusReplicasPath": "integer",
+        "labelSelectorPath": "string",
+    }
+    for key, path in version["subresources"]["scale"].items():
+        node = root
+        for part in path.lstrip(".").split("."):
+            node = node["properties"][part]
+        assert node["type"] == kinds[key], path
+    replicas = root["properties"]["spec"]["properties"]["replicas"]
+    assert replicas["default"] == {}
+    assert replicas["properties"]["worker"]["default"] == {"replicas": 2}

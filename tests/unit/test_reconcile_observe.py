@@ -89,3 +89,13 @@ def test_disruption_conditions_of_kubernetes_and_kueue():
     cond = {"type": "DisruptionTarget", "status": "False"}
     p = observe_pod(pod_obj(phase="Failed", conditions=[cond]))
     assert p and not p.disrupted and not p.preempted
+
+
+def test_the_cluster_size_a_pod_was_made_for():
+    """The worker count its TF_CONFIG names (policies.scale); not said: None, not 0."""
+    obj = pod_obj(phase="Running")
+    assert observe_pod(obj).cluster_workers is None
+    obj["metadata"]["annotations"] = {"training.etj.dev/cluster-workers": "4"}
+    assert observe_pod(obj).cluster_workers == 4
+    obj["metadata"]["annotations"] = {"training.etj.dev/cluster-workers": "four"}
+    assert observe_pod(obj).cluster_workers is None

@@ -157,6 +157,9 @@ PERMANENT_TRAINER_REASONS = {
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 ANNOTATION_SPEC_GENERATION = f"{GROUP}/spec-generation"
+# How many workers the pod's TF_CONFIG names: a pod of a cluster of another size is
+# restarted when the job is scaled (etj.core.reconcile.policies.scale).
+ANNOTATION_CLUSTER_WORKERS = f"{GROUP}/cluster-workers"
 LABEL_RETAINED = f"{GROUP}/retained"
 # Container port name of TensorFlow's gRPC server (the metrics page's: METRICS_PORT_NAME).
 PORT_NAME_TF = "tf"

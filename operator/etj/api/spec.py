@@ -216,7 +216,11 @@ class ReplicasSpec(ApiModel):
         default=None, description="The chief (default: one; required by ParameterServer)."
     )
     worker: ReplicaSpec = Field(
-        default_factory=lambda: ReplicaSpec(replicas=2), description="The workers."
+        default_factory=lambda: ReplicaSpec(replicas=2),
+        description="The workers (kubectl scale etj/NAME --replicas=N sets their count).",
+        # The API server fills it in as the model does, so the scale subresource reads the
+        # count a job that leaves it out runs.
+        json_schema_extra={"default": {"replicas": 2}},
     )
     ps: PsSpec | None = Field(
         default=None,
@@ -1143,7 +1147,11 @@ class EmbeddingTrainingJobSpec(ApiModel):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Image pull policy of every replica."
     )
-    replicas: ReplicasSpec = Field(default_factory=ReplicasSpec, description="Replicas per role.")
+    replicas: ReplicasSpec = Field(
+        default_factory=ReplicasSpec,
+        description="Replicas per role.",
+        json_schema_extra={"default": {}},  # so replicas.worker's default applies
+    )
     model: ModelSpec = Field(description="The model to train.")
     data: DataSpec = Field(default_factory=DataSpec, description="Training data.")
     training: TrainingSpec = Field(

@@ -28,7 +28,8 @@ FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 class ConditionType(StrEnum):
     """The condition types etj sets on a job (``Condition.type``). Each phase but Pending
     has its condition; Created says the pods were made, Scheduled whether the gang could be
-    placed (etj.core.reconcile.policies.gang)."""
+    placed (etj.core.reconcile.policies.gang), Scaling whether a change of the worker count
+    is being applied (etj.core.reconcile.policies.scale)."""
 
     CREATED = "Created"
     SCHEDULED = "Scheduled"
@@ -37,6 +38,7 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    SCALING = "Scaling"
 
 
 # metav1.Condition's reason: a CamelCase word (letters, digits, '_', ',' and ':').
@@ -46,7 +48,9 @@ CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 class Condition(ApiModel):
     """A Kubernetes-shaped condition (as metav1.Condition)."""
 
-    type: str = Field(description="Created, Running, Restarting, Suspended, Succeeded or Failed.")
+    type: str = Field(
+        description="Created, Scheduled, Running, Restarting, Scaling, Suspended, Succeeded or Failed.",
+    )
     status: str = Field(pattern=r"^(True|False|Unknown)$", description="True, False or Unknown.")
     # Required and never empty, as in metav1.Condition: a condition without a reason tells a
     # person nothing they can act on. The pattern is metav1.Condition's.
@@ -132,6 +136,14 @@ class EmbeddingTrainingJobStatus(ApiModel):
     strategy: str | None = Field(default=None, description="The strategy in use (Auto resolved).")
     workers: str | None = Field(
         default=None, description="Workers ready/desired, as shown by kubectl get."
+    )
+    # The scale subresource's status (kubectl scale, HorizontalPodAutoscaler, KEDA).
+    worker_replicas: int | None = Field(
+        default=None, ge=0, description="Worker pods that exist (the scale's status.replicas)."
+    )
+    worker_selector: str | None = Field(
+        default=None,
+        description="Label selector of the worker pods (the scale's status.selector).",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -192,6 +192,7 @@ def operator(
         reconciler=reconciler,
         settings=settings,
         wakeups={},
+        last_passes=set(),
         cache=cache,
         namespaces=list(namespaces),
     )

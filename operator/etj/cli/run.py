@@ -36,10 +36,23 @@ from etj.cli.files import file_argument
     help="Kill one worker once at this step, to show recovery.",
 )
 @click.option(
+    "--scale-workers",
+    type=str,
+    default=None,
+    metavar="STEP:N",
+    callback=lambda ctx, param, value: _step_and_count(value),
+    help="Change the worker count to N once at this step (as kubectl scale etj/NAME does).",
+)
+@click.option(
     "--python", default=sys.executable, show_default=True, help="Interpreter for the replicas."
 )
 def run(
-    file: str, workdir: str | None, resume: bool, kill_worker_at: int | None, python: str
+    file: str,
+    workdir: str | None,
+    resume: bool,
+    kill_worker_at: int | None,
+    scale_workers: tuple[int, int] | None,
+    python: str,
 ) -> None:
     """Run every replica of a job as a local process, with the operator's restart rules.
 
@@ -112,6 +125,7 @@ def run(
                 Path(workdir or Path(".etj-run") / job.name),
                 python=python,
                 kill_worker_at=kill_worker_at,
+                scale_workers_at=scale_workers,
                 reporter=reporter,
                 fresh=not resume,
                 config_maps=config_maps,
@@ -129,6 +143,19 @@ def run(
             raise SystemExit(130) from None
     _summary(console, outcome.status, outcome.seconds, outcome.workdir)
     raise SystemExit(0 if outcome.status.phase == Phase.SUCCEEDED else 1)
+
+
+def _step_and_count(text: str | None) -> tuple[int, int] | None:
+    """``--scale-workers STEP:N`` as (STEP, N)."""
+    if text is None:
+        return None
+    step, _, count = text.partition(":")
+    if not (step.isdigit() and count.isdigit() and int(count) >= 1):
+        raise click.BadParameter(
+            f"{text!r}: give STEP:N, e.g. 500:4 (N workers from step 500, N >= 1)",
+            param_hint="--scale-workers",
+        )
+    return int(step), int(count)
 
 
 def _raise_interrupt(*_: Any) -> None:

@@ -16,7 +16,6 @@ deleting a job needs the operator running.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -127,47 +126,70 @@ async def _resync_forever(memo: kopf.Memo) -> None:
             wake.set()
 
 
-# A deleted job's daemon finishes the pass it is in, then makes one last pass (marking a
-# Kueue group's pods unretriable); kopf cancels it after cancellation_timeout. 10 s was
-# too short on a loaded machine: the daemon was cancelled mid-pass, the last pass never
-# ran and Kueue held the pods (test_kueue_admission's deleted-job test, at load ~10).
-# The job's finalizer waits as long, so a deletion takes at most that much longer.
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=60.0)  # type: ignore[arg-type]
+# kopf cancels a deleted job's daemon at once (no ``cancellation_backoff``: with one, kopf
+# re-checks the daemon only when the backoff has passed, and every deletion took that long),
+# in whatever pass it is. The last pass of a deleted job — marking a Kueue group's pods
+# unretriable, so Kueue lets them go — therefore runs as a task of its own, started in the
+# loop's ``finally`` and not cancelled with it. It was an await after the loop: kopf's
+# cancel reached it at its first await whenever the loop was slower than kopf's "instant
+# exit" wait, and Kueue kept the unmarked pods forever (test_kueue_admission's deleted-job
+# test, failing about every other run).
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)  # type: ignore[arg-type]
 async def job_loop(
     namespace: str, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: Any, **_: Any
 ) -> None:
     reconciler: Reconciler = memo.reconciler
     wake = _wakeup(memo, namespace, name)
-    while not stopped:
-        wake.clear()
-        try:
-            outcome = await reconciler.reconcile(namespace, name)
-        except Exception as exc:  # a failed pass is retried; the loop must not die
-            logger.exception(f"reconcile failed: {exc}")
-            outcome = None
-        if outcome is not None and (
-            outcome.gone or (outcome.finished and outcome.requeue_after is None)
+    try:
+        while not stopped:
+            wake.clear()
+            try:
+                outcome = await reconciler.reconcile(namespace, name)
+            except Exception as exc:  # a failed pass is retried; the loop must not die
+                logger.exception(f"reconcile failed: {exc}")
+                outcome = None
+            if outcome is not None and (
+                outcome.gone or (outcome.finished and outcome.requeue_after is None)
+            ):
+                break  # a finished job needs no loop (kopf does not restart a daemon that ended)
+            delay = memo.settings.resync_seconds
+            if outcome is not None and outcome.requeue_after is not None:
+                delay = max(0.5, min(delay, outcome.requeue_after))
+            elif outcome is None:
+                delay = min(delay, 5.0)
+            waiter = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait(
+                    [waiter, asyncio.ensure_future(stopped.wait())],
+                    timeout=delay,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                waiter.cancel()
+    finally:
+        memo.wakeups.pop((namespace, name), None)
+        if (
+            stopped.reason is not None
+            and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason
         ):
-            break  # a finished job needs no loop (kopf does not restart a daemon that ended)
-        delay = memo.settings.resync_seconds
-        if outcome is not None and outcome.requeue_after is not None:
-            delay = max(0.5, min(delay, outcome.requeue_after))
-        elif outcome is None:
-            delay = min(delay, 5.0)
-        waiter = asyncio.ensure_future(wake.wait())
+            last_pass(memo, namespace, name, logger)
+
+
+def last_pass(memo: kopf.Memo, namespace: str, name: str, logger: Any) -> asyncio.Task[Any]:
+    """One more pass of a deleted job, as a task of its own (kept in ``memo.last_passes``
+    until it ends, so it is neither collected nor cancelled with the daemon)."""
+
+    async def run() -> None:
         try:
-            await asyncio.wait(
-                [waiter, asyncio.ensure_future(stopped.wait())],
-                timeout=delay,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            waiter.cancel()
-    if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
-        # One last pass of a deleted job: it marks a Kueue group's pods unretriable.
-        with contextlib.suppress(Exception):
-            await reconciler.reconcile(namespace, name)
-    memo.wakeups.pop((namespace, name), None)
+            await memo.reconciler.reconcile(namespace, name)
+        except Exception as exc:  # the pods stay until the garbage collector takes them
+            logger.warning(f"the last pass of the deleted job failed: {exc}")
+
+    task = asyncio.create_task(run())
+    passes: set[asyncio.Task[Any]] = memo.last_passes
+    passes.add(task)
+    task.add_done_callback(passes.discard)
+    return task
 
 
 # Async, so kopf runs them on the event loop: a plain function would be handed to a worker

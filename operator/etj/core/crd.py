@@ -54,6 +54,15 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
+# ``kubectl scale etj/NAME --replicas=N`` (and so HorizontalPodAutoscaler and KEDA) sets
+# the worker count; the operator applies it (etj.core.reconcile.policies.scale).
+SCALE_SUBRESOURCE: dict[str, str] = {
+    "specReplicasPath": ".spec.replicas.worker.replicas",
+    "statusReplicasPath": ".status.workerReplicas",
+    "labelSelectorPath": ".status.workerSelector",
+}
+
+
 def structural_schema(model: type, *, description: str | None = None) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of a pydantic model."""
     raw = model.model_json_schema(by_alias=True, mode="validation")  # type: ignore[attr-defined]
@@ -166,7 +175,7 @@ def build_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE_SUBRESOURCE},
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {
                         "openAPIV3Schema": {

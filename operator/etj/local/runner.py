@@ -7,6 +7,11 @@ directory. Each pass turns the processes into ``PodState``s and calls the operat
 a killed worker is replaced alone under ParameterServer, all workers restart under
 MultiWorkerMirrored, a crashing replica waits out its restart back-off, ``backoffLimit``
 counts, and the ps are stopped when the chief is done — the same code path as in a cluster.
+
+``scale_workers_at=(step, n)`` (``etj run --scale-workers STEP:N``) changes the job's worker
+count once training passed ``step``, as ``kubectl scale`` does in a cluster; the same
+decisions (``etj.core.reconcile.policies.scale``) restart what must take the new cluster:
+the leader first, which checkpoints on SIGTERM, and training resumes from that checkpoint.
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ class LocalRunner:
         *,
         python: str = sys.executable,
         kill_worker_at: int | None = None,
+        scale_workers_at: tuple[int, int] | None = None,
         reporter: RunEvents | None = None,
         fresh: bool = True,
         config_maps: dict[str, dict[str, bytes]] | None = None,
@@ -143,6 +149,9 @@ class LocalRunner:
         self.settings = RenderSettings(metrics_port=self.metrics_port)
         self.python = python
         self.kill_worker_at = kill_worker_at
+        self.scale_workers_at = scale_workers_at
+        # The worker count each running process's TF_CONFIG names (a pod's annotation).
+        self._cluster_workers: dict[str, int] = {}
         self.killed: str | None = None
         self.restarted_at_step: int | None = None
         self.rejoined = False
@@ -159,6 +168,8 @@ class LocalRunner:
     # ---- rendering ---------------------------------------------------------------------
 
     def _address(self, role: str, index: int) -> str:
+        if (role, index) not in self.ports:  # a worker added by scaling
+            self.ports[(role, index)] = free_port()
         return f"127.0.0.1:{self.ports[(role, index)]}"
 
     def _write_trainer_config(self) -> None:
@@ -214,6 +225,7 @@ class LocalRunner:
         env = {**os.environ, **spec.env, METRICS_PORT_ENV: str(self.metrics_port)}
         log = self.workdir / "logs" / f"{spec.name}.log"
         self.procs[(role, index)] = start(spec.name, spec.command, env, log, self.workdir)
+        self._cluster_workers[spec.name] = self.replicas.worker
 
     # ---- observing ---------------------------------------------------------------------
 
@@ -238,6 +250,7 @@ class LocalRunner:
                     # How long it ran decides its restart back-off (ended: seen now).
                     started_at=now - timedelta(seconds=time.monotonic() - proc.started),
                     finished_at=now if code is not None else None,
+                    cluster_workers=self._cluster_workers.get(proc.name),
                 )
             )
         return states
@@ -288,6 +301,7 @@ class LocalRunner:
         for event in d.events:
             self._apply_event(event)
         self._maybe_kill_worker()
+        self._maybe_scale()
         self._report_rejoin()
         self.reporter.on_status(self.status)
         return self.status.phase in FINISHED_PHASES
@@ -328,6 +342,23 @@ class LocalRunner:
         proc.kill()
         self.killed = proc.name
         self.reporter.event(f"killed {proc.name} at step {step} (--kill-worker-at {at})")
+
+    def _maybe_scale(self) -> None:
+        """Change the worker count once, as ``kubectl scale`` would (the next pass acts)."""
+        if self.scale_workers_at is None:
+            return
+        at, workers = self.scale_workers_at
+        if self._step() < at:
+            return
+        self.scale_workers_at = None
+        spec = self.job.spec.model_copy(deep=True)
+        spec.replicas.worker.replicas = workers
+        meta = self.job.metadata.model_copy(
+            update={"generation": (self.job.metadata.generation or 1) + 1}
+        )
+        self.job = self.job.model_copy(update={"spec": spec, "metadata": meta})
+        self.replicas = replica_set(self.job, self.plan)
+        self.reporter.event(f"scaled to {workers} workers at step {self._step()} (--scale-workers)")
 
     def run(self) -> RunResult:
         started = time.monotonic()

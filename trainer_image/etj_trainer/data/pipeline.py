@@ -213,6 +213,11 @@ def file_dataset(
         names = names.shard(num_shards, shard_index)
     names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
 
+    # No more readers than this worker's files (the fewest any worker has): the list
+    # repeats, so a fifth reader of four files (a second of one) would read a file again
+    # alongside itself, each record twice in a row.
+    cycle = min(4, len(files) // num_shards if by_file else len(files))
+
     def own(records: tf.data.Dataset) -> tf.data.Dataset:
         # Fewer files than shards: every num_shards-th record of each file, the same
         # ones in every pass whatever the file order.
@@ -221,14 +226,14 @@ def file_dataset(
     if fmt == "tfrecord":
         records = names.interleave(
             lambda f: own(tf.data.TFRecordDataset(f)),
-            cycle_length=4,
+            cycle_length=cycle,
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         parse = _tfrecord_parser(model, label_key)
     else:
         records = names.interleave(
             lambda f: own(tf.data.TextLineDataset(f).skip(1)),
-            cycle_length=4,
+            cycle_length=cycle,
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         parse = _csv_parser(model, label_key, _csv_header(files[0]))

@@ -183,6 +183,10 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
             ),
         )
         replicas = strategy.num_replicas_in_sync
+        # The strategy's coordination service put TensorFlow's preemption notifier in place
+        # of our SIGTERM handler (a stopped leader then ended without its checkpoint): ours
+        # again, so a leader stopped for a change of the worker count checkpoints first.
+        stop.install()
     else:
         strategy = tf.distribute.get_strategy()
     config = resolve_epochs(config, replicas)

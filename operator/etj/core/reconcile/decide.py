@@ -4,8 +4,9 @@ The order of the rules: not ours → nothing; invalid spec → Failed; finished 
 honour the TTL; suspended → delete pods; deadline → Failed; succeeded (the chief, else
 worker 0, or every worker: runPolicy.successPolicy) → Succeeded; failed replicas → restart
 their group (or fail the job when the policy or backoffLimit says so), after the replica's
-restart back-off; then create whatever is missing (a replica still in back-off waits: the
-Decision asks to be requeued when it is due). The whole new status comes out once, for one
+restart back-off; then a changed worker count restarts, checkpoint first, what must see
+the new cluster (policies.scale); then create whatever is missing (a replica still in
+back-off waits: the Decision asks to be requeued when it is due). The whole new status comes out once, for one
 status write.
 """
 
@@ -18,7 +19,7 @@ from etj.api.constants import MANAGED_BY
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.quantity import human_bytes, quantity_bytes
-from etj.api.roles import ReplicaSet
+from etj.api.roles import ReplicaSet, Role
 from etj.api.status import (
     FINISHED_PHASES,
     ConditionType,
@@ -50,10 +51,21 @@ from etj.core.reconcile.policies.queue import (
     queue_eviction,
 )
 from etj.core.reconcile.policies.restart import Failure, classify, restart_group
+from etj.core.reconcile.policies.scale import (
+    REASON_SCALED,
+    REASON_SCALING,
+    scale_done,
+    scale_step,
+)
 from etj.core.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
 from etj.core.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
 from etj.core.reconcile.progress import parse_completion
-from etj.core.reconcile.status import all_running, replica_statuses, workers_column
+from etj.core.reconcile.status import (
+    all_running,
+    replica_statuses,
+    worker_selector,
+    workers_column,
+)
 from etj.core.render.objects import replica_set
 from etj.core.render.scheduling import min_available
 from etj.core.tfconfig import pod_name
@@ -179,6 +191,11 @@ class _Pass:
                 self.w.pods, replicas, self.st.replica_statuses
             )
             self.st.workers = workers_column(self.st.replica_statuses, replicas)
+            # The scale subresource's status (kubectl scale, autoscalers).
+            self.st.worker_replicas = sum(
+                1 for pod in self.w.pods if pod.role == Role.WORKER and pod.active
+            )
+            self.st.worker_selector = worker_selector(self.job.name)
         if self.w.progress is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.progress = self.w.progress
         if self.w.evaluation is not None and self.st.phase != Phase.SUCCEEDED:
@@ -252,7 +269,7 @@ def decide(world: World) -> Decision:
     if _handle_failures(p, replicas):
         return p.done(replicas)
     p.d.release_pods = pods_to_release(world.pods, len(replicas.tasks()))
-    _create_missing(p, replicas)
+    _create_missing(p, replicas, _scale(p, replicas))
     _gang(p, replicas)
     _summarise(p, replicas)
     p.requeue(
@@ -346,20 +363,24 @@ def _suspend(p: _Pass, replicas: ReplicaSet) -> Decision:
     return p.done(replicas)
 
 
-def _failures(p: _Pass) -> list[Failure]:
+def _failures(p: _Pass, replicas: ReplicaSet) -> list[Failure]:
     restarting = set(p.st.restarting_pods)
     policy = p.job.spec.run_policy.restart_policy
+    # A pod of a task the spec no longer has (the job was scaled down) is being removed:
+    # its end is no failure.
+    desired = set(replicas.tasks())
     return [
         classify(pod, policy)
         for pod in p.w.pods
         if pod.name not in restarting
+        and pod.key in desired
         and (pod.phase == "Failed" or (pod.terminating and not pod.finished))
     ]
 
 
 def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     """Restart what failed; True when the job itself failed."""
-    failures = _failures(p)
+    failures = _failures(p, replicas)
     if not failures:
         return False
     rp = p.job.spec.run_policy
@@ -507,7 +528,23 @@ def _oom(p: _Pass, f: Failure) -> None:
     )
 
 
-def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
+def _scale(p: _Pass, replicas: ReplicaSet) -> frozenset[tuple[str, int]]:
+    """Apply a change of the worker count (policies.scale); the tasks to leave alone."""
+    assert p.w.plan is not None
+    step = scale_step(p.w.plan.strategy, replicas, p.w.pods, p.st.restarting_pods)
+    p.st.restarting_pods = sorted(set(p.st.restarting_pods) | set(step.replacing))
+    p.d.delete_pods += [n for n in step.stop if n not in p.d.delete_pods]
+    if step.message is not None:
+        p.event("Normal", "Scaled", step.message)
+        p.condition(ConditionType.SCALING, True, REASON_SCALING, step.message)
+    return step.hold
+
+
+def _create_missing(
+    p: _Pass, replicas: ReplicaSet, hold: frozenset[tuple[str, int]] = frozenset()
+) -> None:
+    """Make the pods the spec wants and no pod has, delete those of tasks it no longer
+    has; ``hold``: tasks left as they are in this pass (a change of the worker count)."""
     p.d.create_service = not p.w.has_service
     p.d.create_config_map = not p.w.has_config_map
     restarting = set(p.st.restarting_pods)
@@ -519,6 +556,8 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
     for key in replicas.tasks():
         pod = p.pods.get(key)
         name = pod_name(p.job.name, *key)
+        if key in hold:
+            continue
         if pod is None and name not in deleting:
             wait = waiting_seconds(p.st.restart_backoff.get(name), p.w.now)
             if name in restarting and wait > 0:
@@ -534,9 +573,14 @@ def _create_missing(p: _Pass, replicas: ReplicaSet) -> None:
             p.d.delete_pods.append(name)
     # Pods of tasks the spec no longer has (the job was scaled down).
     p.d.delete_pods += sorted(
-        pod.name for key, pod in p.pods.items() if key not in desired and not pod.terminating
+        pod.name
+        for key, pod in p.pods.items()
+        if key not in desired and key not in hold and not pod.terminating
     )
-    p.st.restarting_pods = sorted(restarting)
+    # A replica of a task the spec no longer has is not made again: once its pod is gone,
+    # it is no longer restarting.
+    wanted = {pod_name(p.job.name, *key) for key in desired} | {pod.name for pod in p.w.pods}
+    p.st.restarting_pods = sorted(restarting & wanted)
     if first_time and (p.d.create_pods or p.w.pods):
         p.condition(ConditionType.CREATED, True, "PodsCreated", f"{len(desired)} pods created")
         p.event(
@@ -579,5 +623,16 @@ def _summarise(p: _Pass, replicas: ReplicaSet) -> None:
         p.st.phase = Phase.RUNNING
         p.condition(ConditionType.RUNNING, True, "AllReplicasRunning", "")
         p.condition(ConditionType.RESTARTING, False, "AllReplicasRunning", "")
+        strategy = p.w.plan.strategy if p.w.plan else ""
+        if condition_true(p.st.conditions, ConditionType.SCALING) and scale_done(
+            strategy, p.w.pods, replicas
+        ):
+            p.condition(
+                ConditionType.SCALING,
+                False,
+                REASON_SCALED,
+                f"{replicas.worker} workers running; training resumed from the checkpoint "
+                "taken before the change",
+            )
     elif p.st.phase not in (Phase.RUNNING, Phase.RESTARTING):
         p.st.phase = Phase.PENDING

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from etj.api.constants import (
+    ANNOTATION_CLUSTER_WORKERS,
     DISRUPTION_CONDITIONS,
     KUEUE_ADMISSION_GATE,
     KUEUE_POD_FINALIZER,
@@ -61,6 +62,9 @@ class PodState:
     queue_held: bool = False
     unretriable: bool = False
     stopped_by_queue: str | None = None
+    # How many workers its TF_CONFIG names (ANNOTATION_CLUSTER_WORKERS); None: not said
+    # (a pod made before etj said it, or not by etj).
+    cluster_workers: int | None = None
 
     def ran_seconds(self, now: datetime) -> float | None:
         """How long the container ran (until now if it still runs); None if unknown."""
@@ -251,4 +255,11 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         unretriable=(meta.get("annotations") or {}).get(KUEUE_RETRIABLE_IN_GROUP_ANNOTATION)
         == "false",
         stopped_by_queue=stopped_by_queue,
+        cluster_workers=_int_or_none(
+            (meta.get("annotations") or {}).get(ANNOTATION_CLUSTER_WORKERS)
+        ),
     )
+
+
+def _int_or_none(text: Any) -> int | None:
+    return int(text) if isinstance(text, str) and text.isdigit() else None

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from etj.api.roles import ReplicaSet
+from etj.api.constants import LABEL_REPLICA_TYPE
+from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ReplicaStatus, ReplicaStatuses
 from etj.core.reconcile.observe import PodState
+from etj.core.render.objects import job_selector
 
 
 def replica_statuses(
@@ -36,6 +38,12 @@ def replica_statuses(
 def workers_column(statuses: ReplicaStatuses, replicas: ReplicaSet) -> str:
     ready = statuses.worker.ready if statuses.worker else 0
     return f"{ready}/{replicas.worker}"
+
+
+def worker_selector(job_name: str) -> str:
+    """The label selector of a job's worker pods, as the scale subresource gives it."""
+    labels = {**job_selector(job_name), LABEL_REPLICA_TYPE: Role.WORKER.value}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def all_running(pods: dict[tuple[str, int], PodState], replicas: ReplicaSet) -> bool:

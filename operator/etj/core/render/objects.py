@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from etj.api.constants import (
+    ANNOTATION_CLUSTER_WORKERS,
     ANNOTATION_SPEC_GENERATION,
     API_VERSION,
     APP_NAME,
@@ -493,6 +494,9 @@ def build_pod(
     annotations.update(gang.annotations)
     if job.metadata.generation is not None:
         annotations[ANNOTATION_SPEC_GENERATION] = str(job.metadata.generation)
+    # The cluster size its TF_CONFIG names: the operator restarts what runs a cluster of
+    # another size when the job is scaled (etj.core.reconcile.policies.scale).
+    annotations[ANNOTATION_CLUSTER_WORKERS] = str(replicas.worker)
     # Kueue's plain-Pod group (etj.core.render.kueue): nothing unless the job names a queue.
     kueue = kueue_pod_metadata(
         job.metadata.labels, job.name, job.metadata.uid, len(replicas.tasks()), role
