@@ -41,6 +41,8 @@ lint: venv
 	$(VENV)/bin/ruff format --check operator trainer_image tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	@# Dead code: names defined and used nowhere ([tool.vulture] in pyproject.toml).
+	$(VENV)/bin/vulture
 	@# Every test module imports (a moved fixture fails here in seconds, not mid-suite).
 	@out=$$($(PY) -m pytest --collect-only -q 2>&1) || { echo "$$out" | tail -40; exit 1; }; \
 		echo "$$out" | tail -1

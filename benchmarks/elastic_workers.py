@@ -33,7 +33,7 @@ from typing import Any
 from etj.api import EmbeddingTrainingJob
 from etj.api.status import EmbeddingTrainingJobStatus
 from etj.core.planner import build_plan
-from etj.local.runner import LocalRunner, Reporter
+from etj.local.runner import LocalRunner, RunEvents
 
 BATCH = 512
 
@@ -129,7 +129,7 @@ def main() -> None:
 
     spec = job(args.workers)
     runner = LocalRunner(
-        spec, build_plan(spec.spec), workdir, reporter=Reporter(on_status=on_status)
+        spec, build_plan(spec.spec), workdir, reporter=RunEvents(on_status=on_status)
     )
     try:
         runner.run()

@@ -2,7 +2,9 @@
 
 Checks what a user of the images sees first: each prints its help, and the trainer image
 trains the quickstart in single-process mode (no TF_CONFIG) to its last step, writing
-checkpoints to a mounted directory. Runs with docker where a Docker engine answers, else
+checkpoints to a mounted directory. Each image carries only what it runs: the operator
+image no TensorFlow, trainer or test cluster; the trainer image etj.api of the operator's
+package and nothing else of it. Runs with docker where a Docker engine answers, else
 with podman (root: buildah/podman come from Debian packages). Skips with the reason
 elsewhere, except in CI (``CI`` set), where a missing engine is a failure.
 """
@@ -22,8 +24,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tests" / "cluster" / "build-images.sh"
-OPERATOR = "etj-operator:dev"
-TRAINER = "etj-trainer:dev"
+# The tags build-images.sh gives the images (it reads the same variables).
+OPERATOR = os.environ.get("ETJ_OPERATOR_IMAGE", "etj-operator:dev")
+TRAINER = os.environ.get("ETJ_TRAINER_IMAGE", "etj-trainer:dev")
 STEPS = 200  # a short run of the quickstart's model: what matters is that it trains and ends
 CONTAINERS_CONF = ROOT / "tests" / "cluster" / "containers.conf"
 
@@ -81,6 +84,70 @@ def test_operator_image_prints_help_without_tensorflow(engine: str) -> None:
     assert probe.stdout.split() == ["None", "True", "True"], probe.stderr
     user = run(engine, "--entrypoint", "id", OPERATOR, "-u")
     assert user.stdout.strip() == "1000"
+
+
+def importable(engine: str, image: str, *modules: str) -> dict[str, bool]:
+    """Which of ``modules`` import in ``image`` (each in its own interpreter state, by a
+    real import: a package that is there but whose dependencies are not counts as absent)."""
+    script = (
+        "import importlib, json, sys\n"
+        "def ok(m):\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ImportError:\n"
+        "        return False\n"
+        "    return True\n"
+        "print(json.dumps({m: ok(m) for m in sys.argv[1:]}))\n"
+    )
+    probe = run(engine, "--entrypoint", "python", image, "-c", script, *modules)
+    assert probe.returncode == 0, probe.stderr
+    return dict(json.loads(probe.stdout.splitlines()[-1]))
+
+
+def test_operator_image_carries_neither_the_trainer_nor_the_test_cluster(engine: str) -> None:
+    assert importable(
+        engine,
+        OPERATOR,
+        "etj.controller",
+        "etj.cli.main",
+        "tensorflow",
+        "etj_trainer",
+        "etj_testcluster",
+    ) == {
+        "etj.controller": True,
+        "etj.cli.main": True,
+        "tensorflow": False,
+        "etj_trainer": False,
+        "etj_testcluster": False,
+    }
+
+
+def test_trainer_image_carries_etj_api_alone_of_the_operators_package(engine: str) -> None:
+    assert importable(
+        engine,
+        TRAINER,
+        "etj_trainer.main",
+        "etj_trainer.sdk",
+        "etj.api.job",
+        "etj.controller",
+        "etj.core",
+        "etj.cli",
+        "etj.local",
+        "kopf",
+        "kubernetes",
+        "etj_testcluster",
+    ) == {
+        "etj_trainer.main": True,
+        "etj_trainer.sdk": True,
+        "etj.api.job": True,
+        "etj.controller": False,
+        "etj.core": False,
+        "etj.cli": False,
+        "etj.local": False,
+        "kopf": False,
+        "kubernetes": False,
+        "etj_testcluster": False,
+    }
 
 
 def test_trainer_image_prints_help(engine: str) -> None:

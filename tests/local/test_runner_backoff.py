@@ -11,7 +11,7 @@ from pathlib import Path
 from etj.api import EmbeddingTrainingJob
 from etj.core.planner import build_plan
 from etj.local.launch import processes_under
-from etj.local.runner import LocalRunner, Reporter
+from etj.local.runner import LocalRunner, RunEvents
 
 
 def _crashing_job(tmp_path: Path, message: str) -> LocalRunner:
@@ -36,7 +36,7 @@ def _crashing_job(tmp_path: Path, message: str) -> LocalRunner:
         }
     )
     return LocalRunner(
-        job, build_plan(job.spec), tmp_path / "run", python=str(crashing), reporter=Reporter()
+        job, build_plan(job.spec), tmp_path / "run", python=str(crashing), reporter=RunEvents()
     )
 
 

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -361,14 +361,3 @@ class LocalJob:
 
     def log_tail(self, role: str, index: int, chars: int = 3000) -> str:
         return self.log_path(role, index).read_text(errors="replace")[-chars:]
-
-
-@contextlib.contextmanager
-def local_job(
-    config: TrainerConfig, workdir: Path, workers: int, ps: int, **kw: Any
-) -> Iterator[LocalJob]:
-    job = LocalJob(config, workdir, workers, ps, **kw)
-    try:
-        yield job.start_all()
-    finally:
-        job.close()

@@ -183,10 +183,10 @@ def test_termination_text_is_one_line_within_the_kubernetes_limit() -> None:
 def test_the_chiefs_completion_message_is_read_back_by_the_operator() -> None:
     """The final step and evaluation travel in the termination message (the metrics page
     is gone once the chief exits); what the trainer writes, the operator reads."""
-    from etj_trainer.task.progress import Metrics, Reporter
+    from etj_trainer.task.progress import ProgressReporter
 
     clock = iter(float(t) for t in range(100))
-    reporter = Reporter(Metrics(None), 256, interval=1e9, clock=lambda: next(clock))
+    reporter = ProgressReporter(256, interval=1e9, port=0, enabled=True, clock=lambda: next(clock))
     reporter.start(1000, restarts=1, last_checkpoint_step=1000)
     reporter.chunk_done(250, 0.45, None, bad=3)
     reporter.evaluated({"step": 1250, "auc": 0.71, "logloss": 0.52, "examples": 2000})

@@ -28,7 +28,7 @@ class _Quiet:
     def chunk_done(self, *args: Any) -> None:
         pass
 
-    def set_step(self, step: int) -> None:
+    def step(self, step: int) -> None:
         pass
 
     def beat(self) -> None:

@@ -18,7 +18,6 @@ from harness import LocalJob, job_spec, trainer_config
 from etj.api.plan import ShardPlan
 
 NUM_PS = 3
-ROW = 8 * 4  # dimension 8, float32
 
 
 def _table(name: str, rows: int, **kw: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,12 +98,11 @@ def test_partitioner_splits_named_tables_only():
         pass
 
 
-def test_partitioner_under_parameter_server_strategy_follows_the_plan():
+def _ps_strategy(partitioner: sdk.PlanPartitioner) -> Any:
+    """ParameterServerStrategy over TensorFlow's in-process cluster (one worker, two ps), as
+    its tutorial builds one, with ``partitioner`` as its variable partitioner."""
     import tensorflow as tf
 
-    plan = _plan()
-    part = sdk.PlanPartitioner(plan)
-    # TensorFlow's in-process cluster, as its ParameterServerStrategy tutorial builds one.
     spec = tf.train.ClusterSpec(
         {
             "worker": [f"127.0.0.1:{free_port()}"],
@@ -113,7 +113,15 @@ def test_partitioner_under_parameter_server_strategy_follows_the_plan():
         for i in range(tasks):
             tf.distribute.Server(spec, job_name=job, task_index=i, protocol="grpc", start=True)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
-    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=part)
+    return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+def test_partitioner_under_parameter_server_strategy_follows_the_plan():
+    import tensorflow as tf
+
+    plan = _plan()
+    part = sdk.PlanPartitioner(plan)
+    strategy = _ps_strategy(part)
     with strategy.scope():
         with part.table("item_id"):
             table = tf.Variable(tf.zeros((40000, 16)), name="item_id")
@@ -216,17 +224,7 @@ def test_restore_in_pieces_of_a_partitioned_table(tmp_path: Path):
 
     plan = _plan()
     part = sdk.PlanPartitioner(plan)
-    spec = tf.train.ClusterSpec(
-        {
-            "worker": [f"127.0.0.1:{free_port()}"],
-            "ps": [f"127.0.0.1:{free_port()}" for _ in range(2)],
-        }
-    )
-    for job, tasks in (("worker", 1), ("ps", 2)):
-        for i in range(tasks):
-            tf.distribute.Server(spec, job_name=job, task_index=i, protocol="grpc", start=True)
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
-    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=part)
+    strategy = _ps_strategy(part)
     values = np.random.default_rng(0).random((40000, 16), dtype=np.float32)
     with strategy.scope():
         with part.table("user_id"):

@@ -63,7 +63,7 @@ def answering(k: Kube, *answers: Answer) -> list[tuple[str, str, Any]]:
     sent: list[tuple[str, str, Any]] = []
     queue = list(answers)
 
-    def call_api(method: str, url: str, headers: Any = None, body: Any = None, *_: Any) -> Any:
+    def call_api(method: str, url: str, _headers: Any = None, body: Any = None, *_: Any) -> Any:
         sent.append((method, url, body))
         return queue.pop(0)
 

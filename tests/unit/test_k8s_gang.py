@@ -83,7 +83,7 @@ def test_a_pod_with_a_workload_ref_is_posted_as_plain_json():
     k = kube(core=core)
     sent: list[Any] = []
 
-    def call_api(method: str, url: str, headers: Any = None, body: Any = None, *_: Any) -> Any:
+    def call_api(method: str, url: str, _headers: Any = None, body: Any = None, *_: Any) -> Any:
         sent.append((method, url, body))
         return Response(201, {"metadata": {"name": "p", "resourceVersion": "9"}})
 

@@ -7,8 +7,11 @@ No TensorFlow import: the checks here must be cheap and must run before TF start
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -42,6 +45,19 @@ def parse_config(text: str, source: str = "trainer config") -> TrainerConfig:
         raise ConfigError(f"{source} is invalid: {problems}") from e
     check_consistent(config)
     return config
+
+
+def config_field(key: str, environ: dict[str, str] | None = None) -> Any:
+    """One top-level field of the trainer config file ``ETJ_TRAINER_CONFIG`` names, read
+    as plain JSON without validation (a job's own program asks for one setting: its
+    metrics port, its checkpoint directory); None without the file or the field."""
+    env = os.environ if environ is None else environ
+    path = env.get(CONFIG_ENV)
+    if not path:
+        return None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return json.loads(Path(path).read_text()).get(key)
+    return None
 
 
 def load_config(flag: str | None = None, environ: dict[str, str] | None = None) -> TrainerConfig:

@@ -19,8 +19,6 @@ RETRYABLE = 138
 # SIGTERM (a graceful pod stop): the chief checkpoints first. 128 + 15, as a shell reports it.
 TERMINATED = 143
 
-RETRYABLE_CODES = frozenset({RETRYABLE, TERMINATED})
-
 
 def is_retryable(code: int) -> bool:
     """Whether the operator's ExitCode policy retries this exit code."""

@@ -48,29 +48,28 @@ Needs no kopf and no Kubernetes client; TensorFlow is imported only where it is 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from etj.api.constants import (
-    METRICS_PORT_ENV,
-    PROGRESS_SECONDS_ENV,
-    REASON_COMPLETED,
-    REPLICA_INDEX_ENV,
-    REPLICA_TYPE_ENV,
-    SHARD_PLAN_ENV,
-    TF_CONFIG_ENV,
-)
+from etj.api.constants import SHARD_PLAN_ENV
 from etj.api.plan import ShardPlan, TablePlan
-from etj.api.progress import EVENT_PROGRESS, completion_json, progress_fields
-from etj.api.roles import Role
-from etj.api.roles import is_leader as leader_rule
-from etj_trainer.config import CONFIG_ENV
-from etj_trainer.task.progress import Metrics, emit
-from etj_trainer.task.termination import write_termination_message
+from etj_trainer.config import config_field
+
+# The one progress reporter, etj's trainer's too (etj_trainer.task.progress).
+from etj_trainer.task.progress import ProgressReporter, is_leader, metrics_port
+
+__all__ = [
+    "PlanPartitioner",
+    "ProgressReporter",
+    "SdkError",
+    "checkpoint_dir",
+    "is_leader",
+    "load_shard_plan",
+    "metrics_port",
+    "restore_in_pieces",
+]
 
 
 class SdkError(RuntimeError):
@@ -129,131 +128,12 @@ class PlanPartitioner:
         return [min(self._pending.shards, int(shape[0]))] + [1] * (rank - 1)
 
 
-def is_leader(environ: dict[str, str] | None = None) -> bool:
-    """Whether this replica reports progress: the chief, else worker 0 of a job without one."""
-    env = os.environ if environ is None else environ
-    role = env.get(REPLICA_TYPE_ENV) or ""
-    index = env.get(REPLICA_INDEX_ENV, "0")
-    if not index.isdigit():
-        return False
-    cluster = json.loads(env.get(TF_CONFIG_ENV) or "{}").get("cluster") or {}
-    return leader_rule(role, int(index), bool(cluster.get(Role.CHIEF)))
-
-
-def metrics_port(environ: dict[str, str] | None = None) -> int | None:
-    """The port of the metrics page: ``ETJ_METRICS_PORT``, else the trainer config's."""
-    env = os.environ if environ is None else environ
-    if env.get(METRICS_PORT_ENV):
-        return int(env[METRICS_PORT_ENV])
-    path = env.get(CONFIG_ENV)
-    if not path:
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        port = json.loads(Path(path).read_text()).get("metricsPort")
-        return int(port) if port is not None else None
-    return None
-
-
 def checkpoint_dir(environ: dict[str, str] | None = None) -> str | None:
     """The job's checkpoint directory (``spec.checkpoint``: on every replica, one per job),
     from the trainer config etj mounts; None when there is none."""
-    env = os.environ if environ is None else environ
-    path = env.get(CONFIG_ENV)
-    if not path:
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        directory = (json.loads(Path(path).read_text()).get("checkpoint") or {}).get("directory")
-        return str(directory) if directory else None
-    return None
-
-
-class ProgressReporter:
-    """The progress of your program, where etj reads it (see the module docstring).
-
-    Only the leader (``is_leader``) reports; on every other replica each method does
-    nothing, so the same code runs everywhere. ``interval``: seconds between reports
-    (``ETJ_PROGRESS_SECONDS`` overrides it, as for etj's trainer).
-    """
-
-    def __init__(
-        self,
-        examples_per_step: int = 0,
-        *,
-        interval: float = 10.0,
-        port: int | None = None,
-        enabled: bool | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.enabled = is_leader() if enabled is None else enabled
-        self.examples_per_step = examples_per_step
-        self.interval = float(os.environ.get(PROGRESS_SECONDS_ENV, interval))
-        self.clock = clock
-        self.metrics = Metrics(
-            (port if port is not None else metrics_port()) if self.enabled else None
-        )
-        self.last_step = 0
-        self.last_checkpoint_step: int | None = None
-        self.last: dict[str, Any] = {"step": 0}
-        self._loss: float | None = None
-        self._auc: float | None = None
-        self._eps = 0.0
-        self._mark = (clock(), 0)
-        self._reported = float("-inf")
-
-    def step(
-        self, step: int, loss: float | None = None, auc: float | None = None, force: bool = False
-    ) -> dict[str, Any] | None:
-        """Training reached global ``step`` (with the recent loss/AUC, if known); reports
-        when ``interval`` has passed (or ``force``). Returns what it reported, else None."""
-        if not self.enabled:
-            return None
-        self.last_step = int(step)
-        m = self.metrics
-        m.step.set(step)
-        if loss is not None:
-            self._loss = float(loss)
-            m.loss.set(loss)
-        if auc is not None:
-            self._auc = float(auc)
-            m.auc.set(auc)
-        now = self.clock()
-        if not force and now - self._reported < self.interval:
-            return None
-        mark_time, mark_step = self._mark
-        if now > mark_time and step > mark_step:  # else no new measurement: keep the last
-            self._eps = (step - mark_step) * self.examples_per_step / (now - mark_time)
-        eps = self._eps
-        m.examples_per_second.set(eps)
-        fields = progress_fields(
-            step,
-            loss=self._loss,
-            auc=self._auc,
-            examples_per_second=eps,
-            last_checkpoint_step=self.last_checkpoint_step,
-        )
-        emit(EVENT_PROGRESS, **fields)
-        self.last = {k: v for k, v in fields.items() if v is not None}
-        self._mark = (now, int(step))
-        self._reported = now
-        return fields
-
-    def checkpointed(self, step: int) -> None:
-        """A checkpoint of ``step`` was written (status.progress.lastCheckpointStep)."""
-        if not self.enabled:
-            return
-        self.last_checkpoint_step = int(step)
-        self.metrics.last_checkpoint_step.set(step)
-        emit("checkpoint", step=int(step))
-
-    def complete(self) -> None:
-        """Training is done: the final progress as the ``TrainingComplete`` termination
-        message (the operator's last scrape may be older). Call it just before exit 0."""
-        if not self.enabled:
-            return
-        final = self.step(self.last_step, force=True) or self.last
-        progress = {k: v for k, v in final.items() if v is not None}
-        emit("done", step=self.last_step)
-        write_termination_message(REASON_COMPLETED, completion_json(progress))
+    checkpoint = config_field("checkpoint", environ)
+    directory = checkpoint.get("directory") if isinstance(checkpoint, dict) else None
+    return str(directory) if directory else None
 
 
 def restore_in_pieces(path: str, variables: dict[str, Any]) -> None:

@@ -41,7 +41,6 @@ METRICS_PORT_NAME = "metrics"
 ANNOTATION_METRICS_ADDRESS = f"{GROUP}/metrics-address"
 TRAINER_CONFIG_MOUNT = "/etc/etj"
 TRAINER_CONFIG_FILE = "trainer.json"
-DEFAULT_CHECKPOINT_MOUNT = "/var/lib/etj/checkpoints"
 DEFAULT_IMAGE = "ghcr.io/etj-dev/etj-trainer:0.1.0"
 CONTAINER_NAME = "trainer"
 

@@ -208,10 +208,6 @@ def _tables_used(features: list[Feature]) -> set[str]:
     return {f.table for f in features if f.table is not None}
 
 
-def _names_unique(features: list[Feature]) -> bool:
-    return len({f.name for f in features}) == len(features)
-
-
 # Rules on model (embeddings + features); the CEL runs on ModelSpec's wire form.
 MODEL_FEATURE_RULES = (
     Rule(

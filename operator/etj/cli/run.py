@@ -64,7 +64,7 @@ def run(
     from etj.core.render.podtemplate import template_command
     from etj.core.validation import validate_manifest
     from etj.local.configmaps import JobFileError, split_job_file
-    from etj.local.runner import LocalRunner, Reporter
+    from etj.local.runner import LocalRunner, RunEvents
 
     console = Console()
     docs = load_documents(file)
@@ -117,7 +117,7 @@ def run(
                 restarts=st.restarts,
             )
 
-        reporter = Reporter(on_event=lambda m: bar.console.print(f"  {m}"), on_status=on_status)
+        reporter = RunEvents(on_event=lambda m: bar.console.print(f"  {m}"), on_status=on_status)
         try:
             runner = LocalRunner(
                 job,

@@ -161,6 +161,22 @@ class _Table:
         """Bytes of the table's largest variable: the table alone or one of its slots."""
         return self.rows * self.variable_bytes_per_row
 
+    def planned(self, shards: int, ps_of_shard: list[int]) -> TablePlan:
+        """The table in the plan: in ``shards`` partitions, shard ``j`` on ps
+        ``ps_of_shard[j]`` (none under MultiWorkerMirrored)."""
+        return TablePlan(
+            name=self.name,
+            rows=self.rows,
+            dimension=self.dimension,
+            dtype=self.dtype,
+            optimizer=self.optimizer,
+            bytes=self.bytes,
+            shards=shards,
+            rows_per_shard=rows_per_shard(self.rows, shards),
+            ps_of_shard=ps_of_shard,
+            capacity=self.capacity,
+        )
+
 
 def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
     """Bytes of one row of the table together with its optimizer slots."""
@@ -398,20 +414,7 @@ def _ps_plan(
         placement = [(c + j) % num_ps for j in range(k)]
         for j, ps in enumerate(placement):
             names[ps].append(f"{t.name}/{j}")
-        plans.append(
-            TablePlan(
-                name=t.name,
-                rows=t.rows,
-                dimension=t.dimension,
-                dtype=t.dtype,
-                optimizer=t.optimizer,
-                bytes=t.bytes,
-                shards=k,
-                rows_per_shard=rows_per_shard(t.rows, k),
-                ps_of_shard=placement,
-                capacity=t.capacity,
-            )
-        )
+        plans.append(t.planned(k, placement))
     requests = _requests(loads, spec)
     return ShardPlan(
         strategy=Strategy.PARAMETER_SERVER,
@@ -594,21 +597,7 @@ def _plan_mirrored(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> Shar
         strategy=Strategy.MULTI_WORKER_MIRRORED,
         ps_replicas=0,
         total_bytes=total,
-        tables=[
-            TablePlan(
-                name=t.name,
-                rows=t.rows,
-                dimension=t.dimension,
-                dtype=t.dtype,
-                optimizer=t.optimizer,
-                bytes=t.bytes,
-                shards=1,
-                rows_per_shard=[t.rows],
-                ps_of_shard=[],
-                capacity=t.capacity,
-            )
-            for t in tables
-        ],
+        tables=[t.planned(1, []) for t in tables],
         ps=[],
         replica_memory_bytes=need,
     )

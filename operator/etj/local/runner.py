@@ -91,7 +91,7 @@ class RunResult:
 
 
 @dataclass
-class Reporter:
+class RunEvents:
     """Where the runner tells what happens (the CLI shows it; tests collect it)."""
 
     on_event: Callable[[str], None] = lambda msg: None
@@ -113,7 +113,7 @@ class LocalRunner:
         python: str = sys.executable,
         kill_worker_at: int | None = None,
         scale_workers_at: tuple[int, int] | None = None,
-        reporter: Reporter | None = None,
+        reporter: RunEvents | None = None,
         fresh: bool = True,
         config_maps: dict[str, dict[str, bytes]] | None = None,
     ):
@@ -155,7 +155,7 @@ class LocalRunner:
         self.killed: str | None = None
         self.restarted_at_step: int | None = None
         self.rejoined = False
-        self.reporter = reporter or Reporter()
+        self.reporter = reporter or RunEvents()
         self.procs: dict[tuple[str, int], Proc] = {}
         self.status = EmbeddingTrainingJobStatus()
         self._last_progress = 0.0

@@ -26,7 +26,7 @@ class _StopRequested(Exception):
     pass
 
 
-def _request_stop(signum: int, frame: object) -> None:
+def _request_stop(signum: int, _frame: object) -> None:
     raise _StopRequested(signal.Signals(signum).name)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.spec import DataSpec, FileData
+from etj.api.spec import FileData
 
 BAD_KEY = "bad_records"
 _START, _END = "<<etj-data-error>>", "<</etj-data-error>>"
@@ -217,8 +217,3 @@ def quoted(cells: tf.Tensor, limit: int = 60) -> tf.Tensor:
 
 def location(file: tf.Tensor, number: tf.Tensor) -> tf.Tensor:
     return tf.strings.join([file, ":", tf.strings.as_string(number)])
-
-
-def validation_files(data: DataSpec) -> list[str]:
-    assert data.validation is not None
-    return files_of(data.validation.pattern)

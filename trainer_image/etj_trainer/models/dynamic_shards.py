@@ -52,7 +52,6 @@ class ShardedDynamicTable(tf.Module):
         if spec.dynamic is None:
             raise ValueError(f"table {spec.name!r} has no dynamic settings")
         super().__init__(name=f"dynamic_{spec.name}")
-        self.name_ = spec.name
         self.fallback_rows = spec.vocabulary_size
         self.capacity = spec.dynamic.capacity
         self.dimension = spec.dimension

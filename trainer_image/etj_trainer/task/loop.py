@@ -25,17 +25,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from etj.api.constants import PROGRESS_SECONDS_ENV, REASON_COMPLETED
-from etj.api.progress import EVENT_EVALUATION, completion_json
+from etj.api.progress import EVENT_EVALUATION
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.evaluate import Scorer, held_out
 from etj_trainer.task.export import export_to
-from etj_trainer.task.progress import Metrics, Reporter, emit
+from etj_trainer.task.progress import ProgressReporter, emit
 from etj_trainer.task.state import TrainingState
 from etj_trainer.task.supervisor import Heartbeat
-from etj_trainer.task.termination import write_termination_message
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +157,7 @@ def train_loop(
         reporter.report()
         if is_chief and config.export_dir:
             export_to(state, config.export_dir)
-        if is_chief:
-            emit("done", step=step)
-            write_termination_message(REASON_COMPLETED, completion_json(**reporter.completion()))
+        reporter.complete()  # the chief's final record; nothing elsewhere
         return exitcodes.SUCCESS
     except Terminated:
         emit("terminated", step=int(state.step.numpy()))
@@ -173,7 +169,7 @@ def train_loop(
 def _run_round(
     state: TrainingState,
     parts: LoopParts,
-    reporter: Reporter,
+    reporter: ProgressReporter,
     watchdog: Heartbeat,
     step: int,
     boundary: int,
@@ -223,23 +219,27 @@ def _run_round(
         # its updates reached the ps is run again elsewhere, and both runs count. Training
         # goes on from the exact count; never fewer steps than scheduled.
         emit("rerun", steps=exact - scheduled, step=exact)
-    reporter.set_step(exact)
+    reporter.step(exact)
     return exact
 
 
 def _reporter(
     config: TrainerConfig, parts: LoopParts, metrics_port: int | None, is_chief: bool
-) -> Reporter:
+) -> ProgressReporter:
     writer = None
     logdir = os.environ.get(TENSORBOARD_ENV) or (
         f"{config.checkpoint.directory}/tensorboard" if config.checkpoint else None
     )
     if is_chief and logdir:
         writer = tf.summary.create_file_writer(logdir)
-    interval = float(os.environ.get(PROGRESS_SECONDS_ENV, "10"))
-    metrics = Metrics(metrics_port if is_chief else None)
-    # Only the chief reports; the other workers' reporters stay silent.
-    return Reporter(metrics, parts.examples_per_step, interval, writer, enabled=is_chief)
+    # Only the chief reports; the other workers' reporters stay silent. The port is the
+    # config's (main.metrics_port); 0: no metrics page.
+    return ProgressReporter(
+        parts.examples_per_step,
+        port=metrics_port or 0,
+        enabled=is_chief,
+        summary_writer=writer,
+    )
 
 
 def classify(error: BaseException, ps_strategy: bool) -> int:

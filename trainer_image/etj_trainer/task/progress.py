@@ -1,21 +1,23 @@
-"""The chief's progress reporting: Prometheus metrics, JSON progress lines and TensorBoard
-summaries.
+"""Progress reporting: the one reporter of etj's trainer and of a job's own program
+(``etj_trainer.sdk`` exports it), with its Prometheus metrics, JSON progress lines,
+TensorBoard summaries and completion message.
 
-The operator scrapes the metrics (names are part of its contract: ``etj_trainer_step``,
-``_examples_per_second``, ``_loss``, ``_auc``, ``_last_checkpoint_step``,
-``_restarts_seen``); ``etj run`` reads the ``{"event": "progress", ...}`` lines from the
-chief's stdout. The watchdog ends a chief that has completed no step for
-``watchdog_seconds`` (a hung worker can block the coordinator forever) with the retryable
-exit code, so the operator restarts it from the last checkpoint.
+The operator scrapes the metrics (their names are the contract, ``etj.api.progress``:
+``etj_trainer_step``, ``_examples_per_second``, ``_loss``, ``_auc``,
+``_last_checkpoint_step``, ...); ``etj run`` reads the ``{"event": "progress", ...}`` lines
+from the leader's stdout; the ``TrainingComplete`` termination message carries the final
+record once the metrics page is gone. Only the leader reports (``is_leader``: the chief,
+else worker 0).
 
-No TensorFlow at import time (the summary writer is passed in); this module never decides
-what to train.
+No TensorFlow at import time (the summary writer is passed in; the sdk and the supervisor
+import this module without it); this module never decides what to train.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections import deque
@@ -25,6 +27,14 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from etj.api.constants import (
+    METRICS_PORT_ENV,
+    PROGRESS_SECONDS_ENV,
+    REASON_COMPLETED,
+    REPLICA_INDEX_ENV,
+    REPLICA_TYPE_ENV,
+    TF_CONFIG_ENV,
+)
 from etj.api.progress import (
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
@@ -41,9 +51,14 @@ from etj.api.progress import (
     METRIC_RESTARTS_SEEN,
     METRIC_STEP,
     RESTARTS_SEEN_KEY,
+    completion_json,
     progress_fields,
 )
+from etj.api.roles import Role
+from etj.api.roles import is_leader as leader_rule
+from etj_trainer.config import config_field
 from etj_trainer.task.auc import BINS, auc_from_histogram
+from etj_trainer.task.termination import write_termination_message
 
 log = logging.getLogger(__name__)
 
@@ -101,62 +116,126 @@ class Metrics:
                 log.warning("cannot serve metrics on port %d: %s", port, e)
 
 
-class Reporter:
-    """Accumulates chunk results and reports every ``interval`` seconds."""
+def is_leader(environ: dict[str, str] | None = None) -> bool:
+    """Whether this replica reports progress: the chief, else worker 0 of a job without one
+    (from the environment etj gives every replica)."""
+    env = os.environ if environ is None else environ
+    role = env.get(REPLICA_TYPE_ENV) or ""
+    index = env.get(REPLICA_INDEX_ENV, "0")
+    if not index.isdigit():
+        return False
+    cluster = json.loads(env.get(TF_CONFIG_ENV) or "{}").get("cluster") or {}
+    return leader_rule(role, int(index), bool(cluster.get(Role.CHIEF)))
+
+
+def metrics_port(environ: dict[str, str] | None = None) -> int | None:
+    """The port of the metrics page: ``ETJ_METRICS_PORT``, else the trainer config's."""
+    env = os.environ if environ is None else environ
+    if env.get(METRICS_PORT_ENV):
+        return int(env[METRICS_PORT_ENV])
+    port = config_field("metricsPort", env)
+    try:
+        return int(port) if port is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class ProgressReporter:
+    """The leader's progress, where etj reads it: its metrics page, its progress lines, its
+    TensorBoard summaries and, at the end, the ``TrainingComplete`` termination message.
+
+    A job's own program calls ``step`` with its global step (and its recent loss/AUC);
+    etj's trainer calls ``start`` once and ``chunk_done`` per chunk of steps (its loss and
+    AUC are the last ``AUC_WINDOW`` chunks'). Either way a report goes out every
+    ``interval`` seconds (``ETJ_PROGRESS_SECONDS`` overrides it) and ``complete`` writes the
+    final one. Off the leader (``enabled`` False; by default ``is_leader()``) nothing is
+    reported, so the same code runs on every replica. ``port``: the metrics page's (by
+    default ``metrics_port()``; 0: none).
+    """
 
     def __init__(
         self,
-        metrics: Metrics,
-        examples_per_step: int,
-        interval: float,
-        summary_writer: Any = None,
-        enabled: bool = True,
+        examples_per_step: int = 0,
+        *,
+        interval: float = 10.0,
+        port: int | None = None,
+        enabled: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        summary_writer: Any = None,
     ):
-        self.enabled = enabled
-        self.metrics = metrics
+        self.enabled = is_leader() if enabled is None else enabled
         self.examples_per_step = examples_per_step
-        self.interval = interval
-        self.writer = summary_writer
+        self.interval = float(os.environ.get(PROGRESS_SECONDS_ENV, interval))
         self.clock = clock
-        self.step = 0
+        self.writer = summary_writer
+        self.metrics = Metrics(
+            (port if port is not None else metrics_port()) if self.enabled else None
+        )
+        self.last_step = 0
         self.last_checkpoint_step: int | None = None
-        self.restarts = 0
+        # Times this process resumed from a checkpoint (etj's trainer: ``start``).
+        self.restarts: int | None = None
         self.bad_records = 0
         self.max_bad_records: int | None = None
-        self._losses: deque[float] = deque(maxlen=AUC_WINDOW)
-        self._hists: deque[np.ndarray] = deque(maxlen=AUC_WINDOW)
-        self._mark_time = clock()
-        self._mark_step = 0
-        self._last_report = clock()
-        # The last report and held-out evaluation: the chief's final words (``completion``).
-        self.last_report: dict[str, Any] | None = None
+        # The last report (its fields that are set) and held-out evaluation: the final
+        # words (``completion``).
+        self.last: dict[str, Any] = {"step": 0}
         self.last_evaluation: dict[str, Any] | None = None
         # Per dynamic table, its stats (rows used, capacity, ...): read at each report.
         self.dynamic_source: Callable[[], dict[str, dict[str, int]]] | None = None
+        self._loss: float | None = None
+        self._auc: float | None = None
+        self._losses: deque[float] = deque(maxlen=AUC_WINDOW)
+        self._hists: deque[np.ndarray] = deque(maxlen=AUC_WINDOW)
+        self._eps = 0.0
+        self._mark = (clock(), 0)
+        self._reported = float("-inf")  # a program's first step reports at once
 
     def start(self, step: int, restarts: int, last_checkpoint_step: int | None) -> None:
-        self.step = self._mark_step = step
+        """Training (re)starts at ``step``: the rate is measured from here and the first
+        report comes an interval later."""
+        self.last_step = step
         self.restarts = restarts
         self.last_checkpoint_step = last_checkpoint_step
-        self._mark_time = self._last_report = self.clock()
+        now = self.clock()
+        self._mark, self._reported = (now, step), now
         self.metrics.step.set(step)
         self.metrics.restarts_seen.set(restarts)
         if last_checkpoint_step is not None:
             self.metrics.last_checkpoint_step.set(last_checkpoint_step)
 
+    def step(
+        self, step: int, loss: float | None = None, auc: float | None = None, force: bool = False
+    ) -> dict[str, Any] | None:
+        """Training reached global ``step`` (with the recent loss/AUC, if known); reports
+        when ``interval`` has passed (or ``force``). Returns what it reported, else None."""
+        self.last_step = int(step)
+        if not self.enabled:
+            return None
+        m = self.metrics
+        m.step.set(step)
+        if loss is not None:
+            self._loss = float(loss)
+            m.loss.set(loss)
+        if auc is not None:
+            self._auc = float(auc)
+            m.auc.set(auc)
+        if not force and self.clock() - self._reported < self.interval:
+            return None
+        return self.report()
+
     def chunk_done(
         self, steps: int, loss: float | None, hist: np.ndarray | None, bad: int = 0
     ) -> None:
-        self.step += steps
+        """etj's trainer: a chunk of ``steps`` ran, with its mean loss, its prediction
+        histogram (``etj_trainer.task.auc``) and the bad records it skipped."""
         if bad:
             self.skipped(bad)
         if loss is not None:
             self._losses.append(loss)
         if hist is not None:
             self._hists.append(np.asarray(hist).reshape(2, BINS))
-        if self.enabled and self.clock() - self._last_report >= self.interval:
-            self.report()
+        self.step(self.last_step + steps)
 
     def skipped(self, bad: int) -> None:
         """Count skipped bad records; past ``max_bad_records`` the job stops (DataError)."""
@@ -182,25 +261,29 @@ class Reporter:
             m.eval_auc.set(result["auc"])
 
     def checkpointed(self, step: int) -> None:
-        self.last_checkpoint_step = step
+        """A checkpoint of ``step`` was written (status.progress.lastCheckpointStep)."""
+        if not self.enabled:
+            return
+        self.last_checkpoint_step = int(step)
         self.metrics.last_checkpoint_step.set(step)
-        if self.enabled:
-            emit("checkpoint", step=step)
-
-    def set_step(self, step: int) -> None:
-        """The exact global step (read from the step variable)."""
-        self.step = step
+        emit("checkpoint", step=int(step))
 
     def report(self) -> dict[str, Any] | None:
+        """Report now: the gauges, a progress line and the summaries. Returns the record."""
         if not self.enabled:
             return None
         now = self.clock()
-        elapsed = max(now - self._mark_time, 1e-9)
-        eps = (self.step - self._mark_step) * self.examples_per_step / elapsed
-        loss = float(np.mean(self._losses)) if self._losses else None
-        auc = auc_from_histogram(np.sum(self._hists, axis=0)) if self._hists else None
+        step = self.last_step
+        mark_time, mark_step = self._mark
+        if now > mark_time and step > mark_step:  # else no new measurement: keep the last
+            self._eps = (step - mark_step) * self.examples_per_step / (now - mark_time)
+        if self._losses:
+            self._loss = float(np.mean(self._losses))
+        if self._hists:
+            self._auc = auc_from_histogram(np.sum(self._hists, axis=0))
+        loss, auc, eps = self._loss, self._auc, self._eps
         m = self.metrics
-        m.step.set(self.step)
+        m.step.set(step)
         m.examples_per_second.set(eps)
         if loss is not None:
             m.loss.set(loss)
@@ -212,7 +295,7 @@ class Reporter:
                 m.dynamic[field].labels(table=table).set(value)
         fields = {
             **progress_fields(
-                self.step,
+                step,
                 loss=loss,
                 auc=auc,
                 examples_per_second=eps,
@@ -223,9 +306,9 @@ class Reporter:
             DYNAMIC_TABLES_KEY: dynamic or None,
         }
         emit(EVENT_PROGRESS, **fields)
-        self._write_summaries(loss, auc, eps)
-        self._mark_time, self._mark_step, self._last_report = now, self.step, now
-        self.last_report = fields
+        self._write_summaries(step, loss, auc, eps)
+        self._mark, self._reported = (now, step), now
+        self.last = {k: v for k, v in fields.items() if v is not None}
         return fields
 
     def completion(self) -> dict[str, Any]:
@@ -233,20 +316,31 @@ class Reporter:
         message (``REASON_COMPLETED``): the operator's last scrape of the metrics page can
         be seconds older than the end."""
         progress = {
-            k: v
-            for k, v in (self.last_report or {"step": self.step}).items()
-            if v is not None and k not in (RESTARTS_SEEN_KEY, DYNAMIC_TABLES_KEY)
+            k: v for k, v in self.last.items() if k not in (RESTARTS_SEEN_KEY, DYNAMIC_TABLES_KEY)
         }
         out: dict[str, Any] = {"progress": progress}
         if self.last_evaluation is not None:
             out["evaluation"] = {k: v for k, v in self.last_evaluation.items() if v is not None}
         return out
 
-    def _write_summaries(self, loss: float | None, auc: float | None, eps: float) -> None:
+    def complete(self) -> None:
+        """Training is done: the final progress (reported now unless the last report was of
+        this step) as the ``TrainingComplete`` termination message. Call it just before
+        exit 0."""
+        if not self.enabled:
+            return
+        if self.last.get("step") != self.last_step:
+            self.report()
+        emit("done", step=self.last_step)
+        write_termination_message(REASON_COMPLETED, completion_json(**self.completion()))
+
+    def _write_summaries(
+        self, step: int, loss: float | None, auc: float | None, eps: float
+    ) -> None:
         if self.writer is None:
             return
         values = {"loss": loss, "auc": auc, "examples_per_second": eps}
-        write_scalars(self.writer, self.step, {k: v for k, v in values.items() if v is not None})
+        write_scalars(self.writer, step, {k: v for k, v in values.items() if v is not None})
 
 
 def write_scalars(writer: Any, step: int, values: dict[str, float]) -> None:
