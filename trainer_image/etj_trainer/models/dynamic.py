@@ -85,7 +85,8 @@ def _ranked(keys: tf.Tensor, score: tf.Tensor) -> tf.Tensor:
 
 @dataclass(frozen=True)
 class SlotReset:
-    """An optimizer slot of the table (same shape as the pool) and its initial value."""
+    """An optimizer slot of the table and its initial value: one row per pool row, each
+    shaped as the pool's (``[rows, dim]``) or one value (row-wise Adagrad's ``[rows]``)."""
 
     variable: Any
     initial: float
@@ -312,9 +313,9 @@ class DynamicTable(tf.Module):
             ),
         ]
         for s in slots:
-            value = tf.fill(
-                [tf.size(rows), self.dimension], tf.constant(s.initial, s.variable.dtype)
-            )
+            # A slot's rows are shaped as its own (row-wise Adagrad's: one value per row).
+            shape = [tf.size(rows), *s.variable.shape[1:].as_list()]
+            value = tf.fill(shape, tf.constant(s.initial, s.variable.dtype))
             ops.append(s.variable.scatter_update(tf.IndexedSlices(value, rows)))
         n = tf.size(gone, out_type=tf.int64)
         with tf.control_dependencies(ops):
