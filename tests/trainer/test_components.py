@@ -200,6 +200,39 @@ def test_the_chiefs_completion_message_is_read_back_by_the_operator() -> None:
     assert progress.update_time == evaluation.update_time == "2026-11-24T00:00:00Z"
 
 
+def test_the_dynamic_tables_the_chief_reports_reach_status_from_page_and_line() -> None:
+    """Each dynamic table's stats, as the trainer serves them on its metrics page and
+    writes them in its progress line, read by the operator's reader into the same
+    status.progress.dynamicTables."""
+    from prometheus_client import generate_latest
+
+    from etj.core.reconcile.progress import parse_progress, progress_record
+    from etj_trainer.task.progress import Metrics, Reporter
+
+    stats = {
+        "user_id": {
+            "rowsUsed": 9,
+            "capacity": 10,
+            "admitted": 12,
+            "evicted": 3,
+            "fallbackLookups": 40,
+        },
+        "ad_id": {"rowsUsed": 1, "capacity": 4, "admitted": 1, "evicted": 0, "fallbackLookups": 2},
+    }
+    metrics = Metrics(None)
+    reporter = Reporter(metrics, 256, interval=1e9, clock=lambda: 1.0)
+    reporter.dynamic_source = lambda: stats
+    reporter.start(10, restarts=0, last_checkpoint_step=None)
+    line = reporter.report()
+    page = parse_progress(generate_latest(metrics.registry).decode(), "t")
+    record = progress_record(line, "t")
+    assert page is not None and record is not None
+    assert page.dynamic_tables == record.dynamic_tables
+    assert [t.to_wire() for t in record.dynamic_tables or []] == [
+        {"name": name, **stats[name]} for name in ("ad_id", "user_id")
+    ]
+
+
 def test_supervisor_passes_exit_codes_and_sigterm(tmp_path: Path) -> None:
     assert Supervisor([sys.executable, "-c", _CHILD, "exit3"], 2).run() == 3
     script = tmp_path / "sup.py"

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from etj.api.spec import EmbeddingTable
 from etj_trainer.data.keys import keys_of
 from etj_trainer.models.dynamic import FREE, DynamicTable, SlotReset
+from etj_trainer.task.optim import SLOTS, create_slots, slot_initial
 
 PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -166,6 +167,52 @@ def test_eviction_frees_rows_unseen_for_evict_after_steps_and_resets_their_slots
     assert int(t.maintain(4, slots)["evicted"]) == 0
     assert int(t.maintain(5, slots)["evicted"]) == 1
     assert admitted(t) == {} and int(t.evicted.numpy()) == 3
+
+
+# Every slot kind an eviction resets: (optimizer, table dtype). Row-wise Adagrad's slot is
+# one value per row; a low-precision table's slots are float32.
+SLOT_KINDS = [
+    ("adagrad", tf.float32),
+    ("adam", tf.float32),
+    ("ftrl", tf.float32),
+    ("rowwiseAdagrad", tf.float32),
+    ("adagrad", tf.bfloat16),
+    ("rowwiseAdagrad", tf.float16),
+]
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "dtype"), SLOT_KINDS, ids=[f"{o}-{d.name}" for o, d in SLOT_KINDS]
+)
+def test_eviction_resets_every_slot_kind_of_a_freed_row(optimizer, dtype):
+    """The optimizer's own slots (``optim.create_slots``), whatever their shape or dtype:
+    a freed row's slots go back to their initial values, a kept row's stay as trained."""
+    spec = EmbeddingTable.model_validate(
+        {
+            "name": "t",
+            "vocabularySize": 1,
+            "dimension": 3,
+            "dynamic": {"capacity": 4, "admitAfter": 1, "evictAfterSteps": 2},
+        }
+    )
+    t = DynamicTable(spec, seed=(1, 2), dtype=dtype)
+    variables = create_slots(tf.distribute.get_strategy(), t.pool, optimizer)
+    names = SLOTS[optimizer]
+    slots = [
+        SlotReset(v, slot_initial(optimizer, n)) for n, v in zip(names, variables, strict=True)
+    ]
+    feed(t, [10, 11], step=0)
+    t.maintain(0, slots)
+    rows = {k: t.fallback_rows + s for k, s in admitted(t).items()}
+    for v in variables:
+        assert v.dtype == tf.float32
+        v.assign(tf.fill(v.shape, 7.0))  # trained away from every initial value
+    feed(t, [11], step=1)
+    assert int(t.maintain(2, slots)["evicted"]) == 1  # 10 unseen for 2 steps
+    for name, v in zip(names, variables, strict=True):
+        assert np.all(v[rows[10]].numpy() == np.float32(slot_initial(optimizer, name))), name
+        assert np.all(v[rows[11]].numpy() == 7.0), name
+        assert np.all(v[0].numpy() == 7.0), name  # the fallback row is not the pool's
 
 
 def test_a_full_pool_admits_the_most_frequent_ready_ids_and_the_rest_wait():

@@ -378,6 +378,59 @@ def test_graph_stays_small_for_a_table_far_bigger_than_it(tmp_path: Path) -> Non
     np.testing.assert_allclose(got["probability"].numpy(), want.numpy(), rtol=1e-6)
 
 
+def test_a_dynamic_table_is_served_collisionless_with_its_index(tmp_path: Path) -> None:
+    """A dynamic table's export carries its index: two admitted ids that share a fallback
+    row (they would collide under hashing) read their own rows when served from a fresh
+    process, as in training, and so does the memory-mapped reader; an id without a row and
+    a missing one read the fallback rows as in training."""
+    import tensorflow as tf
+
+    from etj_trainer.task.export import export
+    from etj_trainer.task.serving import MappedModel
+
+    dynamic = {"capacity": 40, "admitAfter": 1, "maintainEverySteps": 1}
+    spec = job(
+        {
+            "embeddings": [
+                {"name": "user_id", "vocabularySize": 4, "dimension": 4, "dynamic": dynamic},
+                {"name": "item_id", "vocabularySize": 70, "dimension": 4},
+            ],
+            "denseFeatures": 2,
+            "hiddenUnits": [8],
+        }
+    )
+    state = train(spec, steps=6)
+    table = state.model.dynamic["user_id"]
+    keys, rows = table.admitted_rows()
+    assert len(keys) > 4 and table.invariant_violations() == []
+    # Two admitted ids with one fallback row (1 + key mod 3): hashed, they would share it.
+    fallback = 1 + keys % 3
+    first = int(np.argmax(fallback == fallback[0]))
+    second = int(np.nonzero(fallback == fallback[first])[0][1])
+    pair = [int(keys[first]), int(keys[second])]
+    assert rows[first] != rows[second]
+    unknown = int(max(keys)) + 3  # never seen: its fallback row
+    users = np.array([[pair[0]], [pair[1]], [unknown], [-1]], np.int64)
+    batch = {
+        "user_id": users,
+        # The rest of every example alike: only the user's row can tell them apart.
+        "item_id": np.full((4, 1), 7, np.int64),
+        "dense": np.tile(np.array([[0.5, -1.0]], np.float32), (4, 1)),
+    }
+    want = tf.sigmoid(state.model({k: tf.constant(v) for k, v in batch.items()})).numpy()
+    assert abs(want[0] - want[1]) > 1e-6, want
+    path = export(state, str(tmp_path / "export"))
+    inputs = {k: v.tolist() for k, v in batch.items()}
+    got = serve_in_fresh_process({"dynamic": {"dir": str(path / "serving"), "inputs": inputs}})
+    np.testing.assert_allclose(got["dynamic"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(MappedModel(path).predict(batch), want, rtol=1e-5, atol=1e-6)
+    manifest = json.loads((path / "tables.json").read_text())
+    entry = next(t for t in manifest["tables"] if t["name"] == "user_id")
+    assert entry["rows"] == 44 and entry["dynamic"]["fallbackRows"] == 4
+    index = np.load(path / entry["dynamic"]["index"])
+    assert np.array_equal(index[:, 0], keys) and np.array_equal(index[:, 1], rows)
+
+
 def _inputs(model: Any) -> Any:
     from etj_trainer.models import TowerInputs
 

@@ -90,6 +90,19 @@ class ReplicaStatuses(ApiModel):
     evaluator: ReplicaStatus | None = Field(default=None, description="The evaluator.")
 
 
+class DynamicTableStatus(ApiModel):
+    """How full one dynamic table (model.embeddings[].dynamic) is, as its trainer counts."""
+
+    name: str = Field(description="The table (model.embeddings[].name).")
+    rows_used: int = Field(ge=0, description="Pool rows holding an admitted id.")
+    capacity: int = Field(ge=0, description="Pool rows of the table (dynamic.capacity).")
+    admitted: int = Field(ge=0, description="Ids given a row so far.")
+    evicted: int = Field(ge=0, description="Rows freed as stale so far (evictAfterSteps).")
+    fallback_lookups: int = Field(
+        ge=0, description="Training lookups of ids without a row (they read the fallback)."
+    )
+
+
 class Progress(ApiModel):
     """Training progress as last reported by the chief."""
 
@@ -105,6 +118,11 @@ class Progress(ApiModel):
         default=None,
         ge=0,
         description="Bad input records skipped so far (allowed by data.maxBadRecords).",
+    )
+    dynamic_tables: list[DynamicTableStatus] | None = Field(
+        default=None,
+        description="Per dynamic table: rows used / capacity, admitted, evicted, fallback lookups.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
 
 

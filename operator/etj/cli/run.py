@@ -163,7 +163,8 @@ def _raise_interrupt(*_: Any) -> None:
 
 
 def _evaluation_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
-    """Held-out results (data.validation) and skipped bad records, when there are any."""
+    """Held-out results (data.validation), skipped bad records and each dynamic table's
+    rows, when there are any."""
     rows = []
     ev = st.evaluation
     if ev is not None:
@@ -174,6 +175,14 @@ def _evaluation_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
         )
     if st.progress is not None and st.progress.bad_records:
         rows.append(("bad records skipped", str(st.progress.bad_records)))
+    for t in (st.progress.dynamic_tables if st.progress else None) or []:
+        rows.append(
+            (
+                f"dynamic table {t.name}",
+                f"{t.rows_used}/{t.capacity} rows used, {t.admitted:,} admitted, "
+                f"{t.evicted:,} evicted, {t.fallback_lookups:,} fallback lookups",
+            )
+        )
     return rows
 
 

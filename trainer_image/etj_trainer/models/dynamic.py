@@ -66,6 +66,23 @@ NO_SLOT = -1
 MISSING_ROW = 0
 
 
+def hashed_fallback_row(keys: Any, fallback_rows: int) -> Any:
+    """The fallback row of each non-negative key: 0 with one fallback row, else a hashed
+    one of rows ``1..fallback_rows-1`` (row 0 stays the missing values')."""
+    if fallback_rows == 1:
+        return tf.zeros_like(keys)
+    return 1 + tf.math.floormod(keys, fallback_rows - 1)
+
+
+def with_fallback(own: Any, keys: Any, fallback_rows: int) -> Any:
+    """Each key's row: its own (``own`` >= 0, admitted), else row 0 for a missing
+    (negative) key, else its hashed fallback row. Training and serving read rows so."""
+    other = tf.where(
+        keys < 0, tf.constant(MISSING_ROW, tf.int64), hashed_fallback_row(keys, fallback_rows)
+    )
+    return tf.where(own >= 0, own, other)
+
+
 def _flat(keys: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """An export's keys and scalar values as vectors (a traced export has no static shape)."""
     return tf.reshape(keys, [-1]), tf.reshape(values, [-1])
@@ -85,7 +102,8 @@ def _ranked(keys: tf.Tensor, score: tf.Tensor) -> tf.Tensor:
 
 @dataclass(frozen=True)
 class SlotReset:
-    """An optimizer slot of the table (same shape as the pool) and its initial value."""
+    """An optimizer slot of the table and its initial value: one row per pool row, each
+    shaped as the pool's (``[rows, dim]``) or one value (row-wise Adagrad's ``[rows]``)."""
 
     variable: Any
     initial: float
@@ -193,11 +211,8 @@ class DynamicTable(tf.Module):
     # ---- every step ------------------------------------------------------------------
 
     def fallback_row(self, keys: tf.Tensor) -> tf.Tensor:
-        """The fallback row of each key: 0 with one fallback row, else a hashed one of rows
-        ``1..vocabularySize-1`` (row 0 stays the missing values')."""
-        if self.fallback_rows == 1:
-            return tf.zeros_like(keys)
-        return 1 + tf.math.floormod(keys, self.fallback_rows - 1)
+        """The fallback row of each key (``hashed_fallback_row``)."""
+        return hashed_fallback_row(keys, self.fallback_rows)
 
     def _slots_of(self, keys: tf.Tensor) -> tf.Tensor:
         """The index's slot of each key (``NO_SLOT`` for none), shaped as ``keys`` (a traced
@@ -208,9 +223,7 @@ class DynamicTable(tf.Module):
         """Pool rows of ``keys`` (int64; deduplicate them first: the index's lookup is a
         serial loop under its lock): the key's own row if admitted, else its fallback row,
         row 0 for a missing (negative) key. Reads only."""
-        own = self.own_rows(keys)
-        other = tf.where(keys < 0, tf.constant(MISSING_ROW, tf.int64), self.fallback_row(keys))
-        return tf.where(own >= 0, own, other)
+        return with_fallback(self.own_rows(keys), keys, self.fallback_rows)
 
     def own_rows(self, keys: tf.Tensor) -> tf.Tensor:
         """The table's row of each admitted key, ``NO_SLOT`` for any other. Reads only."""
@@ -312,9 +325,9 @@ class DynamicTable(tf.Module):
             ),
         ]
         for s in slots:
-            value = tf.fill(
-                [tf.size(rows), self.dimension], tf.constant(s.initial, s.variable.dtype)
-            )
+            # A slot's rows are shaped as its own (row-wise Adagrad's: one value per row).
+            shape = [tf.size(rows), *s.variable.shape[1:].as_list()]
+            value = tf.fill(shape, tf.constant(s.initial, s.variable.dtype))
             ops.append(s.variable.scatter_update(tf.IndexedSlices(value, rows)))
         n = tf.size(gone, out_type=tf.int64)
         with tf.control_dependencies(ops):

@@ -26,11 +26,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from etj.api.spec import EmbeddingTable
 from etj_trainer.data.keys import keys_of
-from etj_trainer.models.dynamic import MISSING_ROW, DynamicTable, SlotReset
+from etj_trainer.models.dynamic import DynamicTable, SlotReset, with_fallback
 
 
 def components(pool: Any) -> list[Any]:
@@ -117,8 +118,7 @@ class ShardedDynamicTable(tf.Module):
                 with tf.device(shard.device):
                     found.append(shard.own_rows(part))
             own = tf.dynamic_stitch(where, found)
-        other = tf.where(keys < 0, tf.constant(MISSING_ROW, tf.int64), self.fallback_row(keys))
-        return tf.where(own >= 0, own, other)
+        return with_fallback(own, keys, self.fallback_rows)
 
     def observe(self, keys: tf.Tensor, occurrences: tf.Tensor, step: tf.Tensor) -> tf.Operation:
         """Count unique ``keys`` occurring ``occurrences`` times at ``step``, each in its
@@ -199,6 +199,18 @@ class ShardedDynamicTable(tf.Module):
             "evicted": evicted,
             "fallbackLookups": sum(int(s.fallback_lookups.numpy()) for s in self.shards),
         }
+
+    def admitted_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every admitted key and its table row, by key ascending (int64 arrays): the index
+        as serving reads it. Between steps (the one writer not running)."""
+        keys, rows = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for shard in self.shards:
+            k, slot = (t.numpy().reshape(-1).astype(np.int64) for t in shard.index.export())
+            keys.append(k)
+            rows.append(shard.first_row + slot)
+        key, row = np.concatenate(keys), np.concatenate(rows)
+        order = np.argsort(key, kind="stable")
+        return key[order], row[order]
 
     def invariant_violations(self) -> list[str]:
         """Each shard's invariants (``DynamicTable.invariant_violations``), and that every

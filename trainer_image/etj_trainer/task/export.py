@@ -7,7 +7,11 @@ Layout of ``export_dir``::
     tables.json              manifest: per table name, rows, dimension, dtype, combiner,
                              idsPerExample, file; and the tower's input order
     embeddings/<name>.npy    the table, row-major; np.load(path, mmap_mode="r") maps it
-                             (bfloat16 is stored as its uint16 bit pattern)
+                             (bfloat16 is stored as its uint16 bit pattern); a dynamic
+                             table's fallback rows, then its pool
+    embeddings/<name>.index.npy
+                             a dynamic table's index: int64 [ids, 2], each admitted key
+                             and its row, keys ascending (the manifest's "dynamic" says so)
     tower/                   SavedModel; signature "serving_default" maps the pooled
                              embeddings (one input per table, or per categorical feature
                              with model.features: see "inputs"; wideDeep/deepFM add
@@ -19,7 +23,9 @@ Layout of ``export_dir``::
                              missing, multi-valued values joined by their delimiter; or,
                              without model.features, int64 ids per table and "dense") to
                              "probability"; tables are variables (one per trained shard),
-                             vocabulary files are assets. What TensorFlow Serving serves.
+                             vocabulary files are assets, a dynamic table's index two
+                             variables (collisionless as in training). What TensorFlow
+                             Serving serves.
 
 Tables are written shard by shard into a memory-mapped file, so a table larger than the
 exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
@@ -45,6 +51,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from etj.api.dynamic import table_rows
 from etj_trainer.models import local_tower
 from etj_trainer.task.serving_model import local_io
 from etj_trainer.task.serving_model import save as save_serving
@@ -70,7 +77,7 @@ def write_table(state: TrainingState, index: int, path: Path) -> None:
         path,
         mode="w+",
         dtype=_NUMPY_DTYPES[spec.dtype],
-        shape=(spec.vocabulary_size, spec.dimension),
+        shape=(table_rows(spec), spec.dimension),
     )
     row = 0
     for shard in state.model.table_components(index):
@@ -133,12 +140,22 @@ def _signature(tower: Tower, state: TrainingState) -> Any:
     return serve
 
 
+def dynamic_indexes(state: TrainingState) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per dynamic table, its admitted keys (ascending) and their rows."""
+    return {name: d.admitted_rows() for name, d in state.model.dynamic.items()}
+
+
+def index_file(name: str) -> str:
+    return f"embeddings/{name}.index.npy"
+
+
 def write_serving(state: TrainingState, path: Path) -> None:
     """The serving SavedModel on raw features of the trained tables and tower (their own
-    variables: nothing copied; under ParameterServer each ps writes its shards)."""
+    variables: nothing copied; under ParameterServer each ps writes its shards), with the
+    dynamic tables' indexes."""
     model = state.model
     tables = [model.table_components(i) for i in range(len(model.tables))]
-    save_serving(state.config.model, tables, model.tower, str(path))
+    save_serving(state.config.model, tables, model.tower, str(path), dynamic_indexes(state))
 
 
 def manifest(state: TrainingState) -> dict[str, Any]:
@@ -155,13 +172,19 @@ def manifest(state: TrainingState) -> dict[str, Any]:
         "tables": [
             {
                 "name": t.name,
-                "rows": t.vocabulary_size,
+                "rows": table_rows(t),
                 "dimension": t.dimension,
                 "dtype": t.dtype,
                 "storage": "uint16-bits" if t.dtype == "bfloat16" else t.dtype,
                 "combiner": t.combiner,
                 "idsPerExample": t.ids_per_example,
                 "file": f"embeddings/{t.name}.npy",
+                # Ids are keys its index maps to rows (fallback: the first rows, hashed).
+                **(
+                    {"dynamic": {"fallbackRows": t.vocabulary_size, "index": index_file(t.name)}}
+                    if t.dynamic is not None
+                    else {}
+                ),
             }
             for t in config.model.tables
         ],
@@ -172,16 +195,14 @@ def manifest(state: TrainingState) -> dict[str, Any]:
 
 def export(state: TrainingState, export_dir: str) -> Path:
     """Write the export to ``export_dir`` (replacing an older one); its path."""
-    dynamic = [t.name for t in state.config.model.tables if t.dynamic is not None]
-    if dynamic:
-        # Serving would need the index too (to come): never export pools served as hashed.
-        raise ValueError(f"exporting dynamic tables ({', '.join(dynamic)}) is not supported yet")
     final = Path(export_dir)
     staging = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "embeddings").mkdir(parents=True)
     for i, t in enumerate(state.config.model.tables):
         write_table(state, i, staging / "embeddings" / f"{t.name}.npy")
+    for name, (keys, rows) in dynamic_indexes(state).items():
+        np.save(staging / index_file(name), np.stack([keys, rows], axis=1))
     tower = Tower(state)
     tf.saved_model.save(
         tower,

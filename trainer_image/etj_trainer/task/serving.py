@@ -26,10 +26,30 @@ class MappedTable:
         self.combiner = entry["combiner"]
         self.ids_per_example = int(entry["idsPerExample"])
         self.rows = np.load(root / entry["file"], mmap_mode="r")
+        dynamic = entry.get("dynamic")
+        # A dynamic table's index (keys ascending, rows) and its fallback rows.
+        self.index = np.load(root / dynamic["index"]) if dynamic else None
+        self.fallback_rows = int(dynamic["fallbackRows"]) if dynamic else 0
+
+    def row_of(self, ids: np.ndarray) -> np.ndarray:
+        """The row of each id (int64 ``[n]``): modulo the vocabulary; a dynamic table's id
+        (a key) its own row, else row 0 when missing (negative), else its hashed fallback
+        row, as ``models.dynamic.with_fallback``."""
+        if self.index is None:
+            return np.mod(ids, self.rows.shape[0])
+        keys, rows = self.index[:, 0], self.index[:, 1]
+        own = np.full_like(ids, -1)
+        if len(keys):
+            at = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
+            own = np.where(keys[at] == ids, rows[at], -1)
+        n = self.fallback_rows
+        fallback = np.zeros_like(ids) if n == 1 else 1 + np.mod(ids, n - 1)
+        return np.where(own >= 0, own, np.where(ids < 0, 0, fallback))
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """float32 rows for ``ids`` (any shape); ids are taken modulo the vocabulary."""
-        flat = np.mod(np.asarray(ids, dtype=np.int64).reshape(-1), self.rows.shape[0])
+        """float32 rows for ``ids`` (any shape); ids are taken modulo the vocabulary, a
+        dynamic table's read through its index (``row_of``)."""
+        flat = self.row_of(np.asarray(ids, dtype=np.int64).reshape(-1))
         raw = self.rows[flat]
         if self.dtype == "bfloat16":
             raw = (raw.astype(np.uint32) << 16).view(np.float32)

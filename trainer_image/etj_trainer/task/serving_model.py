@@ -11,7 +11,8 @@ the tower SavedModel and the memory-mappable tables; what TensorFlow Serving (or
   categorical one (integer ids as decimal text), the values joined by the feature's
   delimiter for a multi-valued one, and ``""`` for a missing value.
 - jobs with tables only: one ``int64`` input ``[batch, idsPerExample]`` per table (named
-  after it; ids taken modulo the vocabulary) and ``dense`` ``float32 [batch, n]``.
+  after it; ids taken modulo the vocabulary, a dynamic table's as keys) and ``dense``
+  ``float32 [batch, n]``.
 - output ``probability``: ``float32 [batch]``.
 
 The same code turns the values into model input as in training: the text cells go
@@ -31,6 +32,13 @@ writes its own shards, as for a checkpoint, so the export directory must be on s
 every replica shares). The tower is any object called as ``tower(embeddings, dense,
 training)``, its variables saved with it.
 
+A dynamic table (``model.embeddings[].dynamic``) is served collisionless, as trained: its
+index at export (every admitted key and its row, ``DynamicIndex``) is saved with it as two
+variables (keys ascending, rows), read by binary search (``tf.searchsorted``) — stock ops
+TensorFlow Serving runs, no hash-table resource to rebuild at load and nothing in
+``saved_model.pb`` however many ids hold a row; a key without a row reads its fallback row
+as in training (``models.dynamic.with_fallback``).
+
 This module builds and saves the serving graph; it does not train, checkpoint, read data
 files or write the rest of the export.
 """
@@ -45,12 +53,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from etj.api.dynamic import table_rows
 from etj.api.features import FeatureKind
 from etj.api.spec import ModelSpec
 from etj_trainer.data.batch import DENSE_KEY
 from etj_trainer.data.delimited import DelimitedParser
 from etj_trainer.data.features import FeatureSet
 from etj_trainer.models.ctr import named_lookups, pooled
+from etj_trainer.models.dynamic import with_fallback
 
 SIGNATURE = "serving_default"
 PROBABILITY = "probability"
@@ -106,6 +116,30 @@ def shard_rows(shards: Sequence[Any], ids: tf.Tensor) -> tf.Tensor:
     return tf.dynamic_stitch(where, rows)
 
 
+class DynamicIndex(tf.Module):
+    """A dynamic table's index as served: admitted keys and their table rows (see the
+    module docstring)."""
+
+    def __init__(self, name: str, keys: Any, rows: Any, fallback_rows: int):
+        """``keys``/``rows``: every admitted key, ascending, and its row of the table."""
+        super().__init__(name=f"{name}_index")
+        keys, rows = np.asarray(keys, np.int64), np.asarray(rows, np.int64)
+        if keys.shape != rows.shape or np.any(np.diff(keys) <= 0):
+            raise ValueError(f"index of {name}: keys must ascend, one row each")
+        # A last entry no lookup takes as a row (-1): the search always lands on an entry.
+        self.keys = tf.Variable(
+            np.append(keys, np.iinfo(np.int64).max), trainable=False, name=f"{name}_index_keys"
+        )
+        self.rows = tf.Variable(np.append(rows, -1), trainable=False, name=f"{name}_index_rows")
+        self.fallback_rows = fallback_rows
+
+    def __call__(self, keys: tf.Tensor) -> tf.Tensor:
+        """The table's row of each key (int64 ``[n]``): its own, else its fallback row."""
+        at = tf.searchsorted(self.keys, keys, side="left", out_type=tf.int64)
+        own = tf.where(tf.gather(self.keys, at) == keys, tf.gather(self.rows, at), -1)
+        return with_fallback(own, keys, self.fallback_rows)
+
+
 @dataclass
 class _Parsing:
     """What turns raw values into model input (plain Python: not saved as objects)."""
@@ -117,18 +151,34 @@ class _Parsing:
 class RawServingModel(tf.Module):
     """Raw column values -> click probability, on the trained tables and tower."""
 
-    def __init__(self, spec: ModelSpec, tables: Sequence[Sequence[Any]], tower: Any):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        tables: Sequence[Sequence[Any]],
+        tower: Any,
+        indexes: dict[str, tuple[Any, Any]] | None = None,
+    ):
         """``tables``: the variables of each table of ``spec.tables`` (its shards in row
         order, or the one variable); ``tower``: called as ``tower(embeddings, dense,
-        training)`` -> logits ``[batch]``."""
+        training)`` -> logits ``[batch]``; ``indexes``: per dynamic table, its admitted
+        keys (ascending) and their rows."""
         super().__init__(name="serving")
         if len(tables) != len(spec.tables):
             raise ValueError(f"{len(tables)} tables given, the model has {len(spec.tables)}")
         for t, shards in zip(spec.tables, tables, strict=True):
             rows = sum(int(s.shape[0]) for s in shards)
-            if rows != t.vocabulary_size:
-                raise ValueError(f"table {t.name}: {rows} rows given, {t.vocabulary_size} expected")
+            if rows != table_rows(t):
+                raise ValueError(f"table {t.name}: {rows} rows given, {table_rows(t)} expected")
         self.tables = [list(shards) for shards in tables]
+        indexes = indexes or {}
+        missing = [t.name for t in spec.tables if t.dynamic is not None and t.name not in indexes]
+        if missing:
+            raise ValueError(f"dynamic table {missing[0]}: its index (keys, rows) is needed")
+        self.indexes = {
+            t.name: DynamicIndex(t.name, *indexes[t.name], t.vocabulary_size)
+            for t in spec.tables
+            if t.dynamic is not None
+        }
         self.tower = tower
         parser = None
         vocabularies = []
@@ -165,18 +215,19 @@ class RawServingModel(tf.Module):
         batch = self.model_input(inputs)
         tables = spec.tables
         embeddings = {
-            name: pooled(
-                tables[x.table],
-                lambda u, shards=self.tables[x.table]: shard_rows(shards, u),
-                batch[x.key],
-                x.width,
-                x.masked,
-            )
+            name: pooled(tables[x.table], self._rows_of(x.table), batch[x.key], x.width, x.masked)
             for name, x in named_lookups(spec)
         }
         dense = tf.cast(batch[DENSE_KEY], tf.float32) if spec.dense_inputs else None
         logits = tf.reshape(self.tower(embeddings, dense, False), [-1])
         return {PROBABILITY: tf.sigmoid(logits)}
+
+    def _rows_of(self, i: int) -> Any:
+        """How table ``i``'s vectors are read for distinct ids (a dynamic table's: keys)."""
+        shards, index = self.tables[i], self.indexes.get(self._parsing.spec.tables[i].name)
+        if index is None:
+            return lambda ids: shard_rows(shards, ids)
+        return lambda keys: shard_rows(shards, index(keys))
 
 
 def local_io() -> tf.saved_model.SaveOptions:
@@ -190,9 +241,16 @@ def local_io() -> tf.saved_model.SaveOptions:
     return tf.saved_model.SaveOptions(experimental_io_device=tf.constant(0).device)
 
 
-def save(spec: ModelSpec, tables: Sequence[Sequence[Any]], tower: Any, directory: str) -> None:
-    """Write the serving SavedModel of ``tables`` and ``tower`` to ``directory``."""
-    module = RawServingModel(spec, tables, tower)
+def save(
+    spec: ModelSpec,
+    tables: Sequence[Sequence[Any]],
+    tower: Any,
+    directory: str,
+    indexes: dict[str, tuple[Any, Any]] | None = None,
+) -> None:
+    """Write the serving SavedModel of ``tables``, ``tower`` (and the dynamic tables'
+    ``indexes``) to ``directory``."""
+    module = RawServingModel(spec, tables, tower, indexes)
     tf.saved_model.save(
         module,
         directory,

@@ -253,7 +253,11 @@ def decide(world: World) -> Decision:
         # final step and the evaluation of the end.
         final, final_evaluation = parse_completion(p.pods[replicas.leader()].message, p.now)
         p.st.evaluation = final_evaluation or world.evaluation or p.st.evaluation
-        last = final or world.progress or p.st.progress or Progress()
+        earlier = world.progress or p.st.progress
+        last = final or earlier or Progress()
+        if last.dynamic_tables is None and earlier is not None:
+            # The termination message (4 KiB at most) leaves them out: the last read stand.
+            last = last.model_copy(update={"dynamic_tables": earlier.dynamic_tables})
         # (With training.epochs the steps are counted by the trainer, and a job's own
         # program counts its own: keep its last step.)
         own = any(

@@ -3,7 +3,9 @@ Pure (prometheus_client's text parser only; no I/O).
 
 The trainer's chief serves the gauges ``etj.api.progress`` names (``etj_trainer_step``,
 ``_loss``, ...: status.progress; after a held-out evaluation ``etj_trainer_eval_step``,
-``_eval_auc``, ...: status.evaluation).
+``_eval_auc``, ...: status.evaluation; one series per dynamic table, labelled ``table``:
+status.progress.dynamicTables, which its progress line carries as ``{table: {rowsUsed:
+...}}`` under ``DYNAMIC_TABLES_KEY``).
 
 A chief that trained every step says the same once more in its termination message
 (``REASON_COMPLETED``): the final values, which the last scrape may have missed.
@@ -17,21 +19,32 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from etj.api.progress import EVALUATION_METRICS, PROGRESS_METRICS, completion_record
-from etj.api.status import Evaluation, Progress
+from etj.api.progress import (
+    DYNAMIC_GAUGES,
+    DYNAMIC_TABLES_KEY,
+    EVALUATION_METRICS,
+    PROGRESS_METRICS,
+    completion_record,
+)
+from etj.api.status import DynamicTableStatus, Evaluation, Progress
 
 _PROGRESS = PROGRESS_METRICS
 _EVALUATION = EVALUATION_METRICS
 _INTS = {"step", "last_checkpoint_step", "bad_records", "examples"}
+# Metric name -> a dynamic table's stat (its wire name), one series per table.
+_DYNAMIC = {metric: stat for stat, metric, _ in DYNAMIC_GAUGES}
 
 
-def _values(text: str, fields: dict[str, str]) -> dict[str, float | int]:
+def _families(text: str) -> list[Any]:
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError:
+        return []  # not a metrics page (a proxy's error page, a half-written response)
+
+
+def _values(families: list[Any], fields: dict[str, str]) -> dict[str, float | int]:
     """The finite values of the named gauges (the first sample of each)."""
     out: dict[str, float | int] = {}
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError:
-        return out  # not a metrics page (a proxy's error page, a half-written response)
     for family in families:
         field = fields.get(family.name)
         if field is None or not family.samples:
@@ -43,19 +56,56 @@ def _values(text: str, fields: dict[str, str]) -> dict[str, float | int]:
     return out
 
 
+def _dynamic_series(families: list[Any]) -> dict[str, dict[str, float]]:
+    """The dynamic tables' gauges as the progress line has them: ``{table: {stat: value}}``."""
+    tables: dict[str, dict[str, float]] = {}
+    for family in families:
+        stat = _DYNAMIC.get(family.name)
+        if stat is None:
+            continue
+        for sample in family.samples:
+            table = sample.labels.get("table")
+            if table and math.isfinite(sample.value):
+                tables.setdefault(table, {})[stat] = sample.value
+    return tables
+
+
+def dynamic_tables(doc: Any) -> list[DynamicTableStatus] | None:
+    """status.progress.dynamicTables, by name, from ``{table: {rowsUsed: ..., ...}}`` (a
+    progress line's ``DYNAMIC_TABLES_KEY``, or the metrics page's series); a table with a
+    stat missing or bad is left out (not the progress); None without any table."""
+    if not isinstance(doc, dict):
+        return None
+    out = []
+    for name, stats in sorted(doc.items()):
+        if not isinstance(stats, dict):
+            continue
+        try:
+            out.append(
+                DynamicTableStatus(
+                    name=name, **{stat: stats.get(stat) for stat, *_ in DYNAMIC_GAUGES}
+                )
+            )
+        except ValidationError:
+            continue
+    return out or None
+
+
 def parse_progress(text: str, now: str) -> Progress | None:
     """Progress from a metrics page; None when it has no step."""
-    values = _values(text, _PROGRESS)
+    families = _families(text)
+    values = _values(families, _PROGRESS)
     if "step" not in values:
         return None
     if not values.get("bad_records"):
         values.pop("bad_records", None)
-    return Progress(update_time=now, **values)
+    tables = dynamic_tables(_dynamic_series(families))
+    return Progress(update_time=now, dynamic_tables=tables, **values)
 
 
 def parse_evaluation(text: str, now: str) -> Evaluation | None:
     """The last held-out evaluation from a metrics page; None before the first one."""
-    values = _values(text, _EVALUATION)
+    values = _values(_families(text), _EVALUATION)
     # The gauges read 0 until the first evaluation has scored examples.
     if not values.get("examples") or "step" not in values:
         return None
@@ -64,11 +114,13 @@ def parse_evaluation(text: str, now: str) -> Evaluation | None:
 
 def _model_fields(doc: Any, model: type[Progress] | type[Evaluation]) -> dict[str, Any] | None:
     """The entries of ``doc`` the model knows (by alias), or None when it is not a mapping:
-    a newer trainer may say more than this operator reads."""
+    a newer trainer may say more than this operator reads. The dynamic tables are read
+    apart (``dynamic_tables``): a bad one must not cost the rest of the record."""
     if not isinstance(doc, dict):
         return None
     aliases = {f.alias or n for n, f in model.model_fields.items()}
-    return {k: v for k, v in doc.items() if k in aliases and k != "updateTime"}
+    skip = ("updateTime", DYNAMIC_TABLES_KEY)
+    return {k: v for k, v in doc.items() if k in aliases and k not in skip}
 
 
 def parse_completion(message: str | None, now: str) -> tuple[Progress | None, Evaluation | None]:
@@ -83,7 +135,12 @@ def parse_completion(message: str | None, now: str) -> tuple[Progress | None, Ev
 def progress_record(doc: Any, now: str) -> Progress | None:
     """status.progress from a progress record (a trainer's ``progress`` line, a completion
     message's ``progress``); None without a step or with a bad value."""
-    return _parsed(doc, Progress, now)
+    progress = _parsed(doc, Progress, now)
+    if progress is None:
+        return None
+    return progress.model_copy(
+        update={"dynamic_tables": dynamic_tables(doc.get(DYNAMIC_TABLES_KEY))}
+    )
 
 
 def evaluation_record(doc: Any, now: str) -> Evaluation | None:
