@@ -207,7 +207,7 @@ def test_the_dynamic_tables_the_chief_reports_reach_status_from_page_and_line() 
     from prometheus_client import generate_latest
 
     from etj.core.reconcile.progress import parse_progress, progress_record
-    from etj_trainer.task.progress import Metrics, Reporter
+    from etj_trainer.task.progress import ProgressReporter
 
     stats = {
         "user_id": {
@@ -219,12 +219,11 @@ def test_the_dynamic_tables_the_chief_reports_reach_status_from_page_and_line() 
         },
         "ad_id": {"rowsUsed": 1, "capacity": 4, "admitted": 1, "evicted": 0, "fallbackLookups": 2},
     }
-    metrics = Metrics(None)
-    reporter = Reporter(metrics, 256, interval=1e9, clock=lambda: 1.0)
+    reporter = ProgressReporter(256, interval=1e9, port=0, enabled=True, clock=lambda: 1.0)
     reporter.dynamic_source = lambda: stats
     reporter.start(10, restarts=0, last_checkpoint_step=None)
     line = reporter.report()
-    page = parse_progress(generate_latest(metrics.registry).decode(), "t")
+    page = parse_progress(generate_latest(reporter.metrics.registry).decode(), "t")
     record = progress_record(line, "t")
     assert page is not None and record is not None
     assert page.dynamic_tables == record.dynamic_tables
