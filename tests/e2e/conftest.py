@@ -10,12 +10,15 @@ skips saying why, unless ``ETJ_KIND_KUBECONFIG`` names a cluster to use as it is
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from etj_testcluster.waiting import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("ETJ_CACHE", Path.home() / ".cache" / "etj"))
@@ -93,14 +96,8 @@ def sh(
     return got
 
 
-def wait_for(predicate, timeout: float, what: str, every: float = 2.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)  # polling interval of a deadline-bounded wait
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+# The tests' one wait; here every poll is a kubectl call, so every 2 s unless told.
+wait_for = functools.partial(_wait_for, every=2.0)
 
 
 @pytest.fixture(scope="session")

@@ -25,30 +25,18 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from etj_testcluster import LocalCluster, default_bin_dir, missing_binaries
+from etj_testcluster.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(every)  # poll interval of a deadline-bounded wait
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def in_ci() -> bool:

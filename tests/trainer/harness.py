@@ -19,14 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.planner import build_plan
+from etj_testcluster.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join([str(ROOT / "operator"), str(ROOT / "trainer_image")])
@@ -111,18 +110,6 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["ETJ_PROGRESS_SECONDS"] = env.get("ETJ_PROGRESS_SECONDS", "1")
     env.update(extra or {})
     return env
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
