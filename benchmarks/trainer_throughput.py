@@ -22,7 +22,15 @@ examples/s, dynamic/hashed 0.47 (below the goal). CPU-seconds per million exampl
 more pair, load 10-12): hashed chief 0.2, ps 2.7 + 1.2, workers 3.3 + 3.2; dynamic chief
 1.3, ps 5.9 + 3.4, workers 5.6 + 5.6. A model with a dynamic table takes the plain
 per-shard path, not ``models.fused``; each step also looks up every shard's index twice
-(counting, then rows) and inserts its candidates there.
+(counting, then rows) and inserts its candidates there. One lookup per shard instead of
+two (branch ``h22c``) did not change the CPU per example (one pair, load 7-8: dynamic ps
+5.4 + 3.1 -> 5.5 + 3.2, workers 4.8 -> 5.0; ratio 0.53 vs 0.42): not adopted. The plain
+per-shard path is the suspect left.
+
+``--quick`` on a quiet machine (2026-11-25, nothing else running, load 1-4 from the
+benchmark's own processes), three runs: ps/single 0.61, 0.56, 0.51 (median 0.56; CPU
+efficiency 0.52, 0.48, 0.44). Issue #23's goal (0.7) is not met: an earlier median of 0.75
+was measured at load 23-41, where the single process got less of the machine than five.
 
 Each run is its own process (a fresh TensorFlow, both cores). Not a test: nothing here is
 asserted; the numbers go into the project's notes.
