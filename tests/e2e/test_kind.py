@@ -371,7 +371,9 @@ def kill_gcs_chief(k: Kind) -> tuple[int, int]:
 
 
 class Background(Generic[T]):
-    """One call in a thread; ``result`` re-raises what it raised, in the test's thread."""
+    """One call in a daemon thread; ``result`` re-raises what it raised, in the test's
+    thread. (Not ``concurrent.futures``: its worker threads are joined at interpreter exit,
+    so a failed test would hold pytest's exit until the call's own waits ran out.)"""
 
     def __init__(self, call: Callable[[], T]) -> None:
         self._call = call
