@@ -71,3 +71,52 @@ def test_a_read_write_many_claim_is_read_once_and_the_pods_are_made():
     s.run_all_pods()
     s.run()
     assert s.api.calls("get") == [("get", "PersistentVolumeClaim", "ckpt")]
+
+
+def old_claim(s: Setup, **metadata: Any) -> None:
+    """The checkpoint claim an earlier job of the same name left: owned by that job (uid
+    u-0), which the garbage collector is deleting or is about to."""
+    s.api.objects[("PersistentVolumeClaim", NS, "ctr-checkpoints")] = {
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": "ctr-checkpoints",
+            "namespace": NS,
+            "ownerReferences": [
+                {"apiVersion": "training.etj.dev/v1alpha1", "kind": "EmbeddingTrainingJob",
+                 "name": "ctr", "uid": "u-0", "controller": True}
+            ],
+            **metadata,
+        },
+        "spec": {"accessModes": ["ReadWriteMany"]},
+    }  # fmt: skip
+
+
+def test_a_recreated_job_waits_for_its_predecessors_claim_to_go_then_makes_its_own():
+    """`kubectl delete` then `apply` of a job of the same name: the old claim, owned by the
+    deleted job, is still there (Terminating while the old pods let go of it). Pods made now
+    would mount a claim about to vanish and stay Pending for good; so no pod until the old
+    claim is gone, then a claim of this job's own, then the pods."""
+    s = Setup()
+    with_checkpoint(s, {"storage": {"size": "2Gi"}})
+    old_claim(s, deletionTimestamp="2026-11-26T00:00:00Z")
+    s.run()
+    assert not [c for c in s.api.calls("create") if c[1] == "Pod"]
+    # Not yet marked for deletion, but owned by the deleted job: the collector takes it.
+    old_claim(s)
+    s.run()
+    assert not [c for c in s.api.calls("create") if c[1] == "Pod"]
+    del s.api.objects[("PersistentVolumeClaim", NS, "ctr-checkpoints")]
+    s.run()
+    claim = s.api.objects[("PersistentVolumeClaim", NS, "ctr-checkpoints")]
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert {c[2] for c in s.api.calls("create") if c[1] == "Pod"} == PODS
+
+
+def test_a_retained_claim_of_an_earlier_job_is_used_as_it_is():
+    """retain: the claim outlives its job, unowned, so that a job of the same name goes on
+    from its checkpoints: it is used, not waited for."""
+    s = Setup()
+    with_checkpoint(s, {"storage": {"size": "2Gi", "retain": True}})
+    old_claim(s, ownerReferences=[])
+    s.run()
+    assert {c[2] for c in s.api.calls("create") if c[1] == "Pod"} == PODS
