@@ -15,6 +15,7 @@
 # Exit status: the first failing lane's, after both have finished.
 #
 #   bash tests/cluster/lanes.sh PYTEST_ARGS...    (e.g. -q -m "not extended")
+#   ETJ_JUNIT_DIR=DIR: each lane also writes DIR/<lane>.xml (per-test times).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -30,10 +31,12 @@ lane() {
   local name="$1"
   shift
   mkdir -p "/tmp/pytest-etj-lane-$name"
+  local junit=()
+  [ -z "${ETJ_JUNIT_DIR:-}" ] || junit=("--junitxml=$ETJ_JUNIT_DIR/$name.xml")
   # setsid: an interrupt kills each lane's whole process group (its clusters' fixtures
   # then stop what they started).
   setsid bash -c 'set -o pipefail; "$@" 2>&1 | tee "'"$logs/$name"'" | sed -u "s/^/['"$name"'] /"' \
-    _ "$PY" -m pytest --basetemp="/tmp/pytest-etj-lane-$name/t" "$@" &
+    _ "$PY" -m pytest --basetemp="/tmp/pytest-etj-lane-$name/t" "${junit[@]}" "$@" &
   pids+=($!)
   names+=("$name")
 }
