@@ -1,6 +1,6 @@
 """Issue 24's test move: tests/unit mirrors the package tree it tests.
 
-Run from the repository root:  python tests/tools/mirror_tests.py [--no-format] [--product-docs]
+Run from the repository root:  .venv/bin/python tests/tools/mirror_tests.py [--no-format] [--product-docs]
 
 Each unit test file goes to the folder of the module it mainly tests, named
 ``test_<module>[_<aspect>].py`` so a folder's listing groups a module's tests:
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -320,13 +321,11 @@ def references(roots: list[str]) -> int:
 
 
 def fmt() -> None:
-    venv_bin = ROOT / ".venv" / "bin"
-    ruff = str(venv_bin / "ruff") if (venv_bin / "ruff").exists() else shutil.which("ruff")
-    if not ruff:
-        say("WARNING: no ruff found; run `make fmt`")
+    if importlib.util.find_spec("ruff") is None:
+        say("WARNING: no ruff in this interpreter (run it with .venv/bin/python); run `make fmt`")
         return
-    subprocess.run([ruff, "check", "--fix", "-q", UNIT], cwd=ROOT, check=False)
-    subprocess.run([ruff, "format", "-q", UNIT], cwd=ROOT, check=False)
+    for args in (["check", "--fix", "-q"], ["format", "-q"]):
+        subprocess.run([sys.executable, "-m", "ruff", *args, UNIT], cwd=ROOT, check=False)
 
 
 def main() -> None:
