@@ -43,7 +43,7 @@ def _job(shared: Path) -> dict[str, Any]:
     }
     # 625 steps go by in seconds: with the default 10 s restart back-off the job could end
     # before the killed worker comes back. What is tested here is that a kill loses nothing;
-    # the back-off has its own tests (test_policy_backoff, test_runner_backoff).
+    # the back-off has its own tests (policies/test_backoff, test_runner_backoff).
     doc["spec"].setdefault("runPolicy", {})["restartBackoff"] = {"initialSeconds": 1}
     # 40 epochs (1250 steps), so a kill at step 150 is well before the end on any machine.
     doc["spec"]["training"]["epochs"] = 40
