@@ -1,32 +1,56 @@
-"""Issue 24's test move: tests/unit mirrors the package tree it tests.
+"""Issue 24's test move: each test folder mirrors the package tree it tests.
 
-Run from the repository root:  .venv/bin/python tests/tools/mirror_tests.py [--no-format] [--product-docs]
+Run from the repository root:
 
-Each unit test file goes to the folder of the module it mainly tests, named
-``test_<module>[_<aspect>].py`` so a folder's listing groups a module's tests:
-``tests/unit/etj/<package>/...`` for the operator package (``etj.api``, ``etj.core`` and its
-``render``/``reconcile``/``policies``, ``etj.cli``, ``etj.controller``, ``etj.local``),
-``tests/unit/etj_testcluster/`` for the test cluster, ``tests/unit/benchmarks/`` and
-``tests/unit/lint/`` for the tests of those tools. A file covering a whole package (the
-purity check, the spec fuzzing) sits at that package's level. The shared helpers stay where
-they are: ``conftest.py`` (so its fixtures apply to every folder), ``fake_api.py``,
-``reconcile_helpers.py`` and ``golden/``.
+    .venv/bin/python tests/tools/mirror_tests.py [--suite NAME]... [--product-docs] [--strict]
+                                                 [--no-format]
+
+Without ``--suite``, every suite: ``unit``, ``trainer``, ``local``, ``integration``
+(tests/e2e, tests/images, tests/lint, tests/cases and tests/cluster stay as they are).
+
+Each test file goes to the folder of the module it mainly tests, named
+``test_<module>[_<aspect>].py`` so a folder's listing groups a module's tests; a file that
+covers a whole package (the purity check, the spec fuzzing, the trainer's multi-process
+runs) sits at that package's level:
+
+- ``tests/unit/etj/<package>/...`` for the operator package (``etj.api``, ``etj.core`` and
+  its ``render``/``reconcile``/``policies``, ``etj.cli``, ``etj.controller``, ``etj.local``),
+  ``tests/unit/etj_testcluster/`` for the test cluster, ``tests/unit/benchmarks/`` and
+  ``tests/unit/lint/`` for the tests of those tools;
+- ``tests/trainer/etj_trainer/{data,models,task}/`` for the trainer's real TensorFlow
+  processes;
+- ``tests/local/etj/local/`` for ``etj run``'s (``test_runner_*.py``: what it runs);
+- ``tests/integration/{etj/controller,etj/api,etj/cli,etj_testcluster,charts,scenarios}/``
+  for the tests on a real API server (``scenarios/``: a whole job's story through operator
+  and nodes).
+
+The shared helpers stay at each suite's root: ``conftest.py`` (so that its fixtures and
+hooks, such as tests/trainer's ``trainer`` marker, apply to every folder below),
+``fake_api.py``, ``reconcile_helpers.py`` and ``golden/``; ``harness.py``, ``zoo.py`` and
+the ``same_math_*.py`` scripts; ``operator_helpers.py``.
 
 Reproducible and idempotent: a move happens only when its source exists, so a tree already
-moved is left as it is. What it does, in order:
+moved is left as it is, and the script can run again on a newer tree (files added since
+are reported, not left silently). What it does, suite by suite, in order:
 1. the package folders with their ``__init__.py`` (every test folder is a package, so two
    files of one basename in two folders never collide, and ``tests/unit/etj`` is only ever
    ``tests.unit.etj``, never the product's ``etj``);
 2. ``git mv`` file by file; ``test_policy_deadline_ttl_suspend.py`` is split into one
    file per policy (its tests unchanged, each with the imports it uses);
-3. in each moved file: relative imports become absolute ``tests.unit...`` imports of the
-   new places (a module imported by a name that changed is renamed throughout the file),
-   and ``Path(__file__).resolve().parents[N]`` counts the new depth;
-4. references to the old paths (``tests/unit/test_render.py``) are rewritten in tests/,
-   benchmarks/ and README.md (``--product-docs``: in the product's docstrings too);
-5. ``ruff check --fix`` and ``ruff format`` over tests/unit (imports sorted, the split
-   files' unused imports dropped).
-A test file left at tests/unit that this script does not place is reported.
+3. in each moved file: relative imports become absolute ``tests...`` imports of the new
+   places (a module imported by a name that changed is renamed throughout the file), and
+   ``Path(__file__).resolve().parents[N]`` counts the new depth; in a file that stays, a
+   relative import of a moved module becomes the absolute import of its new place;
+4. a few files' own edits (``PATCHES``), such as the trainer's helper scripts finding the
+   trainer package before tests/trainer/etj_trainer (the tests of it, a package too);
+5. references to the old paths and module names (``tests/unit/test_render.py``,
+   ``tests.integration.test_chart``) are rewritten in tests/, benchmarks/, examples/,
+   README.md and the Makefile (``--product-docs``: in the product's docstrings too);
+6. ``ruff check --fix`` and ``ruff format`` over the moved suites (imports sorted, the
+   split files' unused imports dropped).
+At the end it names every test file left at a suite's root that its table does not place
+(exit status 1 with ``--strict``), and every move it could not make because both the old
+and the new file exist (always exit status 1: merge them by hand, run again).
 """
 
 from __future__ import annotations
@@ -38,10 +62,10 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path.cwd()
-UNIT = "tests/unit"
 SELF = "tests/tools/mirror_tests.py"
 # Records of earlier moves: left as they were written.
 HISTORY = {SELF, "tests/tools/restructure_24.py"}
@@ -52,9 +76,9 @@ RENDER, RECONCILE = f"{CORE}/render", f"{CORE}/reconcile"
 POLICIES = f"{RECONCILE}/policies"
 TC = "etj_testcluster"
 
-# Old path -> new path, both relative to tests/unit. The comment says why when the module
-# a file mainly tests is not plain from its old name.
-MOVES: dict[str, str] = {
+# tests/unit: old path -> new path, both relative to tests/unit. The comment says why when
+# the module a file mainly tests is not plain from its old name (as in every table below).
+UNIT_MOVES: dict[str, str] = {
     # etj.api: the contract.
     "api/test_contract_names.py": f"{API}/test_contract_names.py",
     "api/test_roles.py": f"{API}/test_roles.py",
@@ -135,8 +159,8 @@ MOVES: dict[str, str] = {
     "test_lint_objects.py": "lint/test_lint_objects.py",
 }
 
-# Old path -> {new path: (its docstring, the top-level test functions it takes)}.
-SPLITS: dict[str, dict[str, tuple[str, list[str]]]] = {
+# tests/unit: old path -> {new path: (its docstring, the top-level test functions it takes)}.
+UNIT_SPLITS: dict[str, dict[str, tuple[str, list[str]]]] = {
     "test_policy_deadline_ttl_suspend.py": {
         f"{POLICIES}/test_deadline.py": ("policies/deadline.", ["test_deadline"]),
         f"{POLICIES}/test_ttl.py": ("policies/ttl.", ["test_ttl"]),
@@ -147,21 +171,202 @@ SPLITS: dict[str, dict[str, tuple[str, list[str]]]] = {
     },
 }
 
-# The shared helpers: stay at tests/unit.
-KEEP = {"__init__.py", "conftest.py", "fake_api.py", "reconcile_helpers.py"}
+TR = "etj_trainer"
+# tests/trainer: old path -> new path, both relative to tests/trainer.
+TRAINER_MOVES: dict[str, str] = {
+    # etj_trainer.data.
+    "test_batch.py": f"{TR}/data/test_batch.py",
+    "test_delimited.py": f"{TR}/data/test_delimited.py",
+    "test_delimited_quoting.py": f"{TR}/data/test_delimited_quoting.py",
+    "test_features.py": f"{TR}/data/test_features.py",
+    "test_parquet.py": f"{TR}/data/test_parquet.py",
+    # The ParameterServerStrategy input pipeline (data.pipeline's per-worker datasets).
+    "test_ps_input.py": f"{TR}/data/test_ps_input.py",
+    "test_tfrecord.py": f"{TR}/data/test_tfrecord.py",
+    # etj_trainer.models: one file per architecture, the dynamic tables' modules.
+    "test_dynamic_table.py": f"{TR}/models/test_dynamic.py",
+    "test_dynamic_relayout.py": f"{TR}/models/test_dynamic_relayout.py",
+    "test_dynamic_shards.py": f"{TR}/models/test_dynamic_shards.py",
+    "test_dynamic_training.py": f"{TR}/models/test_dynamic_training.py",
+    "test_fused.py": f"{TR}/models/test_fused.py",
+    "test_model_custom.py": f"{TR}/models/test_custom.py",
+    "test_model_dcn_v2.py": f"{TR}/models/test_dcn_v2.py",
+    "test_model_deep_fm.py": f"{TR}/models/test_deep_fm.py",
+    "test_model_dlrm.py": f"{TR}/models/test_dlrm.py",
+    "test_model_dnn.py": f"{TR}/models/test_dnn.py",
+    "test_model_wide_deep.py": f"{TR}/models/test_wide_deep.py",
+    # etj_trainer.task.
+    "test_loop_pause.py": f"{TR}/task/test_loop.py",
+    # Low-precision tables: task.rounding's stochastic rounding, through training.
+    "test_low_precision.py": f"{TR}/task/test_low_precision.py",
+    "test_server_stop.py": f"{TR}/task/test_server_stop.py",
+    "test_serving_model.py": f"{TR}/task/test_serving_model.py",
+    "test_termination.py": f"{TR}/task/test_termination.py",
+    # The whole trainer: its SDK, a job's placement, its data errors, the multi-process
+    # runs of each strategy, and the module-by-module checks of test_components.
+    "test_components.py": f"{TR}/test_components.py",
+    "test_data_errors.py": f"{TR}/test_data_errors.py",
+    "test_dynamic_ps.py": f"{TR}/test_dynamic_ps.py",
+    "test_mwms.py": f"{TR}/test_mwms.py",
+    "test_placement.py": f"{TR}/test_placement.py",
+    "test_ps_training.py": f"{TR}/test_ps_training.py",
+    "test_restore.py": f"{TR}/test_restore.py",
+    "test_sdk.py": f"{TR}/test_sdk.py",
+}
 
-# Where references to the old paths are rewritten (--product-docs adds the product's).
-REFERENCE_ROOTS = ["tests", "benchmarks", "README.md"]
-PRODUCT_ROOTS = ["operator", "trainer_image"]
+# tests/local (`etj run`, etj.local): old path -> new path, both relative to tests/local.
+# test_runner_*: what `etj run` runs, end to end.
+LOCAL_MOVES: dict[str, str] = {
+    "test_procs.py": f"{LOCAL}/test_launch.py",
+    "test_runner_backoff.py": f"{LOCAL}/test_runner_backoff.py",
+    "test_etj_run.py": f"{LOCAL}/test_runner.py",
+    "test_etj_run_scale.py": f"{LOCAL}/test_runner_scale.py",
+    "test_examples.py": f"{LOCAL}/test_runner_examples.py",
+    "test_custom_tower_run.py": f"{LOCAL}/test_runner_custom_tower.py",
+    "test_own_program.py": f"{LOCAL}/test_runner_own_program.py",
+    "test_quoted_data.py": f"{LOCAL}/test_runner_quoted_data.py",
+    "test_tfjob_shapes.py": f"{LOCAL}/test_runner_tfjob_shapes.py",
+}
 
-# A file's own edits beyond names: (new path, old text, new text).
-PATCHES = [
+SCEN = "scenarios"
+# tests/integration (a real API server): old path -> new path, relative to tests/integration.
+# scenarios/: a whole job's story through the operator and the process-backed nodes.
+INTEGRATION_MOVES: dict[str, str] = {
+    # etj.controller: the operator as a process against the API server.
+    "test_operator.py": f"{CTRL}/test_operator.py",
+    "test_operator_ha.py": f"{CTRL}/test_operator_ha.py",
+    "test_apiserver_faults.py": f"{CTRL}/test_apiserver_faults.py",
+    "test_bounded_planning.py": f"{CTRL}/test_bounded_planning.py",
+    "test_gang_scheduling.py": f"{CTRL}/test_gang_scheduling.py",
+    "test_kueue_labels.py": f"{CTRL}/test_kueue_labels.py",
+    "test_storage_server.py": f"{CTRL}/test_storage_server.py",
+    # etj.api: the CRD and the admission policy as the API server applies them.
+    "test_admission_policy.py": f"{API}/test_admission_policy.py",
+    "test_conventions.py": f"{API}/test_conventions.py",
+    "test_malformed_server.py": f"{API}/test_malformed_server.py",
+    # etj.cli.
+    "test_convert_server.py": f"{CLI}/test_convert_server.py",
+    # The test cluster itself (etj cluster, its nodes, Kueue, the binaries).
+    "test_binaries.py": f"{TC}/test_binaries.py",
+    "test_cluster.py": f"{TC}/test_cluster.py",
+    "test_cluster_lifecycle.py": f"{TC}/test_cluster_lifecycle.py",
+    "test_cluster_process_node.py": f"{TC}/test_cluster_process_node.py",
+    "test_kueue_admission.py": f"{TC}/test_kueue_admission.py",
+    "test_kueue_preemption.py": f"{TC}/test_kueue_preemption.py",
+    "test_locked_down_cli.py": f"{TC}/test_locked_down_cli.py",
+    "test_process_node_security.py": f"{TC}/test_process_node_security.py",
+    # The Helm chart.
+    "test_chart.py": "charts/test_chart.py",
+    "test_chart_ops.py": "charts/test_chart_ops.py",
+    "test_chart_process_node.py": "charts/test_chart_process_node.py",
+    "test_click_logs.py": f"{SCEN}/test_click_logs.py",
+    "test_custom_tower_node.py": f"{SCEN}/test_custom_tower_node.py",
+    "test_data_errors.py": f"{SCEN}/test_data_errors.py",
+    "test_e2e_local.py": f"{SCEN}/test_e2e_local.py",
+    "test_elastic_workers_node.py": f"{SCEN}/test_elastic_workers_node.py",
+    "test_own_program_node.py": f"{SCEN}/test_own_program_node.py",
+    "test_tfjob_shapes_node.py": f"{SCEN}/test_tfjob_shapes_node.py",
+}
+
+# A file's own edits beyond names: (its path after the move, old text, new text). Applied
+# when the old text is there (so once); a file with neither text is reported.
+UNIT_PATCHES = [
     # golden/ stays a shared folder at tests/unit (README: ETJ_UPDATE_GOLDEN).
     (
         f"{RENDER}/test_objects.py",
         'GOLDEN = Path(__file__).parent / "golden"',
         'GOLDEN = ROOT / "tests" / "unit" / "golden"',
     ),
+]
+# tests/trainer/etj_trainer is a package named as the trainer's: with tests/trainer first
+# on the path (as a script's own folder is, or the conftest put it) it would shadow it.
+TRAINER_PATCHES = [
+    (
+        "conftest.py",
+        """if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))""",
+        """# After the product (never first: its etj_trainer/, the tests of the trainer package,
+# would shadow that package): for `from harness import ...`.
+if str(HERE) not in sys.path:
+    sys.path.append(str(HERE))""",
+    ),
+    (
+        "harness.py",
+        'PYTHONPATH = os.pathsep.join([str(ROOT / "operator"), str(ROOT / "trainer_image")])',
+        """# The product, then tests/trainer: the scripts zoo runs with `python -P` (not their own
+# folder first on the path) import each other from there.
+PYTHONPATH = os.pathsep.join(
+    [str(ROOT / "operator"), str(ROOT / "trainer_image"), str(ROOT / "tests" / "trainer")]
+)""",
+    ),
+    (
+        "zoo.py",
+        '[sys.executable, str(HERE / "same_math_',
+        '[sys.executable, "-P", str(HERE / "same_math_',
+    ),
+]
+
+
+@dataclass
+class Suite:
+    """One test folder and where its files go."""
+
+    root: str
+    moves: dict[str, str]
+    # The shared helpers: stay at the root.
+    keep: set[str]
+    splits: dict[str, dict[str, tuple[str, list[str]]]] = field(default_factory=dict)
+    patches: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+SUITES = {
+    "unit": Suite(
+        "tests/unit",
+        UNIT_MOVES,
+        {"__init__.py", "conftest.py", "fake_api.py", "reconcile_helpers.py"},
+        UNIT_SPLITS,
+        UNIT_PATCHES,
+    ),
+    "trainer": Suite(
+        "tests/trainer",
+        TRAINER_MOVES,
+        {
+            "__init__.py",
+            "conftest.py",
+            "harness.py",
+            "zoo.py",
+            "same_math_chief.py",
+            "same_math_mwms.py",
+        },
+        patches=TRAINER_PATCHES,
+    ),
+    "local": Suite("tests/local", LOCAL_MOVES, {"__init__.py"}),
+    "integration": Suite(
+        "tests/integration",
+        INTEGRATION_MOVES,
+        {"__init__.py", "conftest.py", "operator_helpers.py"},
+    ),
+}
+
+# Where references to the old paths are rewritten (--product-docs adds the product's).
+REFERENCE_ROOTS = ["tests", "benchmarks", "examples", "README.md", "Makefile", ".ci"]
+PRODUCT_ROOTS = ["operator", "trainer_image"]
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".sh", ".yaml", ".yml", ".cfg", ".ini"}
+# References that name no one file, or a module by its name alone: (the suites that must
+# have moved, old text, new text).
+REFERENCE_TEXTS = [
+    (
+        {"trainer"},
+        "tests/trainer/test_model_*.py",
+        "tests/trainer/etj_trainer/models/test_<architecture>.py",
+    ),
+    (
+        {"trainer"},
+        "tests/trainer/test_model_<architecture>.py",
+        "tests/trainer/etj_trainer/models/test_<architecture>.py",
+    ),
+    ({"trainer", "local"}, "(test_model_dnn, test_etj_run)", "(test_dnn, test_runner)"),
+    ({"local"}, "layout: test_quoted_data)", "layout: test_runner_quoted_data)"),
 ]
 
 
@@ -175,27 +380,31 @@ def say(msg: str) -> None:
     print(f"mirror_tests: {msg}")
 
 
-def dotted(rel: str) -> str:
-    """tests/unit-relative file -> its module name."""
-    return "tests.unit." + rel[: -len(".py")].replace("/", ".")
+def dotted(root: str, rel: str) -> str:
+    """A suite's file (relative to its root) -> its module name."""
+    return root.replace("/", ".") + "." + rel[: -len(".py")].replace("/", ".")
 
 
 def depth(rel: str) -> int:
     return rel.count("/")
 
 
-# The old module name of a moved file (tests.unit.test_x) -> the new one.
-NEW_MODULE = {dotted(old): dotted(new) for old, new in MOVES.items()}
+# The old module name of a moved file (tests.unit.test_x) -> the new one, every suite's.
+NEW_MODULE = {
+    dotted(s.root, old): dotted(s.root, new)
+    for s in SUITES.values()
+    for old, new in s.moves.items()
+}
 
 
 # --- 1. package folders ---------------------------------------------------------------------
 
 
-def make_packages(targets: list[str]) -> None:
+def make_packages(suite: Suite, targets: list[str]) -> None:
     for rel in targets:
         d = Path(rel).parent
         while str(d) != ".":
-            init = ROOT / UNIT / d / "__init__.py"
+            init = ROOT / suite.root / d / "__init__.py"
             if not init.exists():
                 init.parent.mkdir(parents=True, exist_ok=True)
                 init.write_text("")
@@ -203,7 +412,7 @@ def make_packages(targets: list[str]) -> None:
             d = d.parent
 
 
-# --- 3. each moved file's own rewrite -----------------------------------------------------------
+# --- 3. imports and paths -------------------------------------------------------------------
 
 REL_FROM = re.compile(
     r"^(?P<indent>[ \t]*)from (?P<dots>\.+)(?P<mod>[\w.]*) import (?P<names>.+)$", re.M
@@ -211,23 +420,30 @@ REL_FROM = re.compile(
 PARENTS = re.compile(r"Path\(__file__\)\.resolve\(\)\.parents\[(\d+)\]")
 
 
-def absolute(old: str, dots: str, mod: str) -> str:
-    """The absolute module a relative import of the file at ``old`` names."""
-    package = dotted(old).split(".")[:-1]
+def absolute(module: str, dots: str, mod: str) -> str:
+    """The absolute module a relative import in ``module`` names."""
+    package = module.split(".")[:-1]
     base = package[: len(package) - (len(dots) - 1)]
     return ".".join(base + ([mod] if mod else []))
 
 
-def rewrite_moved(old: str, new: str, text: str) -> str:
+def rewrite_imports(module: str, text: str, only_moved: bool) -> str:
+    """``module``'s relative imports as absolute imports of the new places: all of them
+    (a moved file), or only those of a moved module (``only_moved``: a file that stays)."""
     renames: dict[str, str] = {}
 
     def from_import(m: re.Match[str]) -> str:
-        target = absolute(old, m["dots"], m["mod"])
+        target = absolute(module, m["dots"], m["mod"])
         if m["mod"]:  # from .x import a, b
+            if only_moved and target not in NEW_MODULE:
+                return m[0]
             return f"{m['indent']}from {NEW_MODULE.get(target, target)} import {m['names']}"
         # from . import x, y: each a module of that package; one import line each.
+        names = [n.strip() for n in m["names"].split(",")]
+        if only_moved and not any(f"{target}.{n}" in NEW_MODULE for n in names):
+            return m[0]
         lines = []
-        for name in (n.strip() for n in m["names"].split(",")):
+        for name in names:
             full = f"{target}.{name}"
             moved = NEW_MODULE.get(full, full)
             parent, _, leaf = moved.rpartition(".")
@@ -239,28 +455,46 @@ def rewrite_moved(old: str, new: str, text: str) -> str:
     text = REL_FROM.sub(from_import, text)
     for old_name, new_name in renames.items():
         text = re.sub(rf"\b{re.escape(old_name)}\b", new_name, text)
-    shift = depth(new) - depth(old)
-    text = PARENTS.sub(lambda m: f"Path(__file__).resolve().parents[{int(m[1]) + shift}]", text)
-    for path, before, after in PATCHES:
-        if path == new:
-            text = text.replace(before, after)
     return text
+
+
+def rewrite_moved(suite: Suite, old: str, new: str, text: str) -> str:
+    text = rewrite_imports(dotted(suite.root, old), text, only_moved=False)
+    shift = depth(new) - depth(old)
+    return PARENTS.sub(lambda m: f"Path(__file__).resolve().parents[{int(m[1]) + shift}]", text)
+
+
+def rewrite_stayed(suite: Suite) -> int:
+    """The files left at the root (helpers, files no table places) import moved modules
+    from their new places."""
+    changed = 0
+    for p in sorted((ROOT / suite.root).glob("*.py")):
+        rel = p.relative_to(ROOT / suite.root).as_posix()
+        text = p.read_text()
+        new = rewrite_imports(dotted(suite.root, rel), text, only_moved=True)
+        if new != text:
+            p.write_text(new)
+            changed += 1
+    return changed
 
 
 # --- 2. moves and splits --------------------------------------------------------------------
 
 
-def move(old: str, new: str) -> None:
-    src, dst = ROOT / UNIT / old, ROOT / UNIT / new
+def move(suite: Suite, old: str, new: str) -> bool:
+    src, dst = ROOT / suite.root / old, ROOT / suite.root / new
     if dst.exists():
-        raise SystemExit(f"both {UNIT}/{old} and {UNIT}/{new} exist: merge them by hand, re-run")
+        return False
     dst.parent.mkdir(parents=True, exist_ok=True)
     git("mv", src.relative_to(ROOT).as_posix(), dst.relative_to(ROOT).as_posix())
-    dst.write_text(rewrite_moved(old, new, dst.read_text()))
+    dst.write_text(rewrite_moved(suite, old, new, dst.read_text()))
+    return True
 
 
-def split(old: str, parts: dict[str, tuple[str, list[str]]]) -> None:
-    src = ROOT / UNIT / old
+def split(suite: Suite, old: str, parts: dict[str, tuple[str, list[str]]]) -> bool:
+    if any((ROOT / suite.root / new).exists() for new in parts):
+        return False
+    src = ROOT / suite.root / old
     text = src.read_text()
     tree = ast.parse(text)
     lines = text.splitlines(keepends=True)
@@ -271,100 +505,197 @@ def split(old: str, parts: dict[str, tuple[str, list[str]]]) -> None:
     doc = ast.get_docstring(tree, clean=False)
     header = "".join(lines[: first - 1])
     taken: set[str] = set()
+    for name in (n for _, names in parts.values() for n in names):
+        taken.add(name)
+    left = set(funcs) - taken
+    if any(n.startswith("test_") for n in left):
+        raise SystemExit(f"{suite.root}/{old}: tests no part takes: {sorted(left)}")
     for new, (docstring, names) in parts.items():
         body = []
         for name in names:
             n = funcs[name]
             start = n.decorator_list[0].lineno if n.decorator_list else n.lineno
             body.append("".join(lines[start - 1 : n.end_lineno]))
-            taken.add(name)
         head = header.replace(f'"""{doc}"""', f'"""{docstring}"""', 1)
-        out = rewrite_moved(old, new, head + "\n\n".join(body))
-        dst = ROOT / UNIT / new
-        if dst.exists():
-            raise SystemExit(f"{UNIT}/{new} exists: merge it by hand, re-run")
-        dst.write_text(out)
+        dst = ROOT / suite.root / new
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(rewrite_moved(suite, old, new, head + "\n\n".join(body)))
         git("add", dst.relative_to(ROOT).as_posix())
-    left = set(funcs) - taken
-    if any(n.startswith("test_") for n in left):
-        raise SystemExit(f"{UNIT}/{old}: tests no part takes: {sorted(left)}")
     git("rm", "-q", src.relative_to(ROOT).as_posix())
+    return True
 
 
-# --- 4. references ---------------------------------------------------------------------------
+# --- 4. a file's own edits ----------------------------------------------------------------------
 
 
-def references(roots: list[str]) -> int:
-    pairs = {f"{UNIT}/{o}": f"{UNIT}/{n}" for o, n in MOVES.items()}
-    pairs |= {f"{UNIT}/{o}": f"{UNIT}/{Path(n).parent}/" for o, p in SPLITS.items() for n in p}
+def patch(suite: Suite) -> list[str]:
+    """Apply the suite's patches; return those whose file has neither text (fix by hand)."""
+    unmatched = []
+    for rel, before, after in suite.patches:
+        p = ROOT / suite.root / rel
+        if not p.exists():
+            continue
+        text = p.read_text()
+        if before in text:
+            p.write_text(text.replace(before, after))
+        elif after not in text:
+            unmatched.append(f"{suite.root}/{rel}")
+    return unmatched
+
+
+# --- 5. references ---------------------------------------------------------------------------
+
+
+def done_moves(suite: Suite) -> dict[str, str]:
+    """The suite's moves made (now or before): old path -> new path, relative to the root."""
+    return {
+        o: n
+        for o, n in suite.moves.items()
+        if (ROOT / suite.root / n).exists() and not (ROOT / suite.root / o).exists()
+    }
+
+
+def is_text(p: Path) -> bool:
+    """A file whose references to test paths are rewritten: text, the Makefile, a script."""
+    if p.suffix in TEXT_SUFFIXES or p.name == "Makefile":
+        return True
+    return not p.suffix and p.read_bytes().startswith(b"#!")
+
+
+def references(suites: list[Suite], texts: list[tuple[str, str]], roots: list[str]) -> int:
+    """Rewrite the moved files' old paths (with or without ``.py``, ``::test`` after) and
+    old module names in the files under ``roots``."""
+    pairs: dict[str, str] = {}  # old -> new, as a path without .py, or a dotted name
+    folders: dict[str, str] = {}  # a split file's old path -> the folder of its parts
+    for s in suites:
+        for o, n in done_moves(s).items():
+            pairs[f"{s.root}/{o}".removesuffix(".py")] = f"{s.root}/{n}".removesuffix(".py")
+            pairs[dotted(s.root, o)] = dotted(s.root, n)
+        for o, parts in s.splits.items():
+            if not (ROOT / s.root / o).exists():
+                folders[f"{s.root}/{o}"] = f"{s.root}/{Path(next(iter(parts))).parent}/"
     patterns = [
         (re.compile(rf"(?<![\w/.-]){re.escape(o)}(?![\w-])"), n)
         for o, n in sorted(pairs.items(), key=lambda p: -len(p[0]))
-    ]
+    ] + [(re.compile(rf"(?<![\w/.-]){re.escape(o)}"), n) for o, n in folders.items()]
     changed = 0
     for root in roots:
         for rel in git("ls-files", "--", root).splitlines():
             p = ROOT / rel
-            if rel in HISTORY or not p.is_file() or p.suffix not in {".py", ".md", ".toml", ".txt"}:
+            if rel in HISTORY or not p.is_file() or not is_text(p):
                 continue
             text = p.read_text()
             new = text
+            for old_text, new_text in texts:
+                new = new.replace(old_text, new_text)
             for pat, repl in patterns:
-                new = pat.sub(repl, new)
+                new = pat.sub(lambda _m, r=repl: r, new)
             if new != text:
                 p.write_text(new)
                 changed += 1
     return changed
 
 
-# --- 5. format ----------------------------------------------------------------------------
+# --- 6. format ----------------------------------------------------------------------------
 
 
-def fmt() -> None:
+def fmt(roots: list[str]) -> None:
     if importlib.util.find_spec("ruff") is None:
         say("WARNING: no ruff in this interpreter (run it with .venv/bin/python); run `make fmt`")
         return
     for args in (["check", "--fix", "-q"], ["format", "-q"]):
-        subprocess.run([sys.executable, "-m", "ruff", *args, UNIT], cwd=ROOT, check=False)
+        subprocess.run([sys.executable, "-m", "ruff", *args, *roots], cwd=ROOT, check=False)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-format", action="store_true", help="skip ruff --fix / format")
-    ap.add_argument(
-        "--product-docs",
-        action="store_true",
-        help="also rewrite the old test paths the product's docstrings name",
-    )
-    args = ap.parse_args()
-    if not (ROOT / UNIT).is_dir():
-        sys.exit("run from the repository root")
-    todo = {o: n for o, n in MOVES.items() if (ROOT / UNIT / o).exists()}
-    splits = {o: p for o, p in SPLITS.items() if (ROOT / UNIT / o).exists()}
-    make_packages([*todo.values(), *(n for p in splits.values() for n in p)])
+def run_suite(name: str, suite: Suite) -> tuple[list[str], list[str]]:
+    """Move one suite; return the moves it could not make, and the patches it could not
+    apply."""
+    todo = {o: n for o, n in suite.moves.items() if (ROOT / suite.root / o).exists()}
+    splits = {o: p for o, p in suite.splits.items() if (ROOT / suite.root / o).exists()}
+    make_packages(suite, [*todo.values(), *(n for p in splits.values() for n in p)])
+    conflicts = []
+    moved = 0
     for old, new in todo.items():
-        move(old, new)
+        if move(suite, old, new):
+            moved += 1
+        else:
+            conflicts.append(f"{suite.root}/{old} and {suite.root}/{new}")
+    done_splits = 0
     for old, parts in splits.items():
-        split(old, parts)
-    say(f"moved {len(todo)} files, split {len(splits)}")
+        if split(suite, old, parts):
+            done_splits += 1
+        else:
+            conflicts.append(f"{suite.root}/{old} and parts of it in {sorted(parts)}")
     # An emptied old folder (tests/unit/api) goes, with its __init__.py.
-    for d in sorted({Path(o).parent for o in MOVES if "/" in o}, reverse=True):
-        folder = ROOT / UNIT / d
+    for d in sorted({Path(o).parent for o in suite.moves if "/" in o}, reverse=True):
+        folder = ROOT / suite.root / d
         if folder.is_dir() and not any(
             p.suffix == ".py" and p.name != "__init__.py" for p in folder.rglob("*")
         ):
             if (folder / "__init__.py").exists():
                 git("rm", "-q", (folder / "__init__.py").relative_to(ROOT).as_posix())
             shutil.rmtree(folder, ignore_errors=True)
+    stayed = rewrite_stayed(suite)
+    unmatched = patch(suite)
+    say(
+        f"{name}: moved {moved} files, split {done_splits}, "
+        f"imports of moved modules rewritten in {stayed} files that stay"
+    )
+    return conflicts, unmatched
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--suite",
+        action="append",
+        choices=sorted(SUITES),
+        help="move only this suite (repeatable); default: every suite",
+    )
+    ap.add_argument("--no-format", action="store_true", help="skip ruff --fix / format")
+    ap.add_argument(
+        "--product-docs",
+        action="store_true",
+        help="also rewrite the old test paths the product's docstrings name",
+    )
+    ap.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit status 1 when a test file is left at a suite's root that no table places",
+    )
+    args = ap.parse_args()
+    if not (ROOT / SELF).is_file():
+        sys.exit("run from the repository root")
+    names = args.suite or list(SUITES)
+    conflicts: list[str] = []
+    unmatched: list[str] = []
+    for name in names:
+        c, u = run_suite(name, SUITES[name])
+        conflicts += c
+        unmatched += u
+    suites = [SUITES[n] for n in names]
+    texts = [(o, n) for need, o, n in REFERENCE_TEXTS if need <= set(names)]
     roots = REFERENCE_ROOTS + (PRODUCT_ROOTS if args.product_docs else [])
-    say(f"references rewritten in {references(roots)} files")
+    say(f"references rewritten in {references(suites, texts, roots)} files")
     if not args.no_format:
-        fmt()
-    git("add", "-A", "--", UNIT)
-    left = sorted(p.name for p in (ROOT / UNIT).glob("test_*.py") if p.name not in KEEP)
+        fmt([s.root for s in suites])
+    for s in suites:
+        git("add", "-A", "--", s.root)
+    left = [
+        f"{s.root}/{p.name}"
+        for s in suites
+        for p in sorted((ROOT / s.root).glob("test_*.py"))
+        if p.name not in s.keep
+    ]
     if left:
-        say(f"WARNING: not placed (add them to MOVES): {left}")
+        say(f"WARNING: not placed (add them to the suite's table, run again): {left}")
+    for c in conflicts:
+        say(f"ERROR: both {c} exist: merge them by hand, run again")
+    for u in unmatched:
+        say(f"ERROR: {u} has changed: make its PATCHES edit by hand")
     say("done; review with `git status` and run `make lint`")
+    if conflicts or unmatched or (left and args.strict):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
