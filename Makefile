@@ -64,7 +64,7 @@ unit: venv
 binaries:
 	bash tests/cluster/build-binaries.sh
 
-# Kueue's manager from Go modules, for tests/integration/test_kueue_admission.py (skipped
+# Kueue's manager from Go modules, for tests/integration/etj_testcluster/test_kueue_admission.py (skipped
 # without it).
 kueue:
 	nice -n 19 bash tests/cluster/build-kueue.sh

@@ -10,7 +10,7 @@ and loss; the job's status has the final step).
     etj run examples/own-program.yaml      # on this machine
     kubectl apply -f examples/own-program.yaml   # with the program in your image
 
-(tests/local/test_own_program.py runs this job, with a worker killed mid-way.)
+(tests/local/etj/local/test_runner_own_program.py runs this job, with a worker killed mid-way.)
 """
 
 from __future__ import annotations

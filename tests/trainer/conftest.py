@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+# After the product (never first: its etj_trainer/, the tests of the trainer package,
+# would shadow that package): for `from harness import ...`.
 if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+    sys.path.append(str(HERE))
 ROOT = HERE.parents[1]
 for p in (ROOT / "operator", ROOT / "trainer_image"):
     if str(p) not in sys.path:

@@ -29,7 +29,11 @@ from etj.core.planner import build_plan
 from etj_testcluster.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHONPATH = os.pathsep.join([str(ROOT / "operator"), str(ROOT / "trainer_image")])
+# The product, then tests/trainer: the scripts zoo runs with `python -P` (not their own
+# folder first on the path) import each other from there.
+PYTHONPATH = os.pathsep.join(
+    [str(ROOT / "operator"), str(ROOT / "trainer_image"), str(ROOT / "tests" / "trainer")]
+)
 
 
 def free_ports(n: int) -> list[int]:

@@ -78,7 +78,7 @@ def same_math(
         env["TF_CONFIG"] = job.tf_config("chief", 0)
         env["ETJ_TRAINER_CONFIG"] = str(job.config_path)
         proc = subprocess.run(
-            [sys.executable, str(HERE / "same_math_chief.py")],
+            [sys.executable, "-P", str(HERE / "same_math_chief.py")],
             env=env,
             capture_output=True,
             text=True,
@@ -123,7 +123,7 @@ def same_math_mirrored(
     env.pop("TF_CONFIG", None)
     env["ETJ_TRAINER_CONFIG"] = str(job.config_path)
     proc = subprocess.run(
-        [sys.executable, str(HERE / "same_math_mwms.py"), "local", str(reference)],
+        [sys.executable, "-P", str(HERE / "same_math_mwms.py"), "local", str(reference)],
         env=env,
         capture_output=True,
         text=True,
@@ -139,7 +139,13 @@ def same_math_mirrored(
             out = (workdir / f"worker-{i}.out").open("w")
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, str(HERE / "same_math_mwms.py"), "worker", str(reference)],
+                    [
+                        sys.executable,
+                        "-P",
+                        str(HERE / "same_math_mwms.py"),
+                        "worker",
+                        str(reference),
+                    ],
                     env=env,
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -57,7 +57,7 @@ Placement — the rule TensorFlow 2.21 follows and this plan mirrors
 So the trainer creates the table variables first, in ``model.embeddings`` order, with a
 partitioner that returns exactly the planned shard count for each table (and 1 for any
 other variable); shard ``j`` of table ``t`` then lands on ps
-``(shards of the tables before t + j) % num_ps``. ``tests/trainer/test_placement.py``
+``(shards of the tables before t + j) % num_ps``. ``tests/trainer/etj_trainer/test_placement.py``
 checks this against real TensorFlow processes.
 
 Memory. A ps requests ``held x psMemoryHeadroom + psBaseMemory`` plus what a restore

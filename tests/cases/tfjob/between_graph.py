@@ -9,7 +9,7 @@ its variables on the ps (``replica_device_setter``) and trains it in a
 the variables and reports progress. Each task writes one JSON line ``{"event": "role", ...}``
 saying what it saw, so the test can check the roles. No data: the examples are random.
 
-tests/local/test_tfjob_shapes.py runs it under ``etj run``.
+tests/local/etj/local/test_runner_tfjob_shapes.py runs it under ``etj run``.
 """
 
 from __future__ import annotations

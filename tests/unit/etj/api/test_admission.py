@@ -1,5 +1,5 @@
 """The chart's admission policy as ``etj validate`` applies it (etj.api.admission), over the
-same cases the real API server gets (tests/integration/test_admission_policy.py), and the
+same cases the real API server gets (tests/integration/etj/api/test_admission_policy.py), and the
 generated chart template kept in step with the rules."""
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def test_the_example_validates_and_plans() -> None:
     "example", ["criteo-wide-deep", "criteo-deepfm", "criteo-dcn-v2", "criteo-dlrm"]
 )
 def test_each_criteo_example_is_criteo_yaml_with_another_architecture(example: str) -> None:
-    """One Criteo example per architecture (tests/local/test_examples.py trains each): the
+    """One Criteo example per architecture (tests/local/etj/local/test_runner_examples.py trains each): the
     same columns, tables, data and training as criteo.yaml; only the name and the
     architecture with its settings differ, so they cannot drift apart."""
     base = yaml.safe_load((ROOT / "examples" / "criteo.yaml").read_text())

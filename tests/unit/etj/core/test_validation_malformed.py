@@ -1,6 +1,6 @@
 """Every malformed job gets a specific message from `etj validate`, and the generated CRD
 schema rejects exactly the cases a schema can express (the API server itself checks the
-same corpus in tests/integration/test_malformed_server.py)."""
+same corpus in tests/integration/etj/api/test_malformed_server.py)."""
 
 from __future__ import annotations
 

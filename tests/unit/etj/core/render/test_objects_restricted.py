@@ -1,7 +1,7 @@
 """Locked-down clusters (issue 15, item 4): every pod etj renders, and the chart's operator
 pod, carries what Pod Security ``restricted`` demands, with the same numeric non-root user
 the images run as (so ``runAsNonRoot`` holds whichever of the two a cluster reads).
-The real API server's admission of these pods is tested in tests/integration/test_chart.py."""
+The real API server's admission of these pods is tested in tests/integration/charts/test_chart.py."""
 
 from __future__ import annotations
 
