@@ -268,21 +268,35 @@ INTEGRATION_MOVES: dict[str, str] = {
     "test_tfjob_shapes_node.py": f"{SCEN}/test_tfjob_shapes_node.py",
 }
 
-# A file's own edits beyond names: (its path after the move, old text, new text). Applied
-# when the old text is there (so once); a file with neither text is reported.
+# A file's own edits beyond names: (its path after the move, from the repository root; old
+# text, new text). Applied when the old text is there (so once); a file with neither text
+# is reported.
 UNIT_PATCHES = [
     # golden/ stays a shared folder at tests/unit (README: ETJ_UPDATE_GOLDEN).
     (
-        f"{RENDER}/test_objects.py",
+        f"tests/unit/{RENDER}/test_objects.py",
         'GOLDEN = Path(__file__).parent / "golden"',
         'GOLDEN = ROOT / "tests" / "unit" / "golden"',
     ),
 ]
 # tests/trainer/etj_trainer is a package named as the trainer's: with tests/trainer first
-# on the path (as a script's own folder is, or the conftest put it) it would shadow it.
+# on the path (as a script's own folder is, or the conftest or a benchmark put it) it would
+# shadow it.
+BENCHMARK_PATH = (
+    'for _p in (ROOT / "operator", ROOT / "trainer_image", ROOT / "tests" / "trainer"):\n'
+    "    sys.path.insert(0, str(_p))"
+)
+BENCHMARK_PATH_AFTER = (
+    "# tests/trainer (harness, zoo) after the product: its etj_trainer/ holds the trainer's "
+    "tests.\n"
+    'for _p in (ROOT / "tests" / "trainer", ROOT / "operator", ROOT / "trainer_image"):\n'
+    "    sys.path.insert(0, str(_p))"
+)
 TRAINER_PATCHES = [
+    ("benchmarks/model_quality.py", BENCHMARK_PATH, BENCHMARK_PATH_AFTER),
+    ("benchmarks/trainer_throughput.py", BENCHMARK_PATH, BENCHMARK_PATH_AFTER),
     (
-        "conftest.py",
+        "tests/trainer/conftest.py",
         """if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))""",
         """# After the product (never first: its etj_trainer/, the tests of the trainer package,
@@ -291,7 +305,7 @@ if str(HERE) not in sys.path:
     sys.path.append(str(HERE))""",
     ),
     (
-        "harness.py",
+        "tests/trainer/harness.py",
         'PYTHONPATH = os.pathsep.join([str(ROOT / "operator"), str(ROOT / "trainer_image")])',
         """# The product, then tests/trainer: the scripts zoo runs with `python -P` (not their own
 # folder first on the path) import each other from there.
@@ -300,7 +314,7 @@ PYTHONPATH = os.pathsep.join(
 )""",
     ),
     (
-        "zoo.py",
+        "tests/trainer/zoo.py",
         '[sys.executable, str(HERE / "same_math_',
         '[sys.executable, "-P", str(HERE / "same_math_',
     ),
@@ -532,14 +546,14 @@ def patch(suite: Suite) -> list[str]:
     """Apply the suite's patches; return those whose file has neither text (fix by hand)."""
     unmatched = []
     for rel, before, after in suite.patches:
-        p = ROOT / suite.root / rel
+        p = ROOT / rel
         if not p.exists():
             continue
         text = p.read_text()
         if before in text:
             p.write_text(text.replace(before, after))
         elif after not in text:
-            unmatched.append(f"{suite.root}/{rel}")
+            unmatched.append(rel)
     return unmatched
 
 
