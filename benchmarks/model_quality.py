@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT / "operator", ROOT / "trainer_image", ROOT / "tests" / "trainer"):
+# tests/trainer (harness, zoo) after the product: its etj_trainer/ holds the trainer's tests.
+for _p in (ROOT / "tests" / "trainer", ROOT / "operator", ROOT / "trainer_image"):
     sys.path.insert(0, str(_p))
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -83,7 +83,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT / "operator", ROOT / "trainer_image", ROOT / "tests" / "trainer"):
+# tests/trainer (harness, zoo) after the product: its etj_trainer/ holds the trainer's tests.
+for _p in (ROOT / "tests" / "trainer", ROOT / "operator", ROOT / "trainer_image"):
     sys.path.insert(0, str(_p))
 
 from harness import LocalJob, trainer_config, trainer_env  # noqa: E402
