@@ -12,7 +12,9 @@ import kopf
 import pytest
 from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
 
-from etj.controller.handlers import job_loop
+from etj.controller.cache import WatchCache
+from etj.controller.handlers import _resync_forever, job_loop, resync, watch_pods
+from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Outcome
 
 
@@ -80,3 +82,82 @@ def test_an_exiting_operator_makes_no_last_pass() -> None:
     reconciler, memo = asyncio.run(_run(kopf.DaemonStoppingReason.OPERATOR_EXITING))
     assert reconciler.calls == 1 and reconciler.finished == 0
     assert memo.wakeups == {}
+
+
+def _pod(name: str, rv: str, job: str = "j") -> dict[str, Any]:
+    labels = {"training.etj.dev/job-name": job}
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv, "labels": labels}}
+
+
+class WatchingKube:
+    """Each watch opened gets the next script: events, then an exception or the end; the
+    versions the watches started from, and the lists of the resyncs, are recorded."""
+
+    def __init__(self, scripts: list[tuple[list[tuple[str, Any]], Exception | None]]) -> None:
+        self.scripts = scripts
+        self.since: list[str] = []
+        self.lists = 0
+        self.pods: list[dict[str, Any]] = []
+
+    async def watch_managed_pods(self, namespace: str | None, since: str) -> Any:
+        self.since.append(since)
+        if not self.scripts:
+            await asyncio.Event().wait()  # an open watch with nothing to say
+        events, end = self.scripts.pop(0)
+        for event in events:
+            yield event
+        if end is not None:
+            raise end
+
+    async def list_jobs(self, namespace: str | None) -> Any:
+        return [], "100"
+
+    async def list_managed_pods(self, namespace: str | None) -> Any:
+        self.lists += 1
+        return list(self.pods), str(100 * self.lists)
+
+
+def test_the_pod_watch_feeds_the_cache_wakes_its_job_and_takes_up_where_it_ended() -> None:
+    kube = WatchingKube(
+        [
+            (
+                [
+                    ("ADDED", _pod("j-chief-0", "101")),
+                    ("BOOKMARK", {"metadata": {"resourceVersion": "103"}}),
+                ],
+                None,
+            ),
+            ([("MODIFIED", _pod("j-chief-0", "104"))], ConnectionError("the API is away")),
+            ([("ADDED", _pod("k-chief-0", "105", job="k"))], WatchExpired("105")),
+        ]
+    )
+    kube.pods = [_pod("j-chief-0", "104")]  # k-chief-0 was deleted while the watch was away
+
+    async def scenario() -> Any:
+        memo = SimpleNamespace(
+            reconciler=SimpleNamespace(kube=kube),
+            cache=WatchCache(),
+            namespaces=["ns"],
+            wakeups={("ns", "j"): asyncio.Event()},
+            resync_due=asyncio.Event(),
+            resynced=asyncio.Event(),
+            pods_versions={},
+            settings=SimpleNamespace(resync_seconds=30),
+        )
+        await resync(memo)
+        resyncs = asyncio.create_task(_resync_forever(memo))
+        watch = asyncio.create_task(watch_pods(memo, "ns"))
+        await asyncio.wait_for(memo.wakeups[("ns", "j")].wait(), 5)
+        while len(kube.since) < 4:  # the fourth watch, after the resync its expiry asked
+            await asyncio.sleep(0.01)  # polling, bounded by the test's timeout below
+        watch.cancel()
+        resyncs.cancel()
+        return memo
+
+    memo = asyncio.run(asyncio.wait_for(scenario(), 10))
+    # From the first resync's version; after the API went away, from the last version
+    # seen (a bookmark's included); after the expiry, from the new resync's.
+    assert kube.since == ["100", "103", "104", "200"]
+    assert kube.lists == 2
+    assert [p["metadata"]["name"] for p in memo.cache.job_pods("ns", "j")] == ["j-chief-0"]
+    assert memo.cache.job_pods("ns", "k") == []  # dropped by the resync
