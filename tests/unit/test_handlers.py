@@ -13,7 +13,13 @@ import pytest
 from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
 
 from etj.controller.cache import WatchCache
-from etj.controller.handlers import _resync_forever, job_loop, resync, watch_pods
+from etj.controller.handlers import (
+    RELIST_PERIODS,
+    _resync_forever,
+    job_loop,
+    resync,
+    watch_pods,
+)
 from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Outcome
 
@@ -161,3 +167,58 @@ def test_the_pod_watch_feeds_the_cache_wakes_its_job_and_takes_up_where_it_ended
     assert kube.lists == 2
     assert [p["metadata"]["name"] for p in memo.cache.job_pods("ns", "j")] == ["j-chief-0"]
     assert memo.cache.job_pods("ns", "k") == []  # dropped by the resync
+
+
+class FlakyLists(WatchingKube):
+    """Lists the pods; the lists it is told to fail raise (the API is away)."""
+
+    def __init__(self, failing: set[int]) -> None:
+        super().__init__([])
+        self.failing = failing
+
+    async def list_managed_pods(self, namespace: str | None) -> Any:
+        if self.lists + 1 in self.failing:
+            self.failing.discard(self.lists + 1)
+            raise ConnectionError("the API is away")
+        return await super().list_managed_pods(namespace)
+
+
+def test_every_period_wakes_every_job_and_a_full_list_is_made_when_asked_or_as_a_backstop():
+    kube = FlakyLists(failing={2})
+    period = 0.02
+
+    async def scenario() -> tuple[int, int, int]:
+        wake = asyncio.Event()
+        memo = SimpleNamespace(
+            reconciler=SimpleNamespace(kube=kube),
+            cache=WatchCache(),
+            namespaces=["ns"],
+            wakeups={("ns", "j"): wake},
+            resync_due=asyncio.Event(),
+            resynced=asyncio.Event(),
+            pods_versions={},
+            settings=SimpleNamespace(resync_seconds=period),
+        )
+        task = asyncio.create_task(_resync_forever(memo))
+        wakes = 0
+        for _ in range(RELIST_PERIODS - 1):  # periods without a list
+            await asyncio.wait_for(wake.wait(), 5)
+            wake.clear()
+            wakes += 1
+        lists_before = kube.lists
+        await asyncio.wait_for(wake.wait(), 5)  # the backstop's period
+        backstop = kube.lists - lists_before
+        wake.clear()
+        memo.resync_due.set()  # a watch asks; the list fails once...
+        waits = 0
+        while kube.lists < 2:
+            await asyncio.wait_for(wake.wait(), 5)
+            wake.clear()
+            waits += 1
+        task.cancel()
+        return wakes, lists_before, backstop, waits
+
+    wakes, lists_before, backstop, waits = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert (wakes, lists_before, backstop) == (RELIST_PERIODS - 1, 0, 1)
+    # ...and the very next period lists again (not the backstop's, periods later).
+    assert kube.failing == set() and waits == 1

@@ -10,9 +10,10 @@ API's answers to those writes as well.)
 
 Correctness rests on full resyncs from the API (``resync``: one LIST of the jobs and one of
 the operator's pods, objects missing from the lists dropped): once on start, before any
-reconcile; whenever a watch is taken up again after it expired (a re-listing shows what exists, never
-what was deleted while the watch was away: a listed object that looks unchanged proves
-nothing); and every resync period.
+reconcile; whenever a watch is taken up again after it expired (a re-listing shows what
+exists, never what was deleted while the watch was away: a listed object that looks
+unchanged proves nothing); and every few resync periods as a backstop (``handlers.RELIST_PERIODS``: a
+healthy watch misses nothing).
 
 Objects are compared by resourceVersion so that an older copy (a late watch event after
 the operator's own write) never replaces a newer one. Kubernetes calls resourceVersions

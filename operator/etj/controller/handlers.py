@@ -7,12 +7,12 @@ unfinished job gets a kopf daemon that runs ``Reconciler.reconcile`` whenever th
 one of its pods changes, when a decision asks to be requeued (back-off, TTL, deadline,
 progress), and at least every ``resync_seconds``; all from the cache, so an idle job costs
 the API server nothing. A finished job's loop ends (after its TTL if it has one). The
-cache is filled from the API before the first reconcile, again every ``resync_seconds``
-(one LIST of jobs, one of pods), soon after kopf re-lists the jobs following an expired
-watch, and before the pod watch starts again after its version expired (a re-listing
-cannot show what was deleted meanwhile). kopf provides the job watch, the daemon
-lifecycle, retries of failed passes and the liveness endpoint. Daemons put a finalizer on
-the job, so deleting a job needs the operator running.
+cache is filled from the API (one LIST of jobs, one of pods) before the first reconcile,
+soon after kopf re-lists the jobs following an expired watch, before the pod watch starts
+again after its version expired (a re-listing cannot show what was deleted meanwhile),
+and, as a backstop, every ``RELIST_PERIODS`` resync periods. kopf provides the job watch,
+the daemon lifecycle, retries of failed passes and the liveness endpoint. Daemons put a
+finalizer on the job, so deleting a job needs the operator running.
 """
 
 from __future__ import annotations
@@ -142,20 +142,35 @@ async def watch_pods(memo: kopf.Memo, namespace: str | None) -> None:
             delay = min(delay * 2, 30.0)
 
 
+# A full resync (a LIST of every job and pod) when a watch asks for one, else every this
+# many resync periods. The watches miss nothing while they are healthy (an API server that
+# cannot replay what a watch missed answers 410, and that asks for a resync), so the
+# periodic LIST is only a backstop; each one is a few MB of pods to decode on the event
+# loop (on the burst: up to seconds of it, every job's loop held up meanwhile). Every
+# period still wakes every job's loop (its pass reads the cache).
+RELIST_PERIODS = 10
+
+
 async def _resync_forever(memo: kopf.Memo) -> None:
     due: asyncio.Event = memo.resync_due
+    periods = 0
+    asked = False
     while True:
         try:
             await asyncio.wait_for(due.wait(), memo.settings.resync_seconds)
             await asyncio.sleep(1.0)  # a re-listing arrives as many events: resync once
+            asked = True
         except TimeoutError:
             pass
         due.clear()
-        try:
-            await resync(memo)
-        except Exception as exc:  # the API may be briefly away; the next round retries
-            log.warning("resync from the API failed: %s", exc)
-            continue
+        periods += 1
+        if asked or periods >= RELIST_PERIODS:
+            try:
+                await resync(memo)
+            except Exception as exc:  # the API may be briefly away; the next period retries
+                log.warning("resync from the API failed: %s", exc)
+                continue
+            periods, asked = 0, False
         for wake in list(memo.wakeups.values()):
             wake.set()
 
