@@ -187,7 +187,7 @@ class Stream:
         self.released = False
         self.reason, self.headers, self.data = "Error", {}, b'{"message": "no"}'
 
-    def stream(self, amt: Any = None, decode_content: bool = True) -> Any:
+    def stream(self, **_: Any) -> Any:
         yield from self.chunks
         if self.more:
             self.shut.wait(10)

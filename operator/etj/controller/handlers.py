@@ -48,13 +48,13 @@ class NoEssenceStorage(kopf.DiffBaseStorage):
     a daemon. The copies of a burst's pods were the largest single cost of kopf's event
     processing, so no essence is built, stored or fetched: every object looks unchanged."""
 
-    def build(self, *, body: Any, extra_fields: Any = None) -> kopf.BodyEssence:
+    def build(self, **_: Any) -> kopf.BodyEssence:
         return kopf.BodyEssence()
 
-    def fetch(self, *, body: Any) -> kopf.BodyEssence | None:
+    def fetch(self, **_: Any) -> kopf.BodyEssence | None:
         return kopf.BodyEssence()
 
-    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+    def store(self, **_: Any) -> None:
         return None
 
 
@@ -132,6 +132,9 @@ async def watch_pods(memo: kopf.Memo, namespace: str | None) -> None:
         except WatchExpired:
             # What was deleted meanwhile is missing from any listing: only a full resync
             # (which drops what the API no longer has) sets the cache right.
+            log.info(
+                "Restarting the watch-stream for pods in %r: version %s expired", namespace, since
+            )
             memo.resynced.clear()
             memo.resync_due.set()
             await memo.resynced.wait()
@@ -139,7 +142,7 @@ async def watch_pods(memo: kopf.Memo, namespace: str | None) -> None:
         except Exception as exc:  # the API may be briefly away: take it up again
             log.warning("watching pods failed: %s; again in %.0f s", exc, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+            delay = min(delay * 2, 5.0)  # soon after the API is back
 
 
 # A full resync (a LIST of every job and pod) when a watch asks for one, else every this

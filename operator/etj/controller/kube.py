@@ -372,7 +372,7 @@ class Kube:
         self, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:
         """Merge-patch the job's status subresource; the job as stored afterwards."""
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        path = "/".join(("/apis", GROUP, VERSION, "namespaces", namespace, PLURAL, name, "status"))
         return await asyncio.to_thread(
             self._request_json,
             "PATCH",
