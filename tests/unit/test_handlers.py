@@ -222,3 +222,18 @@ def test_every_period_wakes_every_job_and_a_full_list_is_made_when_asked_or_as_a
     assert (wakes, lists_before, backstop) == (RELIST_PERIODS - 1, 0, 1)
     # ...and the very next period lists again (not the backstop's, periods later).
     assert kube.failing == set() and waits == 1
+
+
+def test_a_watch_that_ends_as_soon_as_it_begins_is_not_opened_again_in_a_spin() -> None:
+    kube = WatchingKube([([], None)] * 1000)
+
+    async def scenario() -> None:
+        memo = SimpleNamespace(
+            reconciler=SimpleNamespace(kube=kube), pods_versions={"ns": "1"}, wakeups={}
+        )
+        watch = asyncio.create_task(watch_pods(memo, "ns"))
+        await asyncio.sleep(1.5)  # the span over which the openings are counted
+        watch.cancel()
+
+    asyncio.run(scenario())
+    assert 1 <= len(kube.since) <= 3  # 1 s, then 2 s apart

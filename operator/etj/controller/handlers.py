@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -123,12 +124,17 @@ async def watch_pods(memo: kopf.Memo, namespace: str | None) -> None:
     since: str = memo.pods_versions[namespace]
     delay = 1.0
     while True:
+        started = time.monotonic()
         try:
             async for kind, obj in kube.watch_managed_pods(namespace, since):
                 since = str((obj.get("metadata") or {}).get("resourceVersion") or since)
                 delay = 1.0
                 if kind != "BOOKMARK":
                     pod_changed(memo, kind, obj)
+            if time.monotonic() - started < 1.0:
+                # Ended as soon as it began (a proxy in the way?): not a reason to spin.
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
         except WatchExpired:
             # What was deleted meanwhile is missing from any listing: only a full resync
             # (which drops what the API no longer has) sets the cache right.
