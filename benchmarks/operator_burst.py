@@ -59,32 +59,40 @@ pydantic-validated call ~5 %); JSON decoding ~13 %. Now:
   burst's pods held the event loop, and the failed pods' replacements, for up to seconds.
 
 Measured side by side on one API server (the shipped intervals; before = main at d611603
-via ``--baseline /tmp/burst-before``, after = this tree; ``--rounds 2 --profile``, the
-2-core machine shared with other jobs at load averages 11-14). "all pods": until every pod
-exists, counted from the first job submitted (submitting the 50 jobs alone took the
-benchmark's client 1-42 s; ``all_pods_created_s`` counts from the last one):
+via ``--baseline /tmp/burst-before``, after = this tree; ``--rounds 2 --profile``, three
+runs f2-f4, the 2-core machine shared with other jobs at load averages 4-9 in f4, 11-14 in
+f2 and f3). "all pods": until every pod exists, counted from the first job submitted
+(submitting the 50 jobs alone took the benchmark's client 1-42 s) and, in brackets, from
+the last one (``all_pods_created_s``):
 
     run                     before: CPU-s  passes  all pods  repl. p50/p99
                             after:  CPU-s  passes  all pods  repl. p50/p99   raw/s
-    f3 r0                          6.03    1020    26.2 s   0.63 / 1.41 s
-                                   4.06     706    14.9 s   0.46 / 1.05 s   30.1
-    f3 r1                          6.05     817    39.9 s   0.35 / 1.31 s
-                                   3.76     679    22.2 s   0.23 / 0.68 s
-    f2 r0 *                        5.39    1022    10.9 s   0.52 / 2.38 s
-                                   3.47     748    15.3 s   0.35 / 1.77 s   55.7
-    f2 r1 *                        6.12    1023    52.9 s   0.69 / 1.66 s
-                                   4.35     879    17.8 s   1.21 / 3.90 s
+    f4 r0 (load 5-9)               6.76    1016    16.4 s (5.3)  0.27 / 0.56 s
+                                   4.26     691     8.2 s (3.5)  0.19 / 0.48 s   123.9
+    f4 r1                          5.35     868    14.0 s (2.7)  0.42 / 2.53 s
+                                   3.24     602     8.4 s (3.3)  0.19 / 0.41 s
+    f3 r0                          6.03    1020    26.2 s (7.7)  0.63 / 1.41 s
+                                   4.06     706    14.9 s (4.5)  0.46 / 1.05 s   30.1
+    f3 r1                          6.05     817    39.9 s (5.8)  0.35 / 1.31 s
+                                   3.76     679    22.2 s (21.2) 0.23 / 0.68 s
+    f2 r0 *                        5.39    1022    10.9 s (5.4)  0.52 / 2.38 s
+                                   3.47     748    15.3 s (6.1)  0.35 / 1.77 s   55.7
+    f2 r1                          6.12    1023    52.9 s (16.9) 0.69 / 1.66 s
+                                   4.35     879    17.8 s (3.3)  1.21 / 3.90 s
 
-    (* without the LIST every 10th period: it was every period, 30 s)
+    (* f2 r0's operator: before the LIST went to every 10th period (it was every period,
+    30 s); the other bursts' operators had it)
 
-The operator's CPU per burst is down by a third (after/before 0.62-0.71; median 3.91 vs
-6.04 CPU-s in f3, 3.91 vs 5.75 in f2): at the issue's target (<= 4 CPU-s,
-training-operator's 3.5-4.0) in three of the four bursts. Every pod existed 15-22 s after
-the first job (before: 11-53 s); with the API server itself creating at most 30-56 pods/s
-in the same runs (raw/s, a tight client loop), 350 pods cannot exist in 6 s on this
-machine under this load; measured from the last job submitted, the operator's own
-pods/s over raw/s was 1.56 (before 1.76) in f3, 1.47 (0.77) in f2. The replacement p50 is
-the same or lower but for f2 r1 (1.21 s, a burst the load stretched to 62 s).
+The operator's CPU per burst is down by a third (after/before 0.61-0.71; median of two
+3.75 vs 6.05 CPU-s in f4, 3.91 vs 6.04 in f3, 3.91 vs 5.75 in f2): at the issue's target
+(<= 4 CPU-s, training-operator's 3.5-4.0) by the median of each run, in three of the six
+bursts (the others 4.06-4.35). In the quiet run (f4) every pod existed 3.3-3.5 s after the last job was submitted
+(8.2-8.4 s after the first; before: 2.7-5.3 and 14-16 s), the operator making pods at
+0.83 of the raw create rate of the same run (before 0.80), and the replacement p50 was
+0.19 s (before 0.27-0.42). Under load (f2, f3) the API server itself created at most
+30-56 pods/s (raw/s), so 350 pods could not exist within 6 s for either tree; every pod
+existed 15-22 s after the first job (before: 11-53 s), and the replacement p50 was the
+same or lower but for f2 r1 (1.21 s, a burst the load stretched to 62 s).
 
 What is left (the f3 profiles, shares of samples): the HTTP of the operator's own writes
 (creates, status patches, deletes through urllib3: ~20 %); the reconcile passes (~12-22 %:
