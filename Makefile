@@ -90,17 +90,19 @@ test-deps:
 # CI's suite: everything but the tests marked `extended` (long acceptance checks, each
 # with a faster sibling here), so a warm run stays within CI's budget. In lanes, each
 # failing fast: lint and the unit tests first (no cluster, no TensorFlow process: their
-# verdict within minutes of the start), then the dependencies' cache checks, then the
-# rest: integration on the local control plane, trainer processes, the e2e on kind (the
-# images and the kind cluster come up beside the suite).
+# verdict within minutes of the start), then the dependencies' cache checks, then two
+# lanes side by side (tests/cluster/lanes.sh): the clusters' (integration on the local
+# control plane, then the e2e on kind) and the processes' (trainer, etj run). The images
+# and the kind cluster come up beside the suite.
 test: venv lint unit test-deps lint-objects
 	bash tests/cluster/images-in-background.sh bash tests/cluster/kind-in-background.sh \
-		$(PY) -m pytest -q -m "not extended" --ignore=tests/unit
+		env PY=$(PY) bash tests/cluster/lanes.sh -q -m "not extended"
 
-# The whole suite, the extended checks included (about 15 min more): before a release.
+# The whole suite, the extended checks included (about 20 min more): before a release.
 test-all: venv lint test-deps lint-objects
+	$(PY) -m pytest tests/unit -q
 	bash tests/cluster/images-in-background.sh bash tests/cluster/kind-in-background.sh \
-		$(PY) -m pytest -q
+		env PY=$(PY) bash tests/cluster/lanes.sh -q
 
 demo: venv
 	$(VENV)/bin/etj run examples/quickstart.yaml --kill-worker-at 2000

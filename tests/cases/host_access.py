@@ -1,6 +1,6 @@
 """Jobs that ask for host access or privilege, and ordinary ones: one list that drives the
 chart's admission policy on a real API server (tests/integration/test_admission_policy.py)
-and ``etj validate`` (tests/unit/test_admission.py), so both give the same verdicts.
+and ``etj validate`` (tests/unit/etj/api/test_admission.py), so both give the same verdicts.
 
 Each hostile case names the checks of ``etj.api.admission`` it trips (the policy's messages
 and ``etj validate``'s fields come from them). Pure data.

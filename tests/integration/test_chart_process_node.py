@@ -23,7 +23,9 @@ from .conftest import ROOT, wait_for
 from .operator_helpers import job_status, process_node
 from .test_chart import CHART, helm
 
-pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
+# make test-all; CI's kind e2e installs the chart and runs the quickstart to Succeeded on real
+# nodes, and test_chart.py runs the operator under the chart's ServiceAccount here.
+pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow, pytest.mark.extended]
 RELEASE_NS = "etj-pn"
 
 

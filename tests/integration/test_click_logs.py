@@ -18,7 +18,9 @@ from .conftest import wait_for
 from .operator_helpers import OperatorProcess, job_status, live_pods
 from .test_e2e_local import kill_replica
 
-pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
+# make test-all; CI trains the Criteo layout to its held-out AUC under etj run (tests/local/test_examples.py)
+# and kills workers on the node in test_operator.py and the kind e2e.
+pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow, pytest.mark.extended]
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "clicks"
 
@@ -41,7 +43,7 @@ def _job(shared: Path) -> dict[str, Any]:
     }
     # 625 steps go by in seconds: with the default 10 s restart back-off the job could end
     # before the killed worker comes back. What is tested here is that a kill loses nothing;
-    # the back-off has its own tests (test_policy_backoff, test_runner_backoff).
+    # the back-off has its own tests (policies/test_backoff, test_runner_backoff).
     doc["spec"].setdefault("runPolicy", {})["restartBackoff"] = {"initialSeconds": 1}
     # 40 epochs (1250 steps), so a kill at step 150 is well before the end on any machine.
     doc["spec"]["training"]["epochs"] = 40

@@ -22,7 +22,10 @@ from .conftest import ROOT, wait_for
 from .operator_helpers import OperatorProcess, job_status
 from .test_e2e_local import kill_replica
 
-pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow]
+# make test-all; CI trains and exports the custom tower example under etj run
+# (tests/local/test_custom_tower_run.py), restores a tower from a checkpoint
+# (tests/trainer/test_model_custom.py) and mounts ConfigMaps in the render tests.
+pytestmark = [pytest.mark.integration, pytest.mark.trainer, pytest.mark.slow, pytest.mark.extended]
 
 EXAMPLE = ROOT / "examples" / "custom-tower"
 NAME = "ct"

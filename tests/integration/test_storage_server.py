@@ -111,6 +111,42 @@ def test_the_checkpoint_claim_is_read_write_many_and_goes_with_the_job_unless_re
     assert claim(crds, namespace, "kept-checkpoints") is not None
 
 
+def test_a_job_deleted_and_applied_again_at_once_gets_a_claim_of_its_own(
+    crds: LocalCluster, namespace: str, operator: OperatorProcess, kubelet: KubeletStandIn
+):
+    """`kubectl delete` and `apply` again: the old claim, owned by the deleted job, goes
+    with it (garbage collector, pvc-protection); the new job's pods must not be made
+    against it (they would wait for a claim that no longer exists, for good)."""
+    job = ps_job("again", checkpoint={"storage": {"size": "1Gi"}})
+    apply(crds, namespace, job)
+    old = wait_for(lambda: claim(crds, namespace, "again-checkpoints"), 30, "the claim")
+    wait_for(lambda: len(live_pods(crds, namespace)) == 4 or None, 30, "the pods")
+    crds.kubectl("delete", "etj", "again", "-n", namespace, "--wait=false")
+    apply(crds, namespace, job)
+    uid = json.loads(crds.kubectl("get", "etj", "again", "-n", namespace, "-o", "json").stdout)[
+        "metadata"
+    ]["uid"]
+    assert uid != old["metadata"]["ownerReferences"][0]["uid"]
+
+    def own_claim() -> dict[str, Any] | None:
+        c = claim(crds, namespace, "again-checkpoints")
+        ok = c and not c["metadata"].get("deletionTimestamp")
+        return c if ok and c["metadata"]["ownerReferences"][0]["uid"] == uid else None
+
+    wait_for(own_claim, 90, "a claim owned by the new job")
+
+    def new_pods() -> dict[str, Any] | None:
+        pods = live_pods(crds, namespace)
+        mine = {n: p for n, p in pods.items() if p["metadata"]["ownerReferences"][0]["uid"] == uid}
+        return mine if set(mine) == ps_job_pods("again") else None
+
+    for pod in wait_for(new_pods, 60, "the new job's pods").values():
+        vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert vols["checkpoints"]["persistentVolumeClaim"]["claimName"] == "again-checkpoints"
+    # The claim they mount is the new job's, still there.
+    assert own_claim() is not None
+
+
 def _add_node(cluster: LocalCluster) -> None:
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     node = {

@@ -62,7 +62,13 @@ def _held_out_auc(summary: str) -> float:
 
 
 @pytest.mark.parametrize(
-    "layout", ["criteo", pytest.param("avazu", marks=pytest.mark.extended), "movielens"]
+    # make test-all: avazu, movielens; CI trains criteo (the MovieLens layout: test_quoted_data)
+    "layout",
+    [
+        "criteo",
+        pytest.param("avazu", marks=pytest.mark.extended),
+        pytest.param("movielens", marks=pytest.mark.extended),
+    ],
 )
 def test_example_trains_on_its_layout(tmp_path: Path, layout: str):
     data = tmp_path / "data"
@@ -99,7 +105,7 @@ CRITEO_ARCHITECTURES = {
 STEPS = 200
 
 
-@pytest.mark.extended  # make test-all; CI trains criteo.yaml (dnn) and every architecture on the quickstart
+@pytest.mark.extended  # make test-all; CI trains criteo.yaml (dnn) and every architecture in test_serving_model
 @pytest.mark.parametrize("architecture", list(CRITEO_ARCHITECTURES))
 def test_each_architecture_trains_on_the_criteo_layout(tmp_path: Path, architecture: str):
     """The architecture's Criteo example, shortened to one trainer process (a 1-worker
@@ -134,6 +140,7 @@ def test_each_architecture_trains_on_the_criteo_layout(tmp_path: Path, architect
     assert processes_under(workdir) == []
 
 
+@pytest.mark.extended  # make test-all; CI reads Parquet in tests/trainer/test_parquet.py and runs MultiWorkerMirrored in test_mwms
 def test_parquet_example_trains(tmp_path: Path):
     """examples/movielens-parquet.yaml (MultiWorkerMirrored, 2 workers) on the MovieLens
     layout written as Parquet (genres a list column): it succeeds and learns."""

@@ -6,8 +6,9 @@ kills every process it started when it is closed (tests use it as a context mana
 that happens even when an assertion fails). Waiting is always polling a condition with a
 deadline, never a bare sleep.
 
-Used by the trainer tests and by ``benchmarks/trainer_throughput.py``. It never imports
-TensorFlow itself.
+Used by the trainer tests and by ``benchmarks/trainer_throughput.py``. Importing it never
+imports TensorFlow: only the checks that read a checkpoint offline do
+(``assert_restored_as_saved``, ``saved_invariants``).
 """
 
 from __future__ import annotations
@@ -139,6 +140,45 @@ def assert_restored_as_saved(restored: dict[str, Any]) -> None:
     for key, value in digest.items():
         saved = reader.get_tensor(f"{key}/.ATTRIBUTES/VARIABLE_VALUE").astype(np.float64).sum()
         assert abs(value - saved) <= 1e-6 + 1e-6 * abs(saved), (key, value, saved)
+
+
+def saved_invariants(path: str, shards: int) -> dict[str, int]:
+    """Check a saved dynamic table offline, shard by shard (index against row state, every
+    key in the shard its key routes to); its totals."""
+    import numpy as np
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    total = {"used": 0, "admitted": 0, "evicted": 0, "capacity": 0}
+    seen: set[int] = set()
+    for i in range(shards):
+        base = f"model/dynamic/user_id/shards/{i}"
+
+        def get(name: str, base: str = base) -> Any:
+            return reader.get_tensor(f"{base}/{name}")
+
+        keys, slots = get("index/.ATTRIBUTES/table-keys"), get("index/.ATTRIBUTES/table-values")
+        row_key = get("row_key/.ATTRIBUTES/VARIABLE_VALUE")
+        last_seen = get("last_seen/.ATTRIBUTES/VARIABLE_VALUE")
+        candidates = get("candidate_count/.ATTRIBUTES/table-keys")
+        capacity = len(row_key)
+        assert len(set(keys.tolist())) == len(keys), "a key twice in one index"
+        assert len(set(slots.tolist())) == len(slots), "two keys share a row"
+        assert len(keys) <= capacity and np.all((slots >= 0) & (slots < capacity))
+        assert np.array_equal(row_key[slots], keys)
+        assert set(np.nonzero(last_seen != -1)[0].tolist()) == set(slots.tolist())
+        assert np.all(keys % shards == i) and np.all(candidates % shards == i)
+        assert not set(candidates.tolist()) & set(keys.tolist())
+        assert not seen & set(keys.tolist()), "a key in two shards"
+        seen |= set(keys.tolist())
+        admitted = int(get("admitted/.ATTRIBUTES/VARIABLE_VALUE"))
+        evicted = int(get("evicted/.ATTRIBUTES/VARIABLE_VALUE"))
+        assert admitted - evicted == len(keys)
+        total["used"] += len(keys)
+        total["admitted"] += admitted
+        total["evicted"] += evicted
+        total["capacity"] += capacity
+    return total
 
 
 def _group_alive(pgid: int) -> bool:

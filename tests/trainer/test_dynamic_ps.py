@@ -18,9 +18,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from harness import LocalJob, assert_restored_as_saved, job_spec, trainer_config, wait_for
+from harness import (
+    LocalJob,
+    assert_restored_as_saved,
+    job_spec,
+    saved_invariants,
+    trainer_config,
+    wait_for,
+)
 
 from etj_trainer import exitcodes
 
@@ -80,44 +86,6 @@ def _wait_checkpoint_after(job: LocalJob, step: int, timeout: float = 180) -> in
         return max([s for s in _checkpoint_steps(job) if s > step], default=0)
 
     return int(wait_for(found, timeout, f"a checkpoint after step {step}"))
-
-
-def saved_invariants(path: str, shards: int) -> dict[str, int]:
-    """Check a saved dynamic table offline, shard by shard (index against row state, every
-    key in the shard its key routes to); its totals."""
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(path)
-    total = {"used": 0, "admitted": 0, "evicted": 0, "capacity": 0}
-    seen: set[int] = set()
-    for i in range(shards):
-        base = f"model/dynamic/user_id/shards/{i}"
-
-        def get(name: str, base: str = base) -> Any:
-            return reader.get_tensor(f"{base}/{name}")
-
-        keys, slots = get("index/.ATTRIBUTES/table-keys"), get("index/.ATTRIBUTES/table-values")
-        row_key = get("row_key/.ATTRIBUTES/VARIABLE_VALUE")
-        last_seen = get("last_seen/.ATTRIBUTES/VARIABLE_VALUE")
-        candidates = get("candidate_count/.ATTRIBUTES/table-keys")
-        capacity = len(row_key)
-        assert len(set(keys.tolist())) == len(keys), "a key twice in one index"
-        assert len(set(slots.tolist())) == len(slots), "two keys share a row"
-        assert len(keys) <= capacity and np.all((slots >= 0) & (slots < capacity))
-        assert np.array_equal(row_key[slots], keys)
-        assert set(np.nonzero(last_seen != -1)[0].tolist()) == set(slots.tolist())
-        assert np.all(keys % shards == i) and np.all(candidates % shards == i)
-        assert not set(candidates.tolist()) & set(keys.tolist())
-        assert not seen & set(keys.tolist()), "a key in two shards"
-        seen |= set(keys.tolist())
-        admitted = int(get("admitted/.ATTRIBUTES/VARIABLE_VALUE"))
-        evicted = int(get("evicted/.ATTRIBUTES/VARIABLE_VALUE"))
-        assert admitted - evicted == len(keys)
-        total["used"] += len(keys)
-        total["admitted"] += admitted
-        total["evicted"] += evicted
-        total["capacity"] += capacity
-    return total
 
 
 def _losses(events: list[dict[str, Any]]) -> list[float]:

@@ -93,6 +93,7 @@ def test_settings_without_the_architecture_are_refused() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and wide_deep (its first-order tables) and trains every architecture in test_serving_model's fixture
 @pytest.mark.parametrize("structure", ["stacked", "parallel"])
 def test_same_math_alone_and_under_parameter_server(tmp_path: Path, structure: str) -> None:
     settings = {
@@ -104,6 +105,7 @@ def test_same_math_alone_and_under_parameter_server(tmp_path: Path, structure: s
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI runs the quickstart under etj run with dnn (test_model_dnn, test_etj_run)
 def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
     etj_run_trains({"architecture": "dcnV2", "dcnV2": {"crossLayers": 2}}, tmp_path)
 

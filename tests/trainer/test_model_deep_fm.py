@@ -67,11 +67,13 @@ def test_tables_of_different_dimensions_are_refused_naming_the_table() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and wide_deep (its first-order tables) and trains every architecture in test_serving_model's fixture
 def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
     same_math(zoo_spec(MODEL), tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI runs the quickstart under etj run with dnn (test_model_dnn, test_etj_run)
 def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
     etj_run_trains(MODEL, tmp_path)
 

@@ -68,6 +68,7 @@ def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI runs the quickstart under etj run with dnn (test_model_dnn, test_etj_run)
 def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
     etj_run_trains(MODEL, tmp_path)
 

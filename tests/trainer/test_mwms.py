@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+import pytest
 from harness import LocalJob, job_spec, trainer_config, wait_for
 
 from etj_trainer import exitcodes
@@ -53,6 +54,7 @@ def test_mwms_kill_restart_both_resume_and_finish(tmp_path: Any) -> None:
         assert losses[-1] < losses[0] - 0.03
 
 
+@pytest.mark.extended  # make test-all; CI has the ParameterServer chief's SIGTERM checkpoint (test_ps_training) and the MultiWorkerMirrored kill and restart above
 def test_mwms_leader_stopped_by_sigterm_checkpoints_its_step_first(tmp_path: Any) -> None:
     """How a change of the worker count stops a MultiWorkerMirrored job: SIGTERM to the
     leader alone. It checkpoints the step it reached and exits 143 (TensorFlow's own

@@ -1,12 +1,15 @@
 """ParameterServer training on a real cluster (chief + 2 workers + 2 ps on 127.0.0.1),
 and what it survives.
 
-One job runs through the module, the scenarios in order on the same processes: plain
-training and placement, a worker killed and restarted, the chief killed (resume from the
-last checkpoint, slots as saved), SIGTERM (checkpoint, exit 143), a ps killed (the chief
-exits retryable; ps and chief restarted resume and finish with no step lost), the
-evaluator scoring the final checkpoint, and a hung worker (the watchdog ends the chief
-with the retryable code and says so; every replica restarted resumes).
+One test, one job: the scenarios are named stages run in order on the same processes, each
+from the state the one before leaves: plain training and placement, the metrics page, a
+worker killed and restarted, the chief killed (resume from the last checkpoint, slots as
+saved), SIGTERM (checkpoint, exit 143), a ps killed (the chief exits retryable; ps and chief
+restarted resume and finish with no step lost), the evaluator scoring the final checkpoint,
+and a hung worker (the watchdog ends the chief with the retryable code and says so; every
+replica restarted resumes). A failure names its stage. One test, not one per scenario:
+each scenario needs the state the one before leaves, and a job of its own would retrain
+from scratch for each (several times this file's ~170 s).
 
 Restarts follow the operator's rules (``etj.core.reconcile.policies.restart``), including its
 one escalation: a chief stopped by its watchdog means some worker or ps is hung, and every
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -37,9 +41,8 @@ EVERY = 500
 WATCHDOG = 20
 
 
-@pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    workdir = tmp_path_factory.mktemp("ps-job")
+@pytest.fixture
+def job(tmp_path: Path) -> Any:
     # Far more steps than the scenarios need; the last one lowers the total to finish.
     spec = job_spec(
         training={
@@ -52,13 +55,13 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )
     config = trainer_config(
         spec,
-        checkpoint_dir=workdir / "ckpt",
+        checkpoint_dir=tmp_path / "ckpt",
         every_steps=EVERY,
         keep=40,
-        export_dir=workdir / "export",
+        export_dir=tmp_path / "export",
         watchdog_seconds=WATCHDOG,
     )
-    j = LocalJob(config, workdir, workers=2, ps=2)
+    j = LocalJob(config, tmp_path, workers=2, ps=2)
     try:
         yield j.start_all()
     finally:
@@ -107,7 +110,7 @@ def _finish_as_the_operator_would(job: LocalJob, timeout: float) -> tuple[dict[s
         job.restart_all()
 
 
-def test_trains_and_loss_falls(job: LocalJob) -> None:
+def trains_and_loss_falls(job: LocalJob) -> None:
     job.wait_step(1500, timeout=240)
     losses = _losses(job.events())
     assert losses[-1] < losses[0] - 0.04, f"loss did not fall: {losses[0]} -> {losses[-1]}"
@@ -118,7 +121,7 @@ def test_trains_and_loss_falls(job: LocalJob) -> None:
     assert any(t.shards > 1 for t in job.config.shard_plan.tables)
 
 
-def test_metrics_endpoint(job: LocalJob) -> None:
+def metrics_endpoint(job: LocalJob) -> None:
     text = (
         urllib.request.urlopen(f"http://127.0.0.1:{job.metrics_port}/metrics", timeout=10)
         .read()
@@ -141,7 +144,7 @@ def test_metrics_endpoint(job: LocalJob) -> None:
     assert 0.5 < values["etj_trainer_auc"] <= 1.0
 
 
-def test_worker_killed_training_continues_and_it_rejoins(job: LocalJob) -> None:
+def worker_killed_training_continues_and_it_rejoins(job: LocalJob) -> None:
     job.kill("worker", 1, signal.SIGKILL)
     at_kill = job.step()
     job.wait_step(at_kill + 600, timeout=120)  # one worker keeps training
@@ -170,7 +173,7 @@ def test_worker_killed_training_continues_and_it_rejoins(job: LocalJob) -> None:
             assert any(e["step"] == s for e in reruns), (s, reruns)
 
 
-def test_chief_killed_resumes_from_last_checkpoint(job: LocalJob) -> None:
+def chief_killed_resumes_from_last_checkpoint(job: LocalJob) -> None:
     before = _losses(job.events())
     saved = _wait_checkpoint_after(job, job.step())
     job.kill("chief", 0, signal.SIGKILL)
@@ -184,7 +187,7 @@ def test_chief_killed_resumes_from_last_checkpoint(job: LocalJob) -> None:
     assert job.last("start")["restoredFrom"] == restored["step"]
 
 
-def test_sigterm_checkpoints_and_exits_143(job: LocalJob) -> None:
+def sigterm_checkpoints_and_exits_143(job: LocalJob) -> None:
     job.wait_step(job.step() + 100, timeout=120)
     job.kill("chief", 0, signal.SIGTERM)
     assert job.wait_exit("chief", 0, timeout=60) == exitcodes.TERMINATED
@@ -197,7 +200,7 @@ def test_sigterm_checkpoints_and_exits_143(job: LocalJob) -> None:
     job.wait_step(restored["step"] + 100, timeout=120)
 
 
-def test_ps_killed_chief_exits_retryable_then_resumes_and_finishes(job: LocalJob) -> None:
+def ps_killed_chief_exits_retryable_then_resumes_and_finishes(job: LocalJob) -> None:
     _wait_checkpoint_after(job, job.step())
     job.kill("ps", 0, signal.SIGKILL)
     assert job.wait_exit("chief", 0, timeout=60) == exitcodes.RETRYABLE
@@ -223,7 +226,7 @@ def test_ps_killed_chief_exits_retryable_then_resumes_and_finishes(job: LocalJob
     assert restarts and restarts[-1] == 3 + escalations
 
 
-def test_evaluator_scores_the_final_checkpoint(job: LocalJob) -> None:
+def evaluator_scores_the_final_checkpoint(job: LocalJob) -> None:
     """The evaluator (outside the cluster) restores the sharded checkpoint unsharded."""
     job.env["ETJ_EVAL_POLL_SECONDS"] = "1"
     job.start("evaluator", 0)
@@ -235,8 +238,7 @@ def test_evaluator_scores_the_final_checkpoint(job: LocalJob) -> None:
     assert final["logloss"] < 0.66 and final["auc"] > 0.65
 
 
-def test_hung_worker_trips_the_watchdog_and_a_whole_restart_resumes(job: LocalJob) -> None:
-    """Last: it restarts every process of the job."""
+def hung_worker_trips_the_watchdog_and_a_whole_restart_resumes(job: LocalJob) -> None:
     total = job.config.training.steps + 100_000
     job.set_steps(total)
     restored = _restart_chief(job)
@@ -257,3 +259,30 @@ def test_hung_worker_trips_the_watchdog_and_a_whole_restart_resumes(job: LocalJo
     assert restored["step"] == latest
     assert_restored_as_saved(restored)
     job.wait_step(restored["step"] + 200, timeout=120)
+
+
+# In this order: each stage starts from what the one before left (the ps kill finishes the
+# job, the evaluator scores that end, the hung worker restarts every process).
+STAGES = (
+    trains_and_loss_falls,
+    metrics_endpoint,
+    worker_killed_training_continues_and_it_rejoins,
+    chief_killed_resumes_from_last_checkpoint,
+    sigterm_checkpoints_and_exits_143,
+    ps_killed_chief_exits_retryable_then_resumes_and_finishes,
+    evaluator_scores_the_final_checkpoint,
+    hung_worker_trips_the_watchdog_and_a_whole_restart_resumes,
+)
+
+
+def test_a_ps_job_trains_and_survives_each_failure_in_turn(job: LocalJob) -> None:
+    done: list[str] = []
+    for stage in STAGES:
+        started = time.monotonic()
+        try:
+            stage(job)
+        except BaseException as e:
+            e.add_note(f"in stage {stage.__name__}, after: {', '.join(done) or 'none'}")
+            raise
+        print(f"stage {stage.__name__}: {time.monotonic() - started:.0f} s")
+        done.append(stage.__name__)

@@ -14,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import LocalJob, assert_restored_as_saved, job_spec, trainer_config, wait_for
+from harness import (
+    LocalJob,
+    assert_restored_as_saved,
+    job_spec,
+    saved_invariants,
+    trainer_config,
+    wait_for,
+)
 
 from etj_trainer import exitcodes
-
-from .test_dynamic_ps import saved_invariants
 
 DYNAMIC = {"capacity": 600, "admitAfter": 2, "evictAfterSteps": 40, "maintainEverySteps": 20}
 

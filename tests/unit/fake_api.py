@@ -97,6 +97,11 @@ class FakeKube:
         claim = self.objects.get(("PersistentVolumeClaim", namespace, name))
         return list(claim["spec"].get("accessModes") or []) if claim else None
 
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.log.append(("get", "PersistentVolumeClaim", name))
+        claim = self.objects.get(("PersistentVolumeClaim", namespace, name))
+        return copy.deepcopy(claim) if claim else None
+
     async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
         self.log.append(("delete", "Pod", name, *(("force",) if force else ())))
         return self.objects.pop(("Pod", namespace, name), None) is not None

@@ -267,6 +267,12 @@ class Kube:
         modes = (claim.status.access_modes if claim.status else None) or claim.spec.access_modes
         return list(modes or [])
 
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A PersistentVolumeClaim as plain JSON; None when it does not exist."""
+        path = _CREATE_PATHS["PersistentVolumeClaim"].format(namespace=namespace) + f"/{name}"
+        found, claim = await _call(404, self._request_json, "GET", path)
+        return claim if found else None
+
     # ---- writes ------------------------------------------------------------------------
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -40,6 +40,7 @@ from etj.controller.settings import OperatorSettings
 from etj.core.reconcile import Decision, World, decide, observe_pod
 from etj.core.reconcile.decide import Event, failed_status, gang_unavailable, iso
 from etj.core.reconcile.observe import PodState
+from etj.core.reconcile.policies.claim import claim_wait
 from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
 from etj.core.reconcile.progress import parse_evaluation, parse_progress
 from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
@@ -374,11 +375,16 @@ class Reconciler:
             if not await self.kube.release_pod(ns, pod) and self.cache is not None:
                 self.cache.forget_pod(ns, name, pod)
         claim = build_checkpoint_claim(job, render) if plan is not None else None
-        if claim is not None and d.create_pods:
-            # Before its pods (they mount it); "already exists" on later passes is success,
-            # and the claim outlives restarts and suspend.
-            await self.kube.create(claim)
-        if plan is not None and d.create_pods:
+        wait = None
+        # Before its pods (they mount it); "already exists" on later passes is success, and
+        # the claim outlives restarts and suspend, unless it is an earlier job's of the same
+        # name, on its way out: then no pod until it has gone.
+        if claim is not None and d.create_pods and await self.kube.create(claim) is None:
+            existing = await self.kube.get_claim(ns, claim["metadata"]["name"])
+            wait = claim_wait(existing, job.metadata.uid) if existing is not None else None
+            if wait is not None:
+                log.info("%s/%s: no pods yet: %s", ns, name, wait)
+        if plan is not None and d.create_pods and wait is None:
             pods = await asyncio.to_thread(
                 lambda: [build_pod(job, plan, r, i, render) for r, i in d.create_pods]
             )

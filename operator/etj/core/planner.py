@@ -27,7 +27,7 @@ objects under ~1.5 MB) and in the trainer's ConfigMap (at most 1 MiB). So:
   ``maxShardBytes`` is refused (raise maxShardBytes: shards of several GiB are fine on a ps).
 - ``MAX_TOTAL_SHARDS`` = 4096: at most ~130 bytes of plan per shard (its rows, its ps, its
   name on the ps, with 63-character table names) keeps the trainer config under ~550 KiB,
-  about half the ConfigMap limit (``tests/unit/test_spec_fuzz.py`` checks the limit); with
+  about half the ConfigMap limit (``tests/unit/etj/core/test_spec_fuzz.py`` checks the limit); with
   slots that is still only ~12k variables for TensorFlow to create, save and restore.
 - ``MAX_PS`` = 1024 (also the schema's maximum of ``replicas.ps.replicas`` and
   ``maxReplicas``): every pod's TF_CONFIG lists every task, so 1024 ps and 1024 workers
@@ -40,7 +40,7 @@ on a cyclic range of ps, the leftover rows on a shorter one), so evaluating one 
 skipping in ``O(tables)`` those where some table's largest shard alone cannot fit:
 ``O(MAX_PS x (tables + MAX_PS))`` in the worst case (under a second for 256 tables and
 1024 candidates, in a thread of the operator). Only the final plan lists its
-shards, and there are at most ``MAX_TOTAL_SHARDS`` of them. ``tests/unit/test_spec_fuzz.py``
+shards, and there are at most ``MAX_TOTAL_SHARDS`` of them. ``tests/unit/etj/core/test_spec_fuzz.py``
 counts this work on schema-valid extremes.
 
 Placement — the rule TensorFlow 2.21 follows and this plan mirrors

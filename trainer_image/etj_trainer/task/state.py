@@ -247,7 +247,7 @@ class TrainingState:
     def digest(self) -> dict[str, float]:
         """Sum of every saved variable (computed next to each shard; only scalars move)."""
         return {
-            key: float(sum(tf.reduce_sum(tf.cast(c, tf.float64)).numpy() for c in components))
+            key: float(sum(variable_sum(c).numpy() for c in components))
             for key, components in self.named_variables().items()
         }
 
@@ -448,3 +448,10 @@ def _group_slots(optimizer: str, parts: list[Slotted]) -> dict[str, Any]:
         else:
             grouped[name] = tf.__internal__.distribute.ShardedVariable(components, name=name)
     return grouped
+
+
+def variable_sum(var: Any) -> tf.Tensor:
+    """The float64 sum of a variable, computed on the variable's own device: an eager op
+    given no device runs on the default one, which would copy a ps's shard to the chief."""
+    with tf.device(var.device):
+        return tf.reduce_sum(tf.cast(var, tf.float64))

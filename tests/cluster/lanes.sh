@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# CI's two test lanes side by side, after lint and the unit tests (make test's first lane):
+#
+#   cluster    tests/integration (the local control plane and its process-backed node),
+#              then tests/e2e and tests/images (the kind cluster and the built images, which
+#              come up beside the suite: kind-in-background.sh, images-in-background.sh)
+#   processes  everything else: the trainer's and `etj run`'s real TensorFlow processes
+#
+# Why two lanes at once on a 2-core machine: the cluster lane spends much of its time
+# waiting (for an API server, a kubelet, a node's loss to be noticed, pods to start), the
+# processes lane is CPU-bound; side by side the suite takes about the longer lane, not the
+# sum. Each lane is its own pytest session with its own temp dir (pytest prunes old
+# numbered temp dirs; two sessions must not share the parent). Every line is prefixed with
+# its lane; each lane's summary (slowest tests, failures) is printed again at the end.
+# Exit status: the first failing lane's, after both have finished.
+#
+#   bash tests/cluster/lanes.sh PYTEST_ARGS...    (e.g. -q -m "not extended")
+#   ETJ_JUNIT_DIR=DIR: each lane also writes DIR/<lane>.xml (per-test times).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+PY="${PY:-.venv/bin/python}"
+CLUSTER_PATHS=(tests/integration tests/e2e tests/images)
+ignores=(--ignore=tests/unit)
+for p in "${CLUSTER_PATHS[@]}"; do ignores+=("--ignore=$p"); done
+
+logs="$(mktemp -d)"
+pids=()
+names=()
+lane() {
+  local name="$1"
+  shift
+  mkdir -p "/tmp/pytest-etj-lane-$name"
+  local junit=()
+  [ -z "${ETJ_JUNIT_DIR:-}" ] || junit=("--junitxml=$ETJ_JUNIT_DIR/$name.xml")
+  # setsid: an interrupt kills each lane's whole process group (its clusters' fixtures
+  # then stop what they started).
+  setsid bash -c 'set -o pipefail; "$@" 2>&1 | tee "'"$logs/$name"'" | sed -u "s/^/['"$name"'] /"' \
+    _ "$PY" -m pytest --basetemp="/tmp/pytest-etj-lane-$name/t" "${junit[@]}" "$@" &
+  pids+=($!)
+  names+=("$name")
+}
+trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null; done; wait; exit 130' INT TERM
+
+start=$SECONDS
+lane cluster "$@" "${CLUSTER_PATHS[@]}"
+lane processes "$@" "${ignores[@]}"
+
+rc=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"
+  code=$?
+  echo "[lanes] ${names[$i]} finished: exit $code at $((SECONDS - start)) s"
+  [ "$rc" != 0 ] || rc=$code
+done
+for name in "${names[@]}"; do
+  echo
+  echo "================ lane $name: summary ================"
+  # From pytest's durations / failures section to the end.
+  sed -n '/= slowest\|= FAILURES\|= ERRORS\|= short test summary/,$p' "$logs/$name" | tail -80
+done
+rm -rf "$logs"
+exit "$rc"
