@@ -130,18 +130,17 @@ class TrainingState:
         self.dense_items = self.items[sum(len(p) for p in self.table_items) :]
         # Under ParameterServerStrategy (``fused`` None), table rows travel packed, one
         # tensor per ps each way (``etj_trainer.models.fused``); elsewhere every table is
-        # local or mirrored and read as it is.
-        # Dynamic tables keep the plain path: their index, counters and row state live
-        # beside their own pool shards (``models.dynamic_shards``). So do low-precision
-        # tables: the plain path's gradient rows are in the table's dtype, the fused
-        # path's would not be, and the stochastic rounding must see the same values
-        # whatever the strategy (the same-math tests hold it to that).
+        # local or mirrored and read as it is. A dynamic table's rows too: its index
+        # shards map keys to rows first (on their own ps), and the rows join the packed
+        # reads and updates; a model with one was ~2x slower per example on the plain
+        # path (``benchmarks/trainer_throughput.py --dynamic``).
+        # Low-precision tables keep the plain path: its gradient rows are in the table's
+        # dtype, the fused path's would not be, and the stochastic rounding must see the
+        # same values whatever the strategy (the same-math tests hold it to that).
         if fused is None:
-            fused = (
-                isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
-                and not self.model.dynamic
-                and all(t.dtype == "float32" for t in config.model.tables)
-            )
+            fused = isinstance(
+                strategy, tf.distribute.experimental.ParameterServerStrategy
+            ) and all(t.dtype == "float32" for t in config.model.tables)
         self.fused = FusedTables(self.model) if fused else None
         # Most rows a sparse gradient can have: every id of a batch distinct.
         batch = config.training.batch_size_per_replica
@@ -293,6 +292,8 @@ class TrainingState:
         packed tensor per ps each way, the tower's variables as in ``_replica_step``.
         The same math: the tape's gradient of a table is the gradient of its rows."""
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
+        # Dynamic tables count the batch's keys (each on its index's ps), as on the plain path.
+        self.model.observe(batch, tf.cast(t, tf.int64))
         fetched: Fetched = fused.fetch(batch)
         dense_vars = [item.var for item in self.dense_items]
         with tf.GradientTape() as tape:
