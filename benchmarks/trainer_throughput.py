@@ -393,7 +393,7 @@ def _in_subprocess(mode: str, seconds: float, extra: list[str], env: dict[str, s
         timeout=1800,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"{mode} run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{mode} run failed:\n{out.stdout[-3000:]}\n{out.stderr[-20000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

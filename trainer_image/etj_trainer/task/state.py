@@ -14,7 +14,6 @@ strategy (one process). It does not schedule, checkpoint to disk or report.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import tensorflow as tf
@@ -24,12 +23,7 @@ from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.records import BAD_KEY
 from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
 from etj_trainer.models.dynamic import SlotReset
-from etj_trainer.models.dynamic_relayout import (
-    apply_relayout,
-    plan_relayout,
-    read_saved,
-    saved_capacities,
-)
+from etj_trainer.models.dynamic_relayout import restore_dynamic
 from etj_trainer.models.fused import Fetched, FusedTables
 from etj_trainer.task.auc import BINS
 from etj_trainer.task.optim import (
@@ -41,8 +35,6 @@ from etj_trainer.task.optim import (
     slot_initial,
 )
 from etj_trainer.task.rounding import key_of
-
-log = logging.getLogger(__name__)
 
 # Steps written out per loop iteration of ``train_chunk``.
 UNROLL = 10
@@ -175,42 +167,10 @@ class TrainingState:
 
     def restore_dynamic(self, path: str) -> None:
         """Restore the dynamic tables' index, row state and candidates from ``path`` (their
-        pools and slots are restored by row with the other tables, and the step); refused
-        if the checkpoint has none. A table saved in other shards (another ps count or
-        shard plan) is laid out anew (``models.dynamic_relayout``)."""
-        if not self.model.dynamic:
-            return
-        reader = tf.train.load_checkpoint(path)
-        as_saved, other = {}, {}
-        for name, table in self.model.dynamic.items():
-            saved = saved_capacities(reader, f"model/dynamic/{name}")
-            if not saved or saved == [s.capacity for s in table.shards]:
-                as_saved[name] = table
-            else:
-                other[name] = (table, saved)
-        if as_saved:
-            stand_in = tf.Module()
-            stand_in.dynamic = as_saved
-            status = tf.train.Checkpoint(model=stand_in).read(path)
-            status.expect_partial().assert_existing_objects_matched()
-        step = int(self.step.numpy())
-        for name, (table, saved) in other.items():
-            relayout = plan_relayout(
-                read_saved(reader, f"model/dynamic/{name}"),
-                table.fallback_rows,
-                [s.capacity for s in table.shards],
-            )
-            i = next(i for i, t in enumerate(self.config.model.tables) if t.name == name)
-            apply_relayout(table, self.model.tables[i], self.dynamic_slots[name], relayout, step)
-            log.info(
-                "dynamic table %s saved in %d shards, restored into %d: %d rows moved, "
-                "%d ids evicted (their shard had no row left)",
-                name,
-                len(saved),
-                len(table.shards),
-                len(relayout.moves),
-                relayout.dropped,
-            )
+        pools and slots are restored by row with the other tables, and the step first);
+        see ``models.dynamic_relayout.restore_dynamic``."""
+        pools = {t.name: self.model.tables[i] for i, t in enumerate(self.config.model.tables)}
+        restore_dynamic(self.model.dynamic, pools, self.dynamic_slots, path, int(self.step.numpy()))
 
     def maintain_every(self) -> int | None:
         """Steps between the coordinator's pauses for dynamic tables' passes (the smallest
