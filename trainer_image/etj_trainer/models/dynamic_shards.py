@@ -186,18 +186,35 @@ class ShardedDynamicTable(tf.Module):
     def used_slots(self) -> tf.Tensor:
         return tf.add_n([s.used_slots() for s in self.shards])
 
-    def stats(self) -> dict[str, int]:
+    def counters(self) -> tf.Tensor:
+        """``[shards, 3]`` int64: each shard's admitted, evicted and fallback lookups."""
+        return tf.stack(
+            [
+                tf.stack(
+                    [
+                        s.admitted.read_value(),
+                        s.evicted.read_value(),
+                        s.fallback_lookups.read_value(),
+                    ]
+                )
+                for s in self.shards
+            ]
+        )
+
+    def stats(self, counters: np.ndarray | None = None) -> dict[str, int]:
         """Rows used and the pool's capacity, ids admitted and evicted, fallback lookups:
-        the table's totals. Scalar reads only (rows used = admitted - evicted), cheap enough
-        for every progress report while steps run."""
-        admitted = sum(int(s.admitted.numpy()) for s in self.shards)
-        evicted = sum(int(s.evicted.numpy()) for s in self.shards)
+        the table's totals, from ``counters()`` (read now when not given). Scalar reads
+        only (rows used = admitted - evicted), cheap enough for every progress report while
+        steps run."""
+        if counters is None:
+            counters = self.counters().numpy()
+        admitted, evicted, fallback = (int(x) for x in np.asarray(counters).sum(axis=0))
         return {
             "rowsUsed": admitted - evicted,
             "capacity": self.capacity,
             "admitted": admitted,
             "evicted": evicted,
-            "fallbackLookups": sum(int(s.fallback_lookups.numpy()) for s in self.shards),
+            "fallbackLookups": fallback,
         }
 
     def admitted_rows(self) -> tuple[np.ndarray, np.ndarray]:

@@ -81,7 +81,8 @@ class TrainingState:
         self.maintain_in_step = partitioner is None
         # The step of each dynamic table's last pass run by the coordinator.
         self._maintained: dict[str, int] = {}
-        self._maintain_fns: dict[str, Any] = {}
+        self._maintain_fns: dict[tuple[str, ...], Any] = {}
+        self._stats_fn: Any = None
         default_opt = str(config.training.optimizer)
         lr = config.training.learning_rate
         with strategy.scope():
@@ -180,28 +181,40 @@ class TrainingState:
             return None
         return min(d.maintain_every_steps for d in self.model.dynamic.values())
 
-    def maintain_between_steps(self, step: int) -> dict[str, dict[str, int]]:
+    def maintain_between_steps(self, step: int) -> None:
         """Run the passes due at ``step`` (a multiple of ``maintainEverySteps`` was passed
         since a table's last one), called by the coordinator while no step is in flight:
-        the one writer of every index. Returns each dynamic table's stats after."""
-        for name, dynamic in self.model.dynamic.items():
-            every = dynamic.maintain_every_steps
-            last = self._maintained.get(name, 0)
-            if step // every > last // every:
-                self._maintain_table(name, tf.constant(step, tf.int64))
-                self._maintained[name] = step
-        return self.dynamic_stats()
-
-    def _maintain_table(self, name: str, step: tf.Tensor) -> None:
-        fn = self._maintain_fns.get(name)
+        the one writer of every index. Every table due runs in one function call, each
+        shard's pass on its ps at once (a pause idles every worker: it must be short)."""
+        due = tuple(
+            name
+            for name, d in self.model.dynamic.items()
+            if step // d.maintain_every_steps
+            > self._maintained.get(name, 0) // d.maintain_every_steps
+        )
+        if not due:
+            return
+        fn = self._maintain_fns.get(due)
         if fn is None:
-            dynamic, slots = self.model.dynamic[name], self.dynamic_slots[name]
-            fn = self._maintain_fns[name] = tf.function(lambda s: dynamic.maintain(s, slots))
-        fn(step)
+
+            def passes(s: tf.Tensor) -> None:
+                for name in due:
+                    self.model.dynamic[name].maintain(s, self.dynamic_slots[name])
+
+            fn = self._maintain_fns[due] = tf.function(passes)
+        fn(tf.constant(step, tf.int64))
+        for name in due:
+            self._maintained[name] = step
 
     def dynamic_stats(self) -> dict[str, dict[str, int]]:
-        """Per dynamic table: rows used, capacity, admitted, evicted, fallback lookups."""
-        return {name: d.stats() for name, d in self.model.dynamic.items()}
+        """Per dynamic table: rows used, capacity, admitted, evicted, fallback lookups. The
+        counters of every shard in one function call (one round trip, not one per
+        counter: the chief reads them at every progress report)."""
+        if self._stats_fn is None:
+            tables = self.model.dynamic
+            self._stats_fn = tf.function(lambda: {n: d.counters() for n, d in tables.items()})
+        counters = self._stats_fn()
+        return {n: d.stats(counters[n].numpy()) for n, d in self.model.dynamic.items()}
 
     def digest(self) -> dict[str, float]:
         """Sum of every saved variable (computed next to each shard; only scalars move)."""
