@@ -20,12 +20,39 @@ with the load average and each task's CPU-seconds per million examples. Measured
 (``--dynamic --repeat 3 --seconds 30``, load 15-20): hashed 122,700, dynamic 57,677
 examples/s, dynamic/hashed 0.47 (below the goal). CPU-seconds per million examples (one
 more pair, load 10-12): hashed chief 0.2, ps 2.7 + 1.2, workers 3.3 + 3.2; dynamic chief
-1.3, ps 5.9 + 3.4, workers 5.6 + 5.6. A model with a dynamic table takes the plain
+1.3, ps 5.9 + 3.4, workers 5.6 + 5.6. A model with a dynamic table took the plain
 per-shard path, not ``models.fused``; each step also looks up every shard's index twice
 (counting, then rows) and inserts its candidates there. One lookup per shard instead of
 two (branch ``h22c``) did not change the CPU per example (one pair, load 7-8: dynamic ps
-5.4 + 3.1 -> 5.5 + 3.2, workers 4.8 -> 5.0; ratio 0.53 vs 0.42): not adopted. The plain
-per-shard path is the suspect left.
+5.4 + 3.1 -> 5.5 + 3.2, workers 4.8 -> 5.0; ratio 0.53 vs 0.42): not adopted.
+
+Branch ``h22d``: a dynamic table no longer puts its model on the plain path. Its index
+shards map the distinct keys to rows, and the rows travel packed with the hashed tables'
+(``models.fused``; the same math: ``tests/trainer/test_dynamic_fused.py``). Measured
+(``--dynamic --repeat 3 --seconds 30``, load 13-20, other helpers' jobs on the 2 cores):
+hashed 163,701 / 139,375 / 108,328, dynamic 71,357 / 64,489 / 81,795 examples/s, medians
+139,375 and 71,357: dynamic/hashed 0.51; CPU-seconds per million examples, dynamic:
+chief 1.0-1.5, ps 4.8-5.1 + 2.4-2.6, workers 4.2-4.7 (was ps 5.9 + 3.4, workers 5.6).
+Then the coordinator's pause every ``maintainEverySteps`` (100 here: every 2 chunks of 50,
+all workers idle while it runs) ran one function per table and read every counter with
+its own round trip (for a result nobody used); timed in the chief, it took 12 % of the
+wall time (145 ms per pause). Now one call runs every table's pass and the stats are one
+call. Measured the same way (load 12-16): hashed 146,024 / 124,071 / 146,286, dynamic
+71,575 / 57,921 / 95,513 examples/s, medians 146,024 and 71,575: dynamic/hashed 0.49
+(pairs 0.49, 0.47, 0.65); chief 0.7-1.4 CPU-seconds per million examples: within the
+noise of this machine. Issue #22's goal (0.7) is not met.
+
+What is left is per step, not per pause: per example the dynamic job spends about twice
+the CPU of the hashed one (ps ~2.3x, workers ~1.7x). Each step, each index
+shard takes a lookup for the rows, and for counting a lookup, a candidate lookup and two
+candidate inserts (``DynamicTable.observe``), each a serial loop over the keys under the
+table's lock (``MutableHashTable``, ~0.4 us per key: for this model's ~1,700 distinct
+keys a step, ~2-3 of the ~4 CPU-seconds per million examples the ps spend more), plus ~5
+more tensors over the network per index shard. Ways on from here, none tried: one
+candidate table with ``[count, last_seen]`` values (one lookup and one insert instead of a lookup and two
+inserts; a checkpoint format change); counting and reading in one packed message per ps,
+as ``models.fused`` does for rows (``h22c`` merged the two lookups but not the messages,
+and saw no gain); a larger ``maintainEverySteps``.
 
 ``--quick`` on a quiet machine (2026-11-25, nothing else running, load 1-4 from the
 benchmark's own processes), three runs: ps/single 0.61, 0.56, 0.51 (median 0.56; CPU

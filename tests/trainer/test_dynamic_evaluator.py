@@ -126,6 +126,9 @@ def test_the_evaluators_restore_lays_a_sharded_table_out_as_one(tmp_path: Path) 
     table.maintain(10)
     saved_keys, saved_rows = table.admitted_rows()
     assert len({k % plan.shards for k in saved_keys.tolist()}) == plan.shards
+    # Trained values, not the initial ones a fresh model starts from.
+    trained.tables[1].assign_add(tf.ones_like(trained.tables[1]))
+    trained.tower_params.assign_add(tf.ones_like(trained.tower_params))
     stand_in = tf.Module()
     stand_in.tables = [pool, trained.tables[1]]
     stand_in.dynamic = {"user_id": table}
@@ -141,6 +144,8 @@ def test_the_evaluators_restore_lays_a_sharded_table_out_as_one(tmp_path: Path) 
     keys_after, rows_after = model.dynamic["user_id"].admitted_rows()
     assert keys_after.tolist() == saved_keys.tolist() and rows_after.tolist() == saved_rows.tolist()
     np.testing.assert_array_equal(model.tables[0].numpy(), values)
+    np.testing.assert_array_equal(model.tables[1].numpy(), trained.tables[1].numpy())
+    np.testing.assert_array_equal(model.tower_params.numpy(), trained.tower_params.numpy())
     # It scores what the trained rows give: an admitted id reads its own row.
     rows = model.dynamic["user_id"].rows(tf.constant(saved_keys))
     assert rows.numpy().tolist() == saved_rows.tolist()

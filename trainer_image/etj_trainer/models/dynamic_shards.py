@@ -13,7 +13,8 @@ table's capacity is their sum). Single-process and MultiWorkerMirrored tables ar
 Reads (``rows``) and counting (``observe``) split the batch's unique keys by shard, each
 part going to its shard's device, and stitch the answers back; the rows they give are the
 table's, looked up in the sharded variable as a fixed table's are (its gradient is the
-same ``IndexedSlices``). ``maintain`` runs every shard's pass on that shard's device; it is
+same ``IndexedSlices``; under ParameterServer they travel packed with the other tables'
+rows, ``models.fused``). ``maintain`` runs every shard's pass on that shard's device; it is
 the one writer, called between steps (under ParameterServer by the coordinator, when no
 step is in flight: ``TrainingState.maintain_between_steps``).
 

@@ -125,8 +125,8 @@ class TrainingState:
         # tensor per ps each way (``etj_trainer.models.fused``); elsewhere every table is
         # local or mirrored and read as it is. A dynamic table's rows too: its index
         # shards map keys to rows first (on their own ps), and the rows join the packed
-        # reads and updates; a model with one was ~2x slower per example on the plain
-        # path (``benchmarks/trainer_throughput.py --dynamic``).
+        # reads and updates (a dynamic table no longer puts the hashed tables of its
+        # model on the plain path: ``benchmarks/trainer_throughput.py --dynamic``).
         # Low-precision tables keep the plain path: its gradient rows are in the table's
         # dtype, the fused path's would not be, and the stochastic rounding must see the
         # same values whatever the strategy (the same-math tests hold it to that).
