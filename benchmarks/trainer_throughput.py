@@ -43,16 +43,21 @@ call. Measured the same way (load 12-16): hashed 146,024 / 124,071 / 146,286, dy
 noise of this machine. Issue #22's goal (0.7) is not met.
 
 What is left is per step, not per pause: per example the dynamic job spends about twice
-the CPU of the hashed one (ps ~2.3x, workers ~1.7x). Each step, each index
-shard takes a lookup for the rows, and for counting a lookup, a candidate lookup and two
-candidate inserts (``DynamicTable.observe``), each a serial loop over the keys under the
-table's lock (``MutableHashTable``, ~0.4 us per key: for this model's ~1,700 distinct
-keys a step, ~2-3 of the ~4 CPU-seconds per million examples the ps spend more), plus ~5
-more tensors over the network per index shard. Ways on from here, none tried: one
-candidate table with ``[count, last_seen]`` values (one lookup and one insert instead of a lookup and two
-inserts; a checkpoint format change); counting and reading in one packed message per ps,
-as ``models.fused`` does for rows (``h22c`` merged the two lookups but not the messages,
-and saw no gain); a larger ``maintainEverySteps``.
+the CPU of the hashed one (ps ~2.3x, workers ~1.7x). ``perf record -F 99`` for 20 s on ps 0
+and worker 0 of each job (load ~12; the Adagrad row updates, proportional to examples,
+scale the two): per example, ps 0 took ~2.3x the samples. The hash tables' own work
+(``MutableHashTableOfScalars::Find``, ``std::_Hashtable``, ``ExportValues``) is ~7 % of
+the dynamic ps's samples, ~12 % of its excess; the rest of the excess is the overhead of
+more ops and tensors per step (scheduler and futex wake-ups, thread-pool stealing,
+malloc), as the plain path's was for hashed tables. Each step, each index shard runs
+``DynamicTable.observe`` (a lookup, a candidate lookup, two inserts, a scatter_max and a
+dozen small ops) and a lookup for the rows, with ~5 tensors over the network; and the plan
+splits the dynamic ``user_id`` into 4 shards where the hashed one has 2 (its index and row
+state count toward ``maxShardBytes``), so twice the index shards. Ways on from here, none
+tried: counting and reading in one packed message per ps with one op chain per shard
+(as ``models.fused`` does for rows; ``h22c`` merged the two lookups but not the
+messages, and saw no gain); fewer index shards than pool shards; one candidate table with
+``[count, last_seen]`` values (a checkpoint format change).
 
 ``--quick`` on a quiet machine (2026-11-25, nothing else running, load 1-4 from the
 benchmark's own processes), three runs: ps/single 0.61, 0.56, 0.51 (median 0.56; CPU
