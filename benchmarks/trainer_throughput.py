@@ -53,11 +53,14 @@ malloc), as the plain path's was for hashed tables. Each step, each index shard 
 ``DynamicTable.observe`` (a lookup, a candidate lookup, two inserts, a scatter_max and a
 dozen small ops) and a lookup for the rows, with ~5 tensors over the network; and the plan
 splits the dynamic ``user_id`` into 4 shards where the hashed one has 2 (its index and row
-state count toward ``maxShardBytes``), so twice the index shards. Ways on from here, none
-tried: counting and reading in one packed message per ps with one op chain per shard
-(as ``models.fused`` does for rows; ``h22c`` merged the two lookups but not the
-messages, and saw no gain); fewer index shards than pool shards; one candidate table with
-``[count, last_seen]`` values (a checkpoint format change).
+state count toward ``maxShardBytes``), so twice the index shards; but 2 shards instead
+(``ETJ_BENCH_MAX_SHARD=256Mi``, single runs, load 10-12) gave the same 71,521 examples/s
+as 4 (71,637; hashed 151,714 and 132,165 around them), ps CPU 4.9 + 2.3 instead of
+5.4 + 2.8. Ways on from here, none tried: counting and reading in one packed message per
+ps with one op chain per shard (as ``models.fused`` does for rows; ``h22c`` merged the
+two lookups but not the messages, and saw no gain); one candidate table with
+``[count, last_seen]`` values (a checkpoint format change); fewer small ops in
+``observe``.
 
 ``--quick`` on a quiet machine (2026-11-25, nothing else running, load 1-4 from the
 benchmark's own processes), three runs: ps/single 0.61, 0.56, 0.51 (median 0.56; CPU
