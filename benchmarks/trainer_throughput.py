@@ -20,12 +20,47 @@ with the load average and each task's CPU-seconds per million examples. Measured
 (``--dynamic --repeat 3 --seconds 30``, load 15-20): hashed 122,700, dynamic 57,677
 examples/s, dynamic/hashed 0.47 (below the goal). CPU-seconds per million examples (one
 more pair, load 10-12): hashed chief 0.2, ps 2.7 + 1.2, workers 3.3 + 3.2; dynamic chief
-1.3, ps 5.9 + 3.4, workers 5.6 + 5.6. A model with a dynamic table takes the plain
+1.3, ps 5.9 + 3.4, workers 5.6 + 5.6. A model with a dynamic table took the plain
 per-shard path, not ``models.fused``; each step also looks up every shard's index twice
 (counting, then rows) and inserts its candidates there. One lookup per shard instead of
 two (branch ``h22c``) did not change the CPU per example (one pair, load 7-8: dynamic ps
-5.4 + 3.1 -> 5.5 + 3.2, workers 4.8 -> 5.0; ratio 0.53 vs 0.42): not adopted. The plain
-per-shard path is the suspect left.
+5.4 + 3.1 -> 5.5 + 3.2, workers 4.8 -> 5.0; ratio 0.53 vs 0.42): not adopted.
+
+Branch ``h22d``: a dynamic table no longer puts its model on the plain path. Its index
+shards map the distinct keys to rows, and the rows travel packed with the hashed tables'
+(``models.fused``; the same math: ``tests/trainer/test_dynamic_fused.py``). Measured
+(``--dynamic --repeat 3 --seconds 30``, load 13-20, other helpers' jobs on the 2 cores):
+hashed 163,701 / 139,375 / 108,328, dynamic 71,357 / 64,489 / 81,795 examples/s, medians
+139,375 and 71,357: dynamic/hashed 0.51; CPU-seconds per million examples, dynamic:
+chief 1.0-1.5, ps 4.8-5.1 + 2.4-2.6, workers 4.2-4.7 (was ps 5.9 + 3.4, workers 5.6).
+Then the coordinator's pause every ``maintainEverySteps`` (100 here: every 2 chunks of 50,
+all workers idle while it runs) ran one function per table and read every counter with
+its own round trip (for a result nobody used); timed in the chief, it took 12 % of the
+wall time (145 ms per pause). Now one call runs every table's pass and the stats are one
+call. Measured the same way (load 12-16): hashed 146,024 / 124,071 / 146,286, dynamic
+71,575 / 57,921 / 95,513 examples/s, medians 146,024 and 71,575: dynamic/hashed 0.49
+(pairs 0.49, 0.47, 0.65); chief 0.7-1.4 CPU-seconds per million examples: within the
+noise of this machine. Issue #22's goal (0.7) is not met.
+
+What is left is per step, not per pause: per example the dynamic job spends about twice
+the CPU of the hashed one (ps ~2.3x, workers ~1.7x). ``perf record -F 99`` for 20 s on ps 0
+and worker 0 of each job (load ~12; the Adagrad row updates, proportional to examples,
+scale the two): per example, ps 0 took ~2.3x the samples. The hash tables' own work
+(``MutableHashTableOfScalars::Find``, ``std::_Hashtable``, ``ExportValues``) is ~7 % of
+the dynamic ps's samples, ~12 % of its excess; the rest of the excess is the overhead of
+more ops and tensors per step (scheduler and futex wake-ups, thread-pool stealing,
+malloc), as the plain path's was for hashed tables. Each step, each index shard runs
+``DynamicTable.observe`` (a lookup, a candidate lookup, two inserts, a scatter_max and a
+dozen small ops) and a lookup for the rows, with ~5 tensors over the network; and the plan
+splits the dynamic ``user_id`` into 4 shards where the hashed one has 2 (its index and row
+state count toward ``maxShardBytes``), so twice the index shards; but 2 shards instead
+(``ETJ_BENCH_MAX_SHARD=256Mi``, single runs, load 10-12) gave the same 71,521 examples/s
+as 4 (71,637; hashed 151,714 and 132,165 around them), ps CPU 4.9 + 2.3 instead of
+5.4 + 2.8. Ways on from here, none tried: counting and reading in one packed message per
+ps with one op chain per shard (as ``models.fused`` does for rows; ``h22c`` merged the
+two lookups but not the messages, and saw no gain); one candidate table with
+``[count, last_seen]`` values (a checkpoint format change); fewer small ops in
+``observe``.
 
 ``--quick`` on a quiet machine (2026-11-25, nothing else running, load 1-4 from the
 benchmark's own processes), three runs: ps/single 0.61, 0.56, 0.51 (median 0.56; CPU
@@ -394,7 +429,7 @@ def _in_subprocess(mode: str, seconds: float, extra: list[str], env: dict[str, s
         timeout=1800,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"{mode} run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{mode} run failed:\n{out.stdout[-3000:]}\n{out.stderr[-20000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

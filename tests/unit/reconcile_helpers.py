@@ -47,7 +47,10 @@ def all_pods(job: EmbeddingTrainingJob, phase: str = "Running") -> list[PodState
 
 
 def run(job: EmbeddingTrainingJob, pods: list[PodState], now: datetime = T0, **kw: Any) -> Decision:
-    return decide(
+    """The decision; and the job's status as it was (decide copies it only shallowly, so
+    a rule that changed a list, a map or a model of it in place would show here)."""
+    before = job.status.model_dump() if job.status is not None else None
+    decision = decide(
         World(
             job=job,
             plan=build_plan(job.spec),
@@ -59,6 +62,8 @@ def run(job: EmbeddingTrainingJob, pods: list[PodState], now: datetime = T0, **k
             **kw,
         )
     )
+    assert (job.status.model_dump() if job.status is not None else None) == before
+    return decision
 
 
 def with_status(job: EmbeddingTrainingJob, d: Decision) -> EmbeddingTrainingJob:

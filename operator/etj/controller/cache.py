@@ -1,7 +1,7 @@
 """What a reconcile sees, kept from watches instead of read from the API on every pass.
 
-kopf already watches the jobs and the operator's pods; its event handlers feed every
-object into a ``WatchCache``, and a reconcile reads the job, its pods and whether its
+kopf watches the jobs, the operator its pods (``etj.controller.handlers``); every object
+they see goes into a ``WatchCache``, and a reconcile reads the job, its pods and whether its
 Service and ConfigMap exist from here: no API request per pass, so a thousand idle jobs
 cost the API server nothing. (A kopf index would hold the same, but an index cannot take
 the operator's own writes: after a status patch or a pod create the reconcile must see
@@ -10,9 +10,10 @@ API's answers to those writes as well.)
 
 Correctness rests on full resyncs from the API (``resync``: one LIST of the jobs and one of
 the operator's pods, objects missing from the lists dropped): once on start, before any
-reconcile; whenever kopf re-lists after an expired watch (a re-listing shows what exists, never
-what was deleted while the watch was away: a listed object that looks unchanged proves
-nothing); and every resync period.
+reconcile; whenever a watch is taken up again after it expired (a re-listing shows what
+exists, never what was deleted while the watch was away: a listed object that looks
+unchanged proves nothing); and every few resync periods as a backstop (``handlers.RELIST_PERIODS``: a
+healthy watch misses nothing).
 
 Objects are compared by resourceVersion so that an older copy (a late watch event after
 the operator's own write) never replaces a newer one. Kubernetes calls resourceVersions
@@ -30,13 +31,23 @@ No decisions here, and no I/O except through the ``Kube`` passed to ``resync``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from etj.api.constants import LABEL_JOB_NAME
 
 log = logging.getLogger("etj.cache")
 
 Key = tuple[str, str]  # (namespace, name)
+
+
+class Seen(NamedTuple):
+    """What a watch event did to the cache."""
+
+    # It changed what a reconcile reads (a newer object, or one gone): worth a pass. The
+    # echo of the operator's own write (its answer is already cached) is not.
+    news: bool
+    # A full resync is due (a re-listing: see ``on_job_event``).
+    resync: bool
 
 
 def _rv(obj: dict[str, Any]) -> str:
@@ -133,30 +144,30 @@ class WatchCache:
     def forget_pod(self, namespace: str, job: str, name: str) -> None:
         self.pods.get((namespace, job), {}).pop(name, None)
 
-    def on_job_event(self, event_type: str | None, obj: dict[str, Any]) -> bool:
-        """A watch event on a job. True when it was a listed object (type None) after the
-        first resync: kopf lists again only when its watch expired (410 Gone), and the
-        objects deleted while it was away are simply absent from that listing, so no
-        listed object can tell whether something is missing. Only a full resync (which
-        drops what the API no longer has) can; it is due on every re-listing, whether
-        or not the listed objects look new. (The listing kopf makes on start costs one
-        more resync, once.)"""
+    def on_job_event(self, event_type: str | None, obj: dict[str, Any]) -> Seen:
+        """A watch event on a job: whether it told the cache anything new, and whether a
+        full resync is due. One is due for a listed object (type None) after the first
+        resync: kopf lists again only when its watch expired (410 Gone), and the objects
+        deleted while it was away are simply absent from that listing, so no listed object
+        can tell whether something is missing. Only a full resync (which drops what the API
+        no longer has) can; it is due on every re-listing, whether or not the listed
+        objects look new. (The listing kopf makes on start costs one more resync, once.)"""
         if event_type == "DELETED":
+            known = _key(obj) in self.jobs
             self.forget_job(*_key(obj))
-            return False
-        self.put_job(obj)
-        return event_type is None and self.synced
+            return Seen(news=known, resync=False)
+        return Seen(news=self.put_job(obj), resync=event_type is None and self.synced)
 
-    def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> bool:
+    def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> Seen:
         """As ``on_job_event``, for one of the operator's pods."""
         if event_type == "DELETED":
             job = _job_of(obj)
             ns, name = _key(obj)
+            known = job is not None and name in self.pods.get((ns, job), {})
             if job is not None:
                 self.forget_pod(ns, job, name)
-            return False
-        self.put_pod(obj)
-        return event_type is None and self.synced
+            return Seen(news=known, resync=False)
+        return Seen(news=self.put_pod(obj), resync=event_type is None and self.synced)
 
     # ---- full resync --------------------------------------------------------------------
 

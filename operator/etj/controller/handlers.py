@@ -1,22 +1,25 @@
-"""kopf registrations: watches that feed the cache, and a loop per job woken by them.
+"""kopf registrations: a watch of the jobs and a loop per job, woken by what changes.
 
-kopf's watches on the jobs and on the operator's pods put every object into the
-``WatchCache`` a reconcile reads, and wake the job's loop. Each unfinished job gets a kopf
-daemon that runs ``Reconciler.reconcile`` whenever the job or one of its pods changes,
-when a decision asks to be requeued (back-off, TTL, deadline, progress), and at least
-every ``resync_seconds``; all from the cache, so an idle job costs the API server
-nothing. A finished job's loop ends (after its TTL if it has one). The cache is filled
-from the API before the first reconcile, again every ``resync_seconds`` (one LIST of jobs,
-one of pods), and soon after kopf re-lists following an expired watch (a re-listing cannot
-show what was deleted meanwhile). kopf provides the watches, the daemon lifecycle, retries
-of failed passes and the liveness endpoint. Daemons put a finalizer on the job, so
-deleting a job needs the operator running.
+kopf's watch on the jobs, and the operator's own watch on its pods (``watch_pods``: kopf's
+processing of every pod event cost more than everything it fed), put every object into the
+``WatchCache`` a reconcile reads, and wake the job's loop when they bring news. Each
+unfinished job gets a kopf daemon that runs ``Reconciler.reconcile`` whenever the job or
+one of its pods changes, when a decision asks to be requeued (back-off, TTL, deadline,
+progress), and at least every ``resync_seconds``; all from the cache, so an idle job costs
+the API server nothing. A finished job's loop ends (after its TTL if it has one). The
+cache is filled from the API (one LIST of jobs, one of pods) before the first reconcile,
+soon after kopf re-lists the jobs following an expired watch, before the pod watch starts
+again after its version expired (a re-listing cannot show what was deleted meanwhile),
+and, as a backstop, every ``RELIST_PERIODS`` resync periods. kopf provides the job watch,
+the daemon lifecycle, retries of failed passes and the liveness endpoint. Daemons put a
+finalizer on the job, so deleting a job needs the operator running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,37 +29,34 @@ from etj.api.constants import (
     FINALIZER,
     GROUP,
     LABEL_JOB_NAME,
-    LABEL_MANAGED_BY,
-    MANAGED_BY_VALUE,
     PLURAL,
     VERSION,
 )
+from etj.controller import metrics
 from etj.controller.cache import WatchCache
+from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Reconciler
 from etj.core.reconcile.decide import Event
 
 log = logging.getLogger("etj.controller")
 
 
-# The metadata kopf's essence of an object keeps (labels, annotations) or reads while taking
-# it (ownerReferences, for its storage keys).
-_ESSENCE_METADATA = ("name", "namespace", "labels", "annotations", "ownerReferences")
+class NoEssenceStorage(kopf.DiffBaseStorage):
+    """kopf's diff base, kept empty. On every watch event kopf builds an object's "essence"
+    (a deep copy of the whole object, then trimmed) and diffs it with the last handled one;
+    only changing handlers (on.create/update/delete/resume/field) and idle timers read that
+    diff, and etj has neither (a unit test keeps it so): its watches feed a cache and wake
+    a daemon. The copies of a burst's pods were the largest single cost of kopf's event
+    processing, so no essence is built, stored or fetched: every object looks unchanged."""
 
+    def build(self, **_: Any) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
 
-class EssenceStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf's annotation diff-base storage, cheaper to feed: on every watch event kopf takes
-    an object's "essence" (its spec, labels and annotations) from a deep copy of the whole
-    object, status and managedFields included, only to delete them; on a burst of pods that
-    copy was the operator's largest single cost. The essence is the same: only what it
-    keeps is given to kopf."""
+    def fetch(self, **_: Any) -> kopf.BodyEssence | None:
+        return kopf.BodyEssence()
 
-    def build(self, *, body: Any, extra_fields: Any = None) -> kopf.BodyEssence:
-        if extra_fields:  # a handler that watches status fields needs the whole object
-            return super().build(body=body, extra_fields=extra_fields)
-        meta = body.get("metadata") or {}
-        slim: Any = {k: v for k, v in body.items() if k not in ("status", "metadata")}
-        slim["metadata"] = {k: meta[k] for k in _ESSENCE_METADATA if k in meta}
-        return super().build(body=kopf.Body(slim), extra_fields=extra_fields)
+    def store(self, **_: Any) -> None:
+        return None
 
 
 def post_event(obj: dict[str, Any], event: Event) -> None:
@@ -75,9 +75,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = EssenceStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoEssenceStorage()
     # Only our own decisions become Events; kopf's per-handler chatter stays in the logs.
     settings.posting.level = logging.ERROR
     settings.watching.server_timeout = 300
@@ -87,14 +85,18 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.execution.max_workers = 32
     # The cache is full before the first reconcile; then kept fresh in the background.
     memo.resync_due = asyncio.Event()
+    memo.resynced = asyncio.Event()
+    memo.pods_versions = {}
     await resync(memo)
-    memo.resync_task = asyncio.create_task(_resync_forever(memo))
+    memo.tasks = [
+        asyncio.create_task(_resync_forever(memo)),
+        *(asyncio.create_task(watch_pods(memo, ns)) for ns in memo.namespaces or [None]),
+    ]
 
 
 @kopf.on.cleanup()
 async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
-    task = getattr(memo, "resync_task", None)
-    if task is not None:
+    for task in getattr(memo, "tasks", []):
         task.cancel()
 
 
@@ -106,22 +108,78 @@ async def resync(memo: kopf.Memo) -> None:
         jobs, jobs_version = await kube.list_jobs(ns)
         pods, pods_version = await kube.list_managed_pods(ns)
         cache.replace(jobs, jobs_version, pods, pods_version, namespace=ns)
+        memo.pods_versions[ns] = pods_version
+    metrics.RESYNCS.inc()
+    memo.resynced.set()
+
+
+async def watch_pods(memo: kopf.Memo, namespace: str | None) -> None:
+    """Feed the cache from a watch of the operator's pods (of ``namespace``, or all),
+    from the version of the last resync's list on; a watch the API server ends is taken
+    up where it ended, one whose version expired (410) from the next resync's. Not kopf's
+    watch: kopf's processing of every pod event (its per-object memory, loggers, causes,
+    the handler's keyword arguments, its patching) cost a burst more CPU than the cache and
+    the reconciles it feeds."""
+    kube = memo.reconciler.kube
+    since: str = memo.pods_versions[namespace]
+    delay = 1.0
+    while True:
+        started = time.monotonic()
+        try:
+            async for kind, obj in kube.watch_managed_pods(namespace, since):
+                since = str((obj.get("metadata") or {}).get("resourceVersion") or since)
+                delay = 1.0
+                if kind != "BOOKMARK":
+                    pod_changed(memo, kind, obj)
+            if time.monotonic() - started < 1.0:
+                # Ended as soon as it began (a proxy in the way?): not a reason to spin.
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        except WatchExpired:
+            # What was deleted meanwhile is missing from any listing: only a full resync
+            # (which drops what the API no longer has) sets the cache right.
+            log.info(
+                "Restarting the watch-stream for pods in %r: version %s expired", namespace, since
+            )
+            memo.resynced.clear()
+            memo.resync_due.set()
+            await memo.resynced.wait()
+            since = memo.pods_versions[namespace]
+        except Exception as exc:  # the API may be briefly away: take it up again
+            log.warning("watching pods failed: %s; again in %.0f s", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)  # soon after the API is back
+
+
+# A full resync (a LIST of every job and pod) when a watch asks for one, else every this
+# many resync periods. The watches miss nothing while they are healthy (an API server that
+# cannot replay what a watch missed answers 410, and that asks for a resync), so the
+# periodic LIST is only a backstop; each one is a few MB of pods to decode on the event
+# loop (on the burst: up to seconds of it, every job's loop held up meanwhile). Every
+# period still wakes every job's loop (its pass reads the cache).
+RELIST_PERIODS = 10
 
 
 async def _resync_forever(memo: kopf.Memo) -> None:
     due: asyncio.Event = memo.resync_due
+    periods = 0
+    asked = False
     while True:
         try:
             await asyncio.wait_for(due.wait(), memo.settings.resync_seconds)
             await asyncio.sleep(1.0)  # a re-listing arrives as many events: resync once
+            asked = True
         except TimeoutError:
             pass
         due.clear()
-        try:
-            await resync(memo)
-        except Exception as exc:  # the API may be briefly away; the next round retries
-            log.warning("resync from the API failed: %s", exc)
-            continue
+        periods += 1
+        if asked or periods >= RELIST_PERIODS:
+            try:
+                await resync(memo)
+            except Exception as exc:  # the API may be briefly away; the next period retries
+                log.warning("resync from the API failed: %s", exc)
+                continue
+            periods, asked = 0, False
         for wake in list(memo.wakeups.values()):
             wake.set()
 
@@ -198,18 +256,20 @@ def last_pass(memo: kopf.Memo, namespace: str, name: str, logger: Any) -> asynci
 async def job_changed(
     event: dict[str, Any], namespace: str, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    if memo.cache.on_job_event(event.get("type"), event["object"]):
+    seen = memo.cache.on_job_event(event.get("type"), event["object"])
+    if seen.resync:
         memo.resync_due.set()
-    if (wake := memo.wakeups.get((namespace, name))) is not None:
+    # Only news wakes the job: the echo of its own status write would cost a whole pass
+    # that finds the world as it left it.
+    if seen.news and (wake := memo.wakeups.get((namespace, name))) is not None:
         wake.set()
 
 
-@kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY_VALUE})  # type: ignore[arg-type]
-async def pod_changed(
-    event: dict[str, Any], namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any
-) -> None:
-    if memo.cache.on_pod_event(event.get("type"), event["object"]):
-        memo.resync_due.set()
-    job = labels.get(LABEL_JOB_NAME)
-    if job and (wake := memo.wakeups.get((namespace, job))) is not None:
+def pod_changed(memo: kopf.Memo, event_type: str, obj: dict[str, Any]) -> None:
+    """A watch event on one of the operator's pods (``watch_pods``)."""
+    seen = memo.cache.on_pod_event(event_type, obj)
+    meta = obj.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
+    # As for jobs: a pod's ADDED event after the operator made it is no news.
+    if seen.news and job and (wake := memo.wakeups.get((meta.get("namespace"), job))):
         wake.set()

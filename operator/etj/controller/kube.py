@@ -1,4 +1,4 @@
-"""The one module that talks to the Kubernetes API (besides kopf's own watches).
+"""The one module that talks to the Kubernetes API (besides kopf's own watch of the jobs).
 
 A thin, idempotent facade over the official client: reads return plain dicts in the API's
 camelCase form, creates treat "already exists" as done, deletes treat "not found" as done,
@@ -10,7 +10,10 @@ No decisions are made here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from kubernetes import client, config
@@ -82,8 +85,22 @@ _CREATE_PATHS = {
 }
 
 
+def watch_lines(chunks: Iterable[bytes]) -> Iterator[list[bytes]]:
+    """The complete lines (one JSON event each) of a watch stream's chunks, as they come:
+    per chunk, the lines it completes."""
+    rest = b""
+    for chunk in chunks:
+        *lines, rest = (rest + chunk).split(b"\n")
+        if complete := [line for line in lines if line.strip()]:
+            yield complete
+
+
 def _selector(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+class WatchExpired(Exception):
+    """The resourceVersion a watch started from is too old (410 Gone): list again."""
 
 
 class ApiRefused(Exception):
@@ -167,6 +184,70 @@ class Kube:
         found = json.loads(resp.data)
         return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
 
+    async def watch_managed_pods(
+        self, namespace: str | None, since: str, timeout: int = 300
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """The watch events ``(type, object)`` of the pods etj made (of one namespace, or
+        cluster-wide) after resourceVersion ``since``, bookmarks included, as plain dicts;
+        the API server ends the watch after ``timeout`` seconds (the iterator then ends).
+        Raises ``WatchExpired`` when ``since`` is too old, ``ApiException`` on any other
+        error the API server reports. The blocking stream
+        is read in a daemon thread of its own (a watch holds a worker thread for minutes;
+        leaving the loop closes its connection, which ends the thread)."""
+        query: dict[str, Any] = {
+            "label_selector": _selector({LABEL_MANAGED_BY: MANAGED_BY_VALUE}),
+            "watch": True,
+            "allow_watch_bookmarks": True,
+            "resource_version": since,
+            "timeout_seconds": timeout,
+            "_preload_content": False,
+        }
+        resp: Any
+        if namespace is None:
+            resp = await asyncio.to_thread(self.core.list_pod_for_all_namespaces, **query)
+        else:
+            resp = await asyncio.to_thread(self.core.list_namespaced_pod, namespace, **query)
+        if not 200 <= resp.status <= 299:
+            await asyncio.to_thread(resp.read)
+            resp.release_conn()
+            if resp.status == 410:
+                raise WatchExpired(since)
+            raise ApiException(http_resp=resp)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[list[dict[str, Any]] | BaseException | None] = asyncio.Queue()
+
+        def post(item: list[dict[str, Any]] | BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody listens
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def read() -> None:
+            try:
+                for batch in watch_lines(resp.stream(amt=None, decode_content=True)):
+                    post([json.loads(line) for line in batch])
+            except BaseException as exc:  # handed to the loop; a closed connection included
+                post(exc)
+                return
+            post(None)
+
+        threading.Thread(target=read, name="etj-pod-watch", daemon=True).start()
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                for event in item:
+                    kind, obj = str(event.get("type")), event.get("object") or {}
+                    if kind == "ERROR" and obj.get("code") == 410:
+                        raise WatchExpired(since)
+                    if kind == "ERROR":
+                        raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                    yield kind, obj
+        finally:
+            # Ends the reading thread if the loop stopped listening (cancelled, or an
+            # error): its blocking read fails on the shut socket.
+            resp.shutdown()
+            resp.close()
+            resp.release_conn()
+
     async def exists(self, kind: str, namespace: str, name: str) -> bool:
         read = {
             "Service": self.core.read_namespaced_service,
@@ -245,7 +326,12 @@ class Kube:
         await asyncio.to_thread(self.custom.create_namespaced_custom_object, *args, obj)
 
     def _request_json(
-        self, method: str, path: str, body: Any = None, query: list[tuple[str, Any]] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, Any]] | None = None,
+        content_type: str = "application/json",
     ) -> dict[str, Any]:
         """One request with a plain JSON body and answer, past the client's models: they
         lag the API (a v1.35 ``spec.workloadRef`` fails their validation before any request
@@ -256,7 +342,7 @@ class Kube:
             method,
             path,
             query_params=query,
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
             body=body,
             auth_settings=["BearerToken"],
         )
@@ -292,16 +378,14 @@ class Kube:
         self, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:
         """Merge-patch the job's status subresource; the job as stored afterwards."""
-        stored: Any = await asyncio.to_thread(
-            self.custom.patch_namespaced_custom_object_status,
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            name,
+        path = "/".join(("/apis", GROUP, VERSION, "namespaces", namespace, PLURAL, name, "status"))
+        return await asyncio.to_thread(
+            self._request_json,
+            "PATCH",
+            path,
             {"status": status},
+            content_type="application/merge-patch+json",
         )
-        return dict(stored)
 
     async def delete_job(self, namespace: str, name: str) -> None:
         await _call(

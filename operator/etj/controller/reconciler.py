@@ -39,6 +39,7 @@ from etj.controller.kube import ApiRefused, Kube
 from etj.controller.settings import OperatorSettings
 from etj.core.reconcile import Decision, World, decide, observe_pod
 from etj.core.reconcile.decide import Event, failed_status, gang_unavailable, iso
+from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.policies.claim import claim_wait
 from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
 from etj.core.reconcile.progress import parse_evaluation, parse_progress
@@ -92,6 +93,8 @@ class Reconciler:
         self._last_scrape: dict[tuple[str, str], float] = {}
         # (namespace, name) -> (uid, generation, the job validated and planned).
         self._validations: dict[tuple[str, str], tuple[str, int, Validated]] = {}
+        # (namespace, job) -> pod name -> (resourceVersion, the pod as observed).
+        self._observed: dict[tuple[str, str], dict[str, tuple[str, PodState | None]]] = {}
 
     async def reconcile(self, namespace: str, name: str) -> Outcome:
         started = time.monotonic()
@@ -134,6 +137,7 @@ class Reconciler:
         if obj is None:
             self._last_scrape.pop((namespace, name), None)
             self._validations.pop((namespace, name), None)
+            self._observed.pop((namespace, name), None)
             return Outcome(gone=True)
         now = datetime.now(UTC)
         status = _status_of(obj)
@@ -150,7 +154,7 @@ class Reconciler:
             return Outcome(finished=True)
         job = validated.job.model_copy(update={"status": status})
         raw_pods = await self._pods(namespace, name)
-        pods = [p for p in (observe_pod(r) for r in raw_pods) if p is not None]
+        pods = self._observe(namespace, name, raw_pods)
         plan = validated.plan
         refusal = None
         if plan is not None and not raw_pods and status.phase not in FINISHED_PHASES:
@@ -212,6 +216,21 @@ class Reconciler:
         if uid is not None and generation is not None:
             self._validations[key] = (uid, generation, validated)
         return validated
+
+    def _observe(self, namespace: str, name: str, raw_pods: list[dict[str, Any]]) -> list[PodState]:
+        """The job's pods as the core sees them. Observing is pure and most passes find
+        most pods as the last one did: a pod is observed again only when its
+        resourceVersion changed."""
+        last = self._observed.get((namespace, name), {})
+        now: dict[str, tuple[str, PodState | None]] = {}
+        for raw in raw_pods:
+            meta = raw.get("metadata") or {}
+            pod, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+            known = last.get(pod)
+            state = known[1] if known and version and known[0] == version else observe_pod(raw)
+            now[pod] = (version, state)
+        self._observed[(namespace, name)] = now
+        return [state for _, state in now.values() if state is not None]
 
     def _render(self, memory_limits: dict[str, int]) -> RenderSettings:
         return RenderSettings(

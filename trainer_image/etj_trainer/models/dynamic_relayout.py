@@ -19,13 +19,16 @@ read into the new ones as they are. Instead:
    eviction does: a row is admitted without a reset) and fills each shard's index, row state,
    candidates and counters.
 
-A checkpoint of the same layout is read as it is (``TrainingState.restore_dynamic``); this
-module is only for another one. It neither reads the pool's saved values nor decides when
-to restore.
+``restore_dynamic`` restores every dynamic table of a model so: one saved in the same
+layout is read as it is, one saved in another laid out anew. The trainer calls it after
+restoring the pools and slots by row; so does the evaluator, whose unsharded copy of the
+model has one shard per table, whatever the ps count the checkpoint was written with. This
+module neither reads the pool's saved values nor decides when to restore.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +38,8 @@ import tensorflow as tf
 
 from etj_trainer.models.dynamic import FREE, SlotReset
 from etj_trainer.models.dynamic_shards import ShardedDynamicTable, components
+
+log = logging.getLogger(__name__)
 
 _VALUE = ".ATTRIBUTES/VARIABLE_VALUE"
 
@@ -250,3 +255,48 @@ def apply_relayout(
             shard.admitted.assign(state.admitted)
             shard.evicted.assign(state.evicted)
             shard.fallback_lookups.assign(state.fallback_lookups)
+
+
+def restore_dynamic(
+    tables: dict[str, ShardedDynamicTable],
+    pools: dict[str, Any],
+    slots: dict[str, Sequence[Sequence[SlotReset]]],
+    path: str,
+    step: int,
+) -> None:
+    """Restore each dynamic table's index, row state and candidates from ``path`` (its pool
+    ``pools[name]`` and optimizer slots ``slots[name]``, per pool component, already
+    restored by table row; no slots for a model that has none, as the evaluator's); refused
+    if the checkpoint has none. A table saved in other shards (another ps count or shard
+    plan) is laid out anew (``plan_relayout``), the rows it moves read at ``step``."""
+    if not tables:
+        return
+    reader = tf.train.load_checkpoint(path)
+    as_saved, other = {}, {}
+    for name, table in tables.items():
+        saved = saved_capacities(reader, f"model/dynamic/{name}")
+        if not saved or saved == [s.capacity for s in table.shards]:
+            as_saved[name] = table
+        else:
+            other[name] = (table, saved)
+    if as_saved:
+        stand_in = tf.Module()
+        stand_in.dynamic = as_saved
+        status = tf.train.Checkpoint(model=stand_in).read(path)
+        status.expect_partial().assert_existing_objects_matched()
+    for name, (table, saved) in other.items():
+        relayout = plan_relayout(
+            read_saved(reader, f"model/dynamic/{name}"),
+            table.fallback_rows,
+            [s.capacity for s in table.shards],
+        )
+        apply_relayout(table, pools[name], slots.get(name, []), relayout, step)
+        log.info(
+            "dynamic table %s saved in %d shards, restored into %d: %d rows moved, "
+            "%d ids evicted (their shard had no row left)",
+            name,
+            len(saved),
+            len(table.shards),
+            len(relayout.moves),
+            relayout.dropped,
+        )

@@ -13,7 +13,8 @@ table's capacity is their sum). Single-process and MultiWorkerMirrored tables ar
 Reads (``rows``) and counting (``observe``) split the batch's unique keys by shard, each
 part going to its shard's device, and stitch the answers back; the rows they give are the
 table's, looked up in the sharded variable as a fixed table's are (its gradient is the
-same ``IndexedSlices``). ``maintain`` runs every shard's pass on that shard's device; it is
+same ``IndexedSlices``; under ParameterServer they travel packed with the other tables'
+rows, ``models.fused``). ``maintain`` runs every shard's pass on that shard's device; it is
 the one writer, called between steps (under ParameterServer by the coordinator, when no
 step is in flight: ``TrainingState.maintain_between_steps``).
 
@@ -186,18 +187,35 @@ class ShardedDynamicTable(tf.Module):
     def used_slots(self) -> tf.Tensor:
         return tf.add_n([s.used_slots() for s in self.shards])
 
-    def stats(self) -> dict[str, int]:
+    def counters(self) -> tf.Tensor:
+        """``[shards, 3]`` int64: each shard's admitted, evicted and fallback lookups."""
+        return tf.stack(
+            [
+                tf.stack(
+                    [
+                        s.admitted.read_value(),
+                        s.evicted.read_value(),
+                        s.fallback_lookups.read_value(),
+                    ]
+                )
+                for s in self.shards
+            ]
+        )
+
+    def stats(self, counters: np.ndarray | None = None) -> dict[str, int]:
         """Rows used and the pool's capacity, ids admitted and evicted, fallback lookups:
-        the table's totals. Scalar reads only (rows used = admitted - evicted), cheap enough
-        for every progress report while steps run."""
-        admitted = sum(int(s.admitted.numpy()) for s in self.shards)
-        evicted = sum(int(s.evicted.numpy()) for s in self.shards)
+        the table's totals, from ``counters()`` (read now when not given). Scalar reads
+        only (rows used = admitted - evicted), cheap enough for every progress report while
+        steps run."""
+        if counters is None:
+            counters = self.counters().numpy()
+        admitted, evicted, fallback = (int(x) for x in np.asarray(counters).sum(axis=0))
         return {
             "rowsUsed": admitted - evicted,
             "capacity": self.capacity,
             "admitted": admitted,
             "evicted": evicted,
-            "fallbackLookups": sum(int(s.fallback_lookups.numpy()) for s in self.shards),
+            "fallbackLookups": fallback,
         }
 
     def admitted_rows(self) -> tuple[np.ndarray, np.ndarray]:

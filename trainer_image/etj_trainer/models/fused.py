@@ -18,6 +18,12 @@ ids (``ctr.unique_ids``), the same rows (a shard holds the contiguous rows the
 ShardedVariable assigns it), the gradient of each distinct row summed on the worker,
 and per shard variable one sparse update with the rows of every lookup that reads it.
 
+A dynamic table's lookup first asks its index shards for the rows of its distinct keys
+(``ShardedDynamicTable.rows``, on each index's ps, as ``CtrModel.embed`` does); from
+there its distinct rows travel like a hashed table's ids, in the same packed tensors
+(distinct keys may share a fallback row: the row is read once and its gradient summed,
+as ``CtrModel.embed`` does).
+
 This module reads and routes rows; the caller computes the loss and supplies the update
 of each shard (``etj_trainer.task.state``), so it knows no optimizer.
 """
@@ -31,6 +37,7 @@ from typing import Any
 import tensorflow as tf
 
 from etj_trainer.models.ctr import CtrModel, DistinctIds, unique_ids
+from etj_trainer.models.dynamic_shards import ShardedDynamicTable
 
 # The update of shard ``j`` of table ``i`` with a gradient, run on that shard's ps.
 ApplyFn = Callable[[int, int, tf.IndexedSlices], Any]
@@ -56,6 +63,13 @@ class Fetched:
     rows: list[tf.Tensor]
     shard_of: list[tf.Tensor | None]
     received: list[list[tf.Tensor]]
+
+
+def _rows_of_keys(dynamic: ShardedDynamicTable, keys: DistinctIds) -> DistinctIds:
+    """A dynamic table's distinct keys as the distinct table rows they read (an admitted
+    key's own row, else its fallback row), each batch id's position in them."""
+    rows, where = tf.unique(dynamic.rows(keys.ids))
+    return DistinctIds(rows, tf.gather(where, keys.position), keys.present)
 
 
 class FusedTables:
@@ -91,6 +105,9 @@ class FusedTables:
         order: list[list[tf.Tensor] | None] = []
         for _, x in model.named_lookups:
             d = unique_ids(model.specs[x.table], features[x.key], x.masked)
+            dynamic = model.dynamic.get(model.specs[x.table].name)
+            if dynamic is not None:
+                d = _rows_of_keys(dynamic, d)
             distinct.append(d)
             n = self._shards(x.table)
             if n == 1:

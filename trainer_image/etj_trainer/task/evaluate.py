@@ -6,10 +6,11 @@ time); the chief runs it inline after each checkpoint when the job has validatio
 
 The evaluator role is not part of the training cluster (TensorFlow's convention); it polls
 the checkpoint directory, restores the newest checkpoint into a local, unsharded copy of
-the model (a checkpoint restores into any sharding), and scores it: on ``data.validation``
-when given, else on an independent synthetic stream or the files of ``data.files``. It
-finishes after evaluating the final step. It needs memory for the whole model (tables
-without optimizer slots) and never writes checkpoints.
+the model (``restore_model``: tables by row, whatever their saved sharding; a dynamic
+table's index shards, saved one per pool shard, laid out anew as one), and scores it: on
+``data.validation`` when given, else on an independent synthetic stream or the files of
+``data.files``. It finishes after evaluating the final step. It needs memory for the whole
+model (tables without optimizer slots) and never writes checkpoints.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from etj_trainer import exitcodes
 from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.pipeline import make_dataset, validation_dataset
 from etj_trainer.models.ctr import CtrModel
+from etj_trainer.models.dynamic_relayout import restore_dynamic
 from etj_trainer.task.auc import BINS, auc_from_histogram
+from etj_trainer.task.checkpoint import restore_components
 from etj_trainer.task.cluster import Task
 from etj_trainer.task.progress import emit, write_scalars
-from etj_trainer.task.state import histogram
+from etj_trainer.task.state import checkpoint_keys, histogram
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,24 @@ def held_out(config: TrainerConfig) -> tf.data.Dataset | None:
     return validation_dataset(config.model, config.data, batch).cache()
 
 
+def restore_model(model: CtrModel, step: tf.Variable, path: str) -> None:
+    """The tables, the tower and the step of ``model`` from ``path``, no optimizer slots.
+
+    Tables restore by row, whatever sharding they were saved in (``restore_components``, as
+    the chief restores). A dynamic table's index, row state and candidates were saved one
+    set per pool shard; this model has one shard per table, so a table saved by a
+    ParameterServer job is laid out anew (``models.dynamic_relayout``): every admitted id
+    keeps its row. (``tf.train.Checkpoint.restore`` would read saved shard 0 into the one
+    shard and fail on its shape.)
+    """
+    wanted = {f"model/tables/{i}": model.table_components(i) for i in range(len(model.tables))}
+    root = tf.train.Checkpoint(model=model, step=step)
+    wanted.update(checkpoint_keys(root, model.tower_variables))
+    restore_components(path, {**wanted, "step": [step]})
+    pools = {spec.name: model.tables[i] for i, spec in enumerate(model.specs)}
+    restore_dynamic(model.dynamic, pools, {}, path, int(step.numpy()))
+
+
 def run_evaluator(config: TrainerConfig, task: Task) -> int:
     if config.checkpoint is None:
         print("etj_trainer: the evaluator needs checkpoint settings to read", flush=True)
@@ -90,7 +111,6 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
     model = CtrModel(config)
     step = tf.Variable(0, dtype=tf.int64, name="global_step")
     # Only the model and the step: the optimizer slots are not needed to evaluate.
-    checkpoint = tf.train.Checkpoint(model=model, step=step)
     batches = int(os.environ.get(BATCHES_ENV, "20"))
     poll = float(os.environ.get(POLL_ENV, "10"))
     data = held_out(config) or (
@@ -110,7 +130,7 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
     while True:
         path = tf.train.latest_checkpoint(directory)
         if path is not None and path != seen:
-            checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+            restore_model(model, step, path)
             seen = path
             at = int(step.numpy())
             result = scorer(at)

@@ -14,7 +14,6 @@ strategy (one process). It does not schedule, checkpoint to disk or report.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import tensorflow as tf
@@ -24,12 +23,7 @@ from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.records import BAD_KEY
 from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
 from etj_trainer.models.dynamic import SlotReset
-from etj_trainer.models.dynamic_relayout import (
-    apply_relayout,
-    plan_relayout,
-    read_saved,
-    saved_capacities,
-)
+from etj_trainer.models.dynamic_relayout import restore_dynamic
 from etj_trainer.models.fused import Fetched, FusedTables
 from etj_trainer.task.auc import BINS
 from etj_trainer.task.optim import (
@@ -41,8 +35,6 @@ from etj_trainer.task.optim import (
     slot_initial,
 )
 from etj_trainer.task.rounding import key_of
-
-log = logging.getLogger(__name__)
 
 # Steps written out per loop iteration of ``train_chunk``.
 UNROLL = 10
@@ -89,7 +81,8 @@ class TrainingState:
         self.maintain_in_step = partitioner is None
         # The step of each dynamic table's last pass run by the coordinator.
         self._maintained: dict[str, int] = {}
-        self._maintain_fns: dict[str, Any] = {}
+        self._maintain_fns: dict[tuple[str, ...], Any] = {}
+        self._stats_fn: Any = None
         default_opt = str(config.training.optimizer)
         lr = config.training.learning_rate
         with strategy.scope():
@@ -130,18 +123,17 @@ class TrainingState:
         self.dense_items = self.items[sum(len(p) for p in self.table_items) :]
         # Under ParameterServerStrategy (``fused`` None), table rows travel packed, one
         # tensor per ps each way (``etj_trainer.models.fused``); elsewhere every table is
-        # local or mirrored and read as it is.
-        # Dynamic tables keep the plain path: their index, counters and row state live
-        # beside their own pool shards (``models.dynamic_shards``). So do low-precision
-        # tables: the plain path's gradient rows are in the table's dtype, the fused
-        # path's would not be, and the stochastic rounding must see the same values
-        # whatever the strategy (the same-math tests hold it to that).
+        # local or mirrored and read as it is. A dynamic table's rows too: its index
+        # shards map keys to rows first (on their own ps), and the rows join the packed
+        # reads and updates (a dynamic table no longer puts the hashed tables of its
+        # model on the plain path: ``benchmarks/trainer_throughput.py --dynamic``).
+        # Low-precision tables keep the plain path: its gradient rows are in the table's
+        # dtype, the fused path's would not be, and the stochastic rounding must see the
+        # same values whatever the strategy (the same-math tests hold it to that).
         if fused is None:
-            fused = (
-                isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
-                and not self.model.dynamic
-                and all(t.dtype == "float32" for t in config.model.tables)
-            )
+            fused = isinstance(
+                strategy, tf.distribute.experimental.ParameterServerStrategy
+            ) and all(t.dtype == "float32" for t in config.model.tables)
         self.fused = FusedTables(self.model) if fused else None
         # Most rows a sparse gradient can have: every id of a batch distinct.
         batch = config.training.batch_size_per_replica
@@ -176,42 +168,10 @@ class TrainingState:
 
     def restore_dynamic(self, path: str) -> None:
         """Restore the dynamic tables' index, row state and candidates from ``path`` (their
-        pools and slots are restored by row with the other tables, and the step); refused
-        if the checkpoint has none. A table saved in other shards (another ps count or
-        shard plan) is laid out anew (``models.dynamic_relayout``)."""
-        if not self.model.dynamic:
-            return
-        reader = tf.train.load_checkpoint(path)
-        as_saved, other = {}, {}
-        for name, table in self.model.dynamic.items():
-            saved = saved_capacities(reader, f"model/dynamic/{name}")
-            if not saved or saved == [s.capacity for s in table.shards]:
-                as_saved[name] = table
-            else:
-                other[name] = (table, saved)
-        if as_saved:
-            stand_in = tf.Module()
-            stand_in.dynamic = as_saved
-            status = tf.train.Checkpoint(model=stand_in).read(path)
-            status.expect_partial().assert_existing_objects_matched()
-        step = int(self.step.numpy())
-        for name, (table, saved) in other.items():
-            relayout = plan_relayout(
-                read_saved(reader, f"model/dynamic/{name}"),
-                table.fallback_rows,
-                [s.capacity for s in table.shards],
-            )
-            i = next(i for i, t in enumerate(self.config.model.tables) if t.name == name)
-            apply_relayout(table, self.model.tables[i], self.dynamic_slots[name], relayout, step)
-            log.info(
-                "dynamic table %s saved in %d shards, restored into %d: %d rows moved, "
-                "%d ids evicted (their shard had no row left)",
-                name,
-                len(saved),
-                len(table.shards),
-                len(relayout.moves),
-                relayout.dropped,
-            )
+        pools and slots are restored by row with the other tables, and the step first);
+        see ``models.dynamic_relayout.restore_dynamic``."""
+        pools = {t.name: self.model.tables[i] for i, t in enumerate(self.config.model.tables)}
+        restore_dynamic(self.model.dynamic, pools, self.dynamic_slots, path, int(self.step.numpy()))
 
     def maintain_every(self) -> int | None:
         """Steps between the coordinator's pauses for dynamic tables' passes (the smallest
@@ -221,33 +181,45 @@ class TrainingState:
             return None
         return min(d.maintain_every_steps for d in self.model.dynamic.values())
 
-    def maintain_between_steps(self, step: int) -> dict[str, dict[str, int]]:
+    def maintain_between_steps(self, step: int) -> None:
         """Run the passes due at ``step`` (a multiple of ``maintainEverySteps`` was passed
         since a table's last one), called by the coordinator while no step is in flight:
-        the one writer of every index. Returns each dynamic table's stats after."""
-        for name, dynamic in self.model.dynamic.items():
-            every = dynamic.maintain_every_steps
-            last = self._maintained.get(name, 0)
-            if step // every > last // every:
-                self._maintain_table(name, tf.constant(step, tf.int64))
-                self._maintained[name] = step
-        return self.dynamic_stats()
-
-    def _maintain_table(self, name: str, step: tf.Tensor) -> None:
-        fn = self._maintain_fns.get(name)
+        the one writer of every index. Every table due runs in one function call, each
+        shard's pass on its ps at once (a pause idles every worker: it must be short)."""
+        due = tuple(
+            name
+            for name, d in self.model.dynamic.items()
+            if step // d.maintain_every_steps
+            > self._maintained.get(name, 0) // d.maintain_every_steps
+        )
+        if not due:
+            return
+        fn = self._maintain_fns.get(due)
         if fn is None:
-            dynamic, slots = self.model.dynamic[name], self.dynamic_slots[name]
-            fn = self._maintain_fns[name] = tf.function(lambda s: dynamic.maintain(s, slots))
-        fn(step)
+
+            def passes(s: tf.Tensor) -> None:
+                for name in due:
+                    self.model.dynamic[name].maintain(s, self.dynamic_slots[name])
+
+            fn = self._maintain_fns[due] = tf.function(passes)
+        fn(tf.constant(step, tf.int64))
+        for name in due:
+            self._maintained[name] = step
 
     def dynamic_stats(self) -> dict[str, dict[str, int]]:
-        """Per dynamic table: rows used, capacity, admitted, evicted, fallback lookups."""
-        return {name: d.stats() for name, d in self.model.dynamic.items()}
+        """Per dynamic table: rows used, capacity, admitted, evicted, fallback lookups. The
+        counters of every shard in one function call (one round trip, not one per
+        counter: the chief reads them at every progress report)."""
+        if self._stats_fn is None:
+            tables = self.model.dynamic
+            self._stats_fn = tf.function(lambda: {n: d.counters() for n, d in tables.items()})
+        counters = self._stats_fn()
+        return {n: d.stats(counters[n].numpy()) for n, d in self.model.dynamic.items()}
 
     def digest(self) -> dict[str, float]:
         """Sum of every saved variable (computed next to each shard; only scalars move)."""
         return {
-            key: float(sum(tf.reduce_sum(tf.cast(c, tf.float64)).numpy() for c in components))
+            key: float(sum(variable_sum(c).numpy() for c in components))
             for key, components in self.named_variables().items()
         }
 
@@ -293,6 +265,8 @@ class TrainingState:
         packed tensor per ps each way, the tower's variables as in ``_replica_step``.
         The same math: the tape's gradient of a table is the gradient of its rows."""
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
+        # Dynamic tables count the batch's keys (each on its index's ps), as on the plain path.
+        self.model.observe(batch, tf.cast(t, tf.int64))
         fetched: Fetched = fused.fetch(batch)
         dense_vars = [item.var for item in self.dense_items]
         with tf.GradientTape() as tape:
@@ -448,3 +422,10 @@ def _group_slots(optimizer: str, parts: list[Slotted]) -> dict[str, Any]:
         else:
             grouped[name] = tf.__internal__.distribute.ShardedVariable(components, name=name)
     return grouped
+
+
+def variable_sum(var: Any) -> tf.Tensor:
+    """The float64 sum of a variable, computed on the variable's own device: an eager op
+    given no device runs on the default one, which would copy a ps's shard to the chief."""
+    with tf.device(var.device):
+        return tf.reduce_sum(tf.cast(var, tf.float64))

@@ -145,7 +145,13 @@ class _Pass:
     def __init__(self, world: World):
         self.w = world
         self.job = world.job
-        self.st = (world.job.status or EmbeddingTrainingJobStatus()).model_copy(deep=True)
+        status = world.job.status or EmbeddingTrainingJobStatus()
+        # A shallow copy (a deep one of the whole status, shard plan and conditions
+        # included, was a tenth of every pass): the rules give the status new values (new
+        # lists, conditions, counts, back-off entries) and change in place only the
+        # back-off map, copied here; the world's status is never changed (the unit tests
+        # check it after every decision).
+        self.st = status.model_copy(update={"restart_backoff": dict(status.restart_backoff)})
         self.d = Decision()
         self.now = iso(world.now)
         self.gen = world.job.metadata.generation

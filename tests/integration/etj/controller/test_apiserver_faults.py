@@ -185,7 +185,7 @@ def test_expired_watch_is_resumed_without_missing_a_pod_failure(
         )
         wait_for(lambda: restarts(cluster, namespace, "w") == 1, 30, "one restart counted")
         assert set(live_pods(cluster, namespace)) == ps_job_pods("w")
-        # The resumed watch really expired (kopf logs it at debug level).
+        # The resumed pod watch really expired (the operator's own pod watch logs it).
         log = op.log.read_text(errors="replace")
         assert "Restarting the watch-stream for pods" in log, op.tail(80)
         assert compacted > 0

@@ -70,15 +70,15 @@ def test_a_resync_drops_what_a_broken_watch_hid_and_keeps_what_came_after():
 def test_every_relisting_asks_for_a_resync():
     cache = WatchCache()
     # Before the first resync, the initial listing is expected: no resync asked.
-    assert not cache.on_job_event(None, job("j", 5))
+    assert not cache.on_job_event(None, job("j", 5)).resync
     cache.replace([job("j", 5)], "5", [], "5")
     # kopf re-lists after an expired watch: even the same versions ask (see below)...
-    assert cache.on_job_event(None, job("j", 5))
-    assert cache.on_job_event(None, job("j", 9))
-    assert cache.on_pod_event(None, pod("j-chief-0", "j", 10))
+    assert cache.on_job_event(None, job("j", 5)).resync
+    assert cache.on_job_event(None, job("j", 9)).resync
+    assert cache.on_pod_event(None, pod("j-chief-0", "j", 10)).resync
     # ...ordinary watch events never do.
-    assert not cache.on_job_event("MODIFIED", job("j", 11))
-    assert not cache.on_pod_event("MODIFIED", pod("j-chief-0", "j", 12))
+    assert not cache.on_job_event("MODIFIED", job("j", 11)).resync
+    assert not cache.on_pod_event("MODIFIED", pod("j-chief-0", "j", 12)).resync
 
 
 def test_a_pod_deleted_while_the_watch_was_away_is_dropped_by_the_resync_its_relisting_asks():
@@ -87,8 +87,8 @@ def test_a_pod_deleted_while_the_watch_was_away_is_dropped_by_the_resync_its_rel
     # The watch expires; meanwhile j-worker-1 is deleted. The re-listing holds only what
     # is left, unchanged: nothing in it looks new, yet the cache is wrong.
     asked = [
-        cache.on_job_event(None, job("j", 5)),
-        cache.on_pod_event(None, pod("j-chief-0", "j", 6)),
+        cache.on_job_event(None, job("j", 5)).resync,
+        cache.on_pod_event(None, pod("j-chief-0", "j", 6)).resync,
     ]
     assert any(asked)
     assert {p["metadata"]["name"] for p in cache.job_pods("a", "j")} == {"j-chief-0", "j-worker-1"}
@@ -113,3 +113,22 @@ def test_managed_fields_are_not_kept():
     cache.put_job(fat)
     assert "managedFields" not in cache.job("a", "j")["metadata"]
     assert "managedFields" in fat["metadata"]  # the caller's object is left alone
+
+
+def test_only_an_event_that_changes_what_a_reconcile_reads_is_news():
+    """The job's loop is woken by news only: the echo of the operator's own write (its
+    answer already cached), a late older copy or an unknown deletion is none."""
+    cache = WatchCache()
+    assert cache.on_job_event("ADDED", job("j", 5)).news
+    cache.put_job(job("j", 7, phase="Running"))  # the answer to the operator's status write
+    assert not cache.on_job_event("MODIFIED", job("j", 7, phase="Running")).news  # its echo
+    assert not cache.on_job_event("MODIFIED", job("j", 6)).news  # a late older copy
+    assert cache.on_job_event("MODIFIED", job("j", 8)).news
+    cache.put_pod(pod("j-chief-0", "j", 9))  # the answer to the operator's create
+    assert not cache.on_pod_event("ADDED", pod("j-chief-0", "j", 9)).news
+    assert cache.on_pod_event("MODIFIED", pod("j-chief-0", "j", 10)).news
+    assert not cache.on_pod_event("ADDED", {"metadata": {"namespace": "a", "name": "x"}}).news
+    assert cache.on_pod_event("DELETED", pod("j-chief-0", "j", 11)).news
+    assert not cache.on_pod_event("DELETED", pod("j-chief-0", "j", 11)).news  # already gone
+    assert cache.on_job_event("DELETED", job("j", 12)).news
+    assert not cache.on_job_event("DELETED", job("j", 12)).news

@@ -12,7 +12,15 @@ import kopf
 import pytest
 from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
 
-from etj.controller.handlers import job_loop
+from etj.controller.cache import WatchCache
+from etj.controller.handlers import (
+    RELIST_PERIODS,
+    _resync_forever,
+    job_loop,
+    resync,
+    watch_pods,
+)
+from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Outcome
 
 
@@ -80,3 +88,152 @@ def test_an_exiting_operator_makes_no_last_pass() -> None:
     reconciler, memo = asyncio.run(_run(kopf.DaemonStoppingReason.OPERATOR_EXITING))
     assert reconciler.calls == 1 and reconciler.finished == 0
     assert memo.wakeups == {}
+
+
+def _pod(name: str, rv: str, job: str = "j") -> dict[str, Any]:
+    labels = {"training.etj.dev/job-name": job}
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv, "labels": labels}}
+
+
+class WatchingKube:
+    """Each watch opened gets the next script: events, then an exception or the end; the
+    versions the watches started from, and the lists of the resyncs, are recorded."""
+
+    def __init__(self, scripts: list[tuple[list[tuple[str, Any]], Exception | None]]) -> None:
+        self.scripts = scripts
+        self.since: list[str] = []
+        self.lists = 0
+        self.pods: list[dict[str, Any]] = []
+
+    async def watch_managed_pods(self, namespace: str | None, since: str) -> Any:
+        self.since.append(since)
+        if not self.scripts:
+            await asyncio.Event().wait()  # an open watch with nothing to say
+        events, end = self.scripts.pop(0)
+        for event in events:
+            yield event
+        if end is not None:
+            raise end
+
+    async def list_jobs(self, namespace: str | None) -> Any:
+        return [], "100"
+
+    async def list_managed_pods(self, namespace: str | None) -> Any:
+        self.lists += 1
+        return list(self.pods), str(100 * self.lists)
+
+
+def test_the_pod_watch_feeds_the_cache_wakes_its_job_and_takes_up_where_it_ended() -> None:
+    kube = WatchingKube(
+        [
+            (
+                [
+                    ("ADDED", _pod("j-chief-0", "101")),
+                    ("BOOKMARK", {"metadata": {"resourceVersion": "103"}}),
+                ],
+                None,
+            ),
+            ([("MODIFIED", _pod("j-chief-0", "104"))], ConnectionError("the API is away")),
+            ([("ADDED", _pod("k-chief-0", "105", job="k"))], WatchExpired("105")),
+        ]
+    )
+    kube.pods = [_pod("j-chief-0", "104")]  # k-chief-0 was deleted while the watch was away
+
+    async def scenario() -> Any:
+        memo = SimpleNamespace(
+            reconciler=SimpleNamespace(kube=kube),
+            cache=WatchCache(),
+            namespaces=["ns"],
+            wakeups={("ns", "j"): asyncio.Event()},
+            resync_due=asyncio.Event(),
+            resynced=asyncio.Event(),
+            pods_versions={},
+            settings=SimpleNamespace(resync_seconds=30),
+        )
+        await resync(memo)
+        resyncs = asyncio.create_task(_resync_forever(memo))
+        watch = asyncio.create_task(watch_pods(memo, "ns"))
+        await asyncio.wait_for(memo.wakeups[("ns", "j")].wait(), 5)
+        while len(kube.since) < 4:  # the fourth watch, after the resync its expiry asked
+            await asyncio.sleep(0.01)  # polling, bounded by the test's timeout below
+        watch.cancel()
+        resyncs.cancel()
+        return memo
+
+    memo = asyncio.run(asyncio.wait_for(scenario(), 10))
+    # From the first resync's version; after the API went away, from the last version
+    # seen (a bookmark's included); after the expiry, from the new resync's.
+    assert kube.since == ["100", "103", "104", "200"]
+    assert kube.lists == 2
+    assert [p["metadata"]["name"] for p in memo.cache.job_pods("ns", "j")] == ["j-chief-0"]
+    assert memo.cache.job_pods("ns", "k") == []  # dropped by the resync
+
+
+class FlakyLists(WatchingKube):
+    """Lists the pods; the lists it is told to fail raise (the API is away)."""
+
+    def __init__(self, failing: set[int]) -> None:
+        super().__init__([])
+        self.failing = failing
+
+    async def list_managed_pods(self, namespace: str | None) -> Any:
+        if self.lists + 1 in self.failing:
+            self.failing.discard(self.lists + 1)
+            raise ConnectionError("the API is away")
+        return await super().list_managed_pods(namespace)
+
+
+def test_every_period_wakes_every_job_and_a_full_list_is_made_when_asked_or_as_a_backstop():
+    kube = FlakyLists(failing={2})
+    period = 0.02
+
+    async def scenario() -> tuple[int, int, int]:
+        wake = asyncio.Event()
+        memo = SimpleNamespace(
+            reconciler=SimpleNamespace(kube=kube),
+            cache=WatchCache(),
+            namespaces=["ns"],
+            wakeups={("ns", "j"): wake},
+            resync_due=asyncio.Event(),
+            resynced=asyncio.Event(),
+            pods_versions={},
+            settings=SimpleNamespace(resync_seconds=period),
+        )
+        task = asyncio.create_task(_resync_forever(memo))
+        wakes = 0
+        for _ in range(RELIST_PERIODS - 1):  # periods without a list
+            await asyncio.wait_for(wake.wait(), 5)
+            wake.clear()
+            wakes += 1
+        lists_before = kube.lists
+        await asyncio.wait_for(wake.wait(), 5)  # the backstop's period
+        backstop = kube.lists - lists_before
+        wake.clear()
+        memo.resync_due.set()  # a watch asks; the list fails once...
+        waits = 0
+        while kube.lists < 2:
+            await asyncio.wait_for(wake.wait(), 5)
+            wake.clear()
+            waits += 1
+        task.cancel()
+        return wakes, lists_before, backstop, waits
+
+    wakes, lists_before, backstop, waits = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert (wakes, lists_before, backstop) == (RELIST_PERIODS - 1, 0, 1)
+    # ...and the very next period lists again (not the backstop's, periods later).
+    assert kube.failing == set() and waits == 1
+
+
+def test_a_watch_that_ends_as_soon_as_it_begins_is_not_opened_again_in_a_spin() -> None:
+    kube = WatchingKube([([], None)] * 1000)
+
+    async def scenario() -> None:
+        memo = SimpleNamespace(
+            reconciler=SimpleNamespace(kube=kube), pods_versions={"ns": "1"}, wakeups={}
+        )
+        watch = asyncio.create_task(watch_pods(memo, "ns"))
+        await asyncio.sleep(1.5)  # the span over which the openings are counted
+        watch.cancel()
+
+    asyncio.run(scenario())
+    assert 1 <= len(kube.since) <= 3  # 1 s, then 2 s apart

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from etj.controller.kube import Kube
+from etj.controller.kube import Kube, WatchExpired, watch_lines
 
 
 class Recorder:
@@ -112,14 +114,29 @@ def test_deleting_what_is_gone_is_done():
         asyncio.run(k.delete_pod("n", "p"))
 
 
-def test_a_status_write_is_one_patch_of_the_status_subresource():
-    custom = Recorder(patch_namespaced_custom_object_status={"metadata": {"resourceVersion": "9"}})
-    k = kube(custom=custom)
-    stored = asyncio.run(k.patch_job_status("n", "j", {"phase": "Running"}))
-    assert stored == {"metadata": {"resourceVersion": "9"}}
-    ((name, args, _),) = custom.calls
-    assert name == "patch_namespaced_custom_object_status"
-    assert args[2:] == ("n", "embeddingtrainingjobs", "j", {"status": {"phase": "Running"}})
+def test_a_status_write_is_one_merge_patch_of_the_status_subresource():
+    k = kube()
+    stored = {"metadata": {"resourceVersion": "9"}, "status": {"phase": "Running"}}
+    headers: list[dict[str, str]] = []
+    sent = answering(k, Answer(200, stored), Answer(500))
+    plain = k.api_client.call_api
+
+    def call_api(method: str, url: str, header_params: Any = None, *rest: Any) -> Any:
+        headers.append(dict(header_params or {}))
+        return plain(method, url, header_params, *rest)
+
+    k.api_client.call_api = call_api  # type: ignore[method-assign]
+    assert asyncio.run(k.patch_job_status("n", "j", {"phase": "Running"})) == stored
+    ((method, url, body),) = sent
+    assert method == "PATCH"
+    assert url.endswith(
+        "/apis/training.etj.dev/v1alpha1/namespaces/n/embeddingtrainingjobs/j/status"
+    )
+    assert body == {"status": {"phase": "Running"}}
+    assert headers[0]["Content-Type"] == "application/merge-patch+json"
+    assert k.custom.calls == []  # type: ignore[attr-defined]
+    with pytest.raises(ApiException):
+        asyncio.run(k.patch_job_status("n", "j", {"phase": "Running"}))
 
 
 def test_a_missing_job_is_none_and_other_errors_are_raised():
@@ -151,3 +168,101 @@ def test_a_lease_replace_is_guarded_by_its_resource_version():
     assert args[2]["metadata"]["resourceVersion"] == "5"
     k = kube(coordination=Recorder(create_namespaced_lease=ApiException(status=409)))
     assert asyncio.run(k.create_lease("s", "etj", {"holderIdentity": "a"})) is False
+
+
+def test_a_watch_streams_complete_lines_as_they_come():
+    chunks = [b'{"a":', b' 1}\n{"b": 2}\n\n{"c"', b": 3}\n"]
+    assert list(watch_lines(chunks)) == [[b'{"a": 1}', b'{"b": 2}'], [b'{"c": 3}']]
+
+
+class Stream:
+    """A watch's raw answer: its chunks, read by another thread; ``shutdown`` (the loop
+    stopped listening) ends a read that waits for more."""
+
+    def __init__(self, status: int, chunks: list[bytes], more: bool = False) -> None:
+        self.status = status
+        self.chunks = chunks
+        self.more = more  # after its chunks, wait until shut down (an open watch)
+        self.shut = threading.Event()
+        self.released = False
+        self.reason, self.headers, self.data = "Error", {}, b'{"message": "no"}'
+
+    def stream(self, **_: Any) -> Any:
+        yield from self.chunks
+        if self.more:
+            self.shut.wait(10)
+            raise OSError("shut down")
+
+    def read(self) -> bytes:
+        return self.data
+
+    def shutdown(self) -> None:
+        self.shut.set()
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
+def _event(kind: str, rv: str, **obj: Any) -> bytes:
+    return (
+        json.dumps({"type": kind, "object": {"metadata": {"resourceVersion": rv}, **obj}}) + "\n"
+    ).encode()
+
+
+async def _drain(k: Kube, namespace: str | None = "n") -> list[tuple[str, str]]:
+    return [
+        (kind, obj["metadata"]["resourceVersion"])
+        async for kind, obj in k.watch_managed_pods(namespace, "5")
+    ]
+
+
+def test_a_pod_watch_yields_plain_events_from_the_version_it_was_given():
+    answer = Stream(200, [_event("ADDED", "6"), _event("BOOKMARK", "7") + _event("DELETED", "8")])
+    core = Recorder(list_namespaced_pod=answer, list_pod_for_all_namespaces=answer)
+    k = kube(core=core)
+    assert asyncio.run(_drain(k)) == [("ADDED", "6"), ("BOOKMARK", "7"), ("DELETED", "8")]
+    ((name, args, kwargs),) = core.calls
+    assert (name, args) == ("list_namespaced_pod", ("n",))
+    assert kwargs["label_selector"] == "app.kubernetes.io/managed-by=etj"
+    assert (kwargs["watch"], kwargs["allow_watch_bookmarks"]) == (True, True)
+    assert (kwargs["resource_version"], kwargs["_preload_content"]) == ("5", False)
+    assert answer.released
+    answer.chunks = []
+    asyncio.run(_drain(k, None))
+    assert core.calls[-1][0] == "list_pod_for_all_namespaces"
+
+
+def test_an_expired_version_and_other_watch_errors_are_raised():
+    expired = _event("ERROR", "", code=410, message="too old resource version")
+    k = kube(core=Recorder(list_namespaced_pod=Stream(200, [_event("ADDED", "6"), expired])))
+    with pytest.raises(WatchExpired):
+        asyncio.run(_drain(k))
+    k = kube(core=Recorder(list_namespaced_pod=Stream(410, [])))
+    with pytest.raises(WatchExpired):
+        asyncio.run(_drain(k))
+    k = kube(core=Recorder(list_namespaced_pod=Stream(200, [_event("ERROR", "", code=500)])))
+    with pytest.raises(ApiException):
+        asyncio.run(_drain(k))
+    k = kube(core=Recorder(list_namespaced_pod=Stream(403, [])))
+    with pytest.raises(ApiException):
+        asyncio.run(_drain(k))
+
+
+def test_leaving_a_watch_ends_its_reading_thread():
+    answer = Stream(200, [_event("ADDED", "6")], more=True)
+    k = kube(core=Recorder(list_namespaced_pod=answer))
+
+    async def first() -> str:
+        async for kind, _ in k.watch_managed_pods("n", "5"):
+            return kind  # leaves the watch while its thread waits for more
+        return ""
+
+    assert asyncio.run(first()) == "ADDED"
+    assert answer.shut.is_set() and answer.released
+    deadline = time.monotonic() + 10
+    while any(t.name == "etj-pod-watch" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the watch's thread outlived it"
+        time.sleep(0.01)  # polling a deadline-bounded wait

@@ -317,3 +317,29 @@ def test_a_job_is_validated_once_per_generation_and_its_metadata_read_every_pass
     s.run()
     assert validated == [1, 2]
     assert s.api.log[before:] == [], "a job being deleted gets no writes"
+
+
+def test_a_pod_is_observed_again_only_when_its_resource_version_changed(monkeypatch):
+    import etj.controller.reconciler as reconciler_module
+
+    observed: list[str] = []
+    real = reconciler_module.observe_pod
+
+    def counting(pod: dict[str, Any]) -> Any:
+        observed.append(pod["metadata"]["name"])
+        return real(pod)
+
+    monkeypatch.setattr(reconciler_module, "observe_pod", counting)
+    s = Setup()
+    s.run()  # creates the pods
+    s.watch_pods()
+    s.run()
+    assert sorted(observed) == sorted(PODS)
+    observed.clear()
+    s.run()  # nothing changed: nothing observed again
+    assert observed == []
+    s.run_all_pods()  # every pod Running, each with a new resourceVersion
+    s.watch_pods()
+    s.run()
+    assert sorted(observed) == sorted(PODS)
+    assert s.api.jobs[(NS, "ctr")]["status"]["phase"] == "Running"  # what they now show
