@@ -67,7 +67,7 @@ summed each shard with an eager op given no device, which TensorFlow runs on the
 default device: every restore copied the whole 10 GB of tables and slots over gRPC to the
 chief (its peak RSS 1.63-1.70 GiB instead of 0.71; ~60 s more between the tables built and
 the restore done under load). ``TrainingState.digest`` now sums on each variable's device
-(``task.state.variable_sum``, ``tests/trainer/test_digest.py``).
+(``task.state.variable_sum``, ``tests/trainer/etj_trainer/task/test_state_digest.py``).
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT / "operator", ROOT / "trainer_image", ROOT / "tests" / "trainer"):
+# tests/trainer (harness) after the product: its etj_trainer/ holds the trainer's tests.
+for _p in (ROOT / "tests" / "trainer", ROOT / "operator", ROOT / "trainer_image"):
     sys.path.insert(0, str(_p))
 
 from harness import LocalJob, trainer_config, wait_for  # noqa: E402

@@ -28,7 +28,7 @@ two (branch ``h22c``) did not change the CPU per example (one pair, load 7-8: dy
 
 Branch ``h22d``: a dynamic table no longer puts its model on the plain path. Its index
 shards map the distinct keys to rows, and the rows travel packed with the hashed tables'
-(``models.fused``; the same math: ``tests/trainer/test_dynamic_fused.py``). Measured
+(``models.fused``; the same math: ``tests/trainer/etj_trainer/models/test_dynamic_fused.py``). Measured
 (``--dynamic --repeat 3 --seconds 30``, load 13-20, other helpers' jobs on the 2 cores):
 hashed 163,701 / 139,375 / 108,328, dynamic 71,357 / 64,489 / 81,795 examples/s, medians
 139,375 and 71,357: dynamic/hashed 0.51; CPU-seconds per million examples, dynamic:

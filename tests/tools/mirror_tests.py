@@ -188,6 +188,7 @@ TRAINER_MOVES: dict[str, str] = {
     "test_dynamic_relayout.py": f"{TR}/models/test_dynamic_relayout.py",
     "test_dynamic_shards.py": f"{TR}/models/test_dynamic_shards.py",
     "test_dynamic_training.py": f"{TR}/models/test_dynamic_training.py",
+    "test_dynamic_fused.py": f"{TR}/models/test_dynamic_fused.py",
     "test_fused.py": f"{TR}/models/test_fused.py",
     "test_model_custom.py": f"{TR}/models/test_custom.py",
     "test_model_dcn_v2.py": f"{TR}/models/test_dcn_v2.py",
@@ -197,6 +198,10 @@ TRAINER_MOVES: dict[str, str] = {
     "test_model_wide_deep.py": f"{TR}/models/test_wide_deep.py",
     # etj_trainer.task.
     "test_loop_pause.py": f"{TR}/task/test_loop.py",
+    # task.state's restore digest (sums on each variable's device).
+    "test_digest.py": f"{TR}/task/test_state_digest.py",
+    # task.evaluate: restoring a dynamic table a ParameterServer job sharded.
+    "test_dynamic_evaluator.py": f"{TR}/task/test_evaluate_dynamic.py",
     # Low-precision tables: task.rounding's stochastic rounding, through training.
     "test_low_precision.py": f"{TR}/task/test_low_precision.py",
     "test_server_stop.py": f"{TR}/task/test_server_stop.py",
