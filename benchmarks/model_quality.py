@@ -9,7 +9,7 @@ factor per id, dot products between tables: what FM, cross layers and DLRM's int
 can find) and a dense-dense and a dense-id cross. Every run sees the same number of
 examples (``--steps`` x ``--batch``: a ParameterServer step is one worker's batch, a
 MultiWorkerMirrored step both workers'); each etj run exports, and the held-out file is
-scored from the export (``etj_trainer.task.serving``), the reference in-process.
+scored from the export (``etj_trainer.task.export_reader``), the reference in-process.
 
 Runs: ``single`` (one trainer process, no TF_CONFIG), ``ps`` (chief + 2 workers + 2 ps),
 ``mwms`` (2 workers, each the full batch: half as many updates of a twice larger batch),
@@ -204,7 +204,7 @@ def train_alone(config: Any, work: Path, timeout: float) -> None:
 
 
 def score_export(export: Path, held: dict[str, np.ndarray]) -> np.ndarray:
-    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.export_reader import MappedModel
 
     model = MappedModel(export)
     features = {t: held[t].reshape(-1, 1) for t in TABLES}

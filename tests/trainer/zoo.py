@@ -228,7 +228,7 @@ def export_serves_what_the_model_predicts(spec: Any, workdir: Path) -> None:
     from same_math_chief import batches
 
     from etj_trainer.task.export import export
-    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.export_reader import MappedModel
     from etj_trainer.task.state import TrainingState
 
     config = trainer_config(spec)

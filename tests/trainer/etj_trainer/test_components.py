@@ -472,7 +472,7 @@ def test_missing_files_are_a_clear_error(tf: Any, tmp_path: Path) -> None:
 def test_export_serves_the_trained_model_from_mapped_tables(tf: Any, tmp_path: Path) -> None:
     from etj_trainer.data.pipeline import make_dataset
     from etj_trainer.task.export import export
-    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.export_reader import MappedModel
     from etj_trainer.task.state import TrainingState
 
     spec = _model_spec(

@@ -29,7 +29,7 @@ Layout of ``export_dir``::
 
 Tables are written shard by shard into a memory-mapped file, so a table larger than the
 exporter's memory (or than 2 GB, the protobuf limit a SavedModel-embedded table would hit)
-never has to be held whole. ``etj_trainer.task.serving`` reads this layout back. The export is
+never has to be held whole. ``etj_trainer.task.export_reader`` reads this layout back. The export is
 written next to its destination and renamed into place, so a reader never sees half of one.
 An export to a TensorFlow filesystem URI (``gs://``, next to checkpoints on
 ``checkpoint.uri``) is written locally first, then copied up file by file with

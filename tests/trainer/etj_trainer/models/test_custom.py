@@ -93,7 +93,7 @@ def test_custom_tower_trains_checkpoints_restores_and_exports(
 
     from etj_trainer.task.checkpoint import restore_in_pieces
     from etj_trainer.task.export import export
-    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.export_reader import MappedModel
     from etj_trainer.task.state import TrainingState
 
     config = trainer_config(_spec(_tower(kind, tmp_path, monkeypatch)))

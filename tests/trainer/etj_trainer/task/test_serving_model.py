@@ -386,7 +386,7 @@ def test_a_dynamic_table_is_served_collisionless_with_its_index(tmp_path: Path) 
     import tensorflow as tf
 
     from etj_trainer.task.export import export
-    from etj_trainer.task.serving import MappedModel
+    from etj_trainer.task.export_reader import MappedModel
 
     dynamic = {"capacity": 40, "admitAfter": 1, "maintainEverySteps": 1}
     spec = job(
