@@ -195,6 +195,11 @@ def quickstart(name: str, steps: int, every: int) -> dict:
     job["spec"]["replicas"]["worker"]["replicas"] = 1
     # A stopped node's pods are evicted after 5 s of NotReady (the operator's default is 30).
     job["spec"]["placement"] = {"nodeLossSeconds": 5}
+    # A new chief's first step can hang on a worker still in a step of the chief before it
+    # (seen once: the gs:// job's chief killed just after its worker and a ps were replaced
+    # on the other node); the watchdog then restarts the job. 300 s, not the default 600,
+    # keeps that within this test's waits.
+    job["spec"].setdefault("runPolicy", {})["watchdogSeconds"] = 300
     return job
 
 
