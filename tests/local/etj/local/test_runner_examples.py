@@ -161,6 +161,7 @@ def test_parquet_example_trains(tmp_path: Path):
     assert processes_under(workdir) == []
 
 
+@pytest.mark.extended  # make test-all; CI stops on a bad line with file and line in the trainer (data/test_delimited.py, test_delimited_quoting.py) and fails a job on its data error on the real API server (scenarios/test_data_errors.py)
 def test_a_bad_line_fails_the_job_with_file_and_line(tmp_path: Path):
     """The chief's termination message and the job's message name the file and line; the
     job fails at once (a DataError is permanent: no restart can fix the data)."""

@@ -93,7 +93,7 @@ def test_settings_without_the_architecture_are_refused() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and wide_deep (its first-order tables) and trains every architecture in test_serving_model's fixture
+@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and trains every architecture in test_serving_model's fixture
 @pytest.mark.parametrize("structure", ["stacked", "parallel"])
 def test_same_math_alone_and_under_parameter_server(tmp_path: Path, structure: str) -> None:
     settings = {

@@ -67,7 +67,7 @@ def test_tables_of_different_dimensions_are_refused_naming_the_table() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and wide_deep (its first-order tables) and trains every architecture in test_serving_model's fixture
+@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and trains every architecture in test_serving_model's fixture
 def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
     same_math(zoo_spec(MODEL), tmp_path)
 

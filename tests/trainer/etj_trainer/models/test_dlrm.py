@@ -72,7 +72,7 @@ def test_one_embedding_and_no_dense_is_refused() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and wide_deep (its first-order tables) and trains every architecture in test_serving_model's fixture
+@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and trains every architecture in test_serving_model's fixture
 def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
     same_math(zoo_spec(MODEL), tmp_path)
 

@@ -61,6 +61,7 @@ def test_first_order_tables_are_planned_after_the_users_tables() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # make test-all; CI runs the same math under ParameterServer for dnn and trains wide_deep in test_serving_model's fixture
 def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
     report: dict[str, Any] = same_math(zoo_spec(MODEL), tmp_path)
     # The ftrl slots of the first-order tables trained too.
