@@ -259,12 +259,10 @@ class Kube:
     async def claim_access_modes(self, namespace: str, name: str) -> list[str] | None:
         """The access modes of a PersistentVolumeClaim (its bound volume's, else those it
         asks for); None when it does not exist."""
-        found, claim = await _call(
-            404, self.core.read_namespaced_persistent_volume_claim, name, namespace
-        )
-        if not found:
+        claim = await self.get_claim(namespace, name)
+        if claim is None:
             return None
-        modes = (claim.status.access_modes if claim.status else None) or claim.spec.access_modes
+        modes = (claim.get("status") or {}).get("accessModes") or claim["spec"].get("accessModes")
         return list(modes or [])
 
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
