@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from etj.api.constants import CPUS_ENV, cpu_share
 from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.planner import build_plan
@@ -261,6 +262,9 @@ class LocalJob:
             if role == "chief" or (role == "worker" and index == 0 and "chief" not in self.cluster)
             else 0
         )
+        # As ``etj run``: every task's share of this machine's cores.
+        tasks = sum(len(v) for v in self.cluster.values())
+        env.setdefault(CPUS_ENV, str(cpu_share(os.cpu_count() or 1, tasks)))
         log = self.log_path(role, index).open("wb")
         proc = subprocess.Popen(
             [*wrapper, sys.executable, "-m", "etj_trainer"],

@@ -31,6 +31,7 @@ ENV_VARS: tuple[str, ...] = (
     c.MODEL_CODE_ENV,
     c.METRICS_PORT_ENV,
     c.PROGRESS_SECONDS_ENV,
+    c.CPUS_ENV,
 )
 
 LABELS: tuple[str, ...] = (

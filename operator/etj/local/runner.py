@@ -27,10 +27,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from etj.api.constants import (
+    CPUS_ENV,
     METRICS_PORT_ENV,
     VOLUME_CHECKPOINTS,
     VOLUME_TMP,
     VOLUME_TRAINER_CONFIG,
+    cpu_share,
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
@@ -223,6 +225,9 @@ class LocalRunner:
         pod = build_pod(self.job, self.plan, role, index, self.settings, self._address)
         spec = pod_process(pod, self._volume_dirs(pod), command=self._command(pod))
         env = {**os.environ, **spec.env, METRICS_PORT_ENV: str(self.metrics_port)}
+        # Every replica runs on this machine's cores: each sizes its threads to its share
+        # (TensorFlow's default assumes a process has every core to itself).
+        env[CPUS_ENV] = str(cpu_share(os.cpu_count() or 1, len(self.replicas.tasks())))
         log = self.workdir / "logs" / f"{spec.name}.log"
         self.procs[(role, index)] = start(spec.name, spec.command, env, log, self.workdir)
         self._cluster_workers[spec.name] = self.replicas.worker

@@ -65,6 +65,15 @@ class Fetched:
     received: list[list[tf.Tensor]]
 
 
+@dataclass
+class Pending:
+    """A step's gradient rows not yet sent: they go with the next step's ids."""
+
+    fetched: Fetched
+    grads: list[tf.Tensor]
+    update: ApplyFn
+
+
 def _rows_of_keys(dynamic: ShardedDynamicTable, keys: DistinctIds) -> DistinctIds:
     """A dynamic table's distinct keys as the distinct table rows they read (an admitted
     key's own row, else its fallback row), each batch id's position in them."""
@@ -95,9 +104,13 @@ class FusedTables:
     def _shards(self, table: int) -> int:
         return len(self.offsets[table]) - 1
 
-    def fetch(self, features: dict[str, tf.Tensor]) -> Fetched:
+    def fetch(self, features: dict[str, tf.Tensor], pending: Pending | None = None) -> Fetched:
         """The rows of every lookup's distinct ids (call in replica context, outside the
-        tape: the reads are no part of the gradient)."""
+        tape: the reads are no part of the gradient).
+
+        With ``pending`` (the previous step's gradient rows, not yet sent), each ps gets
+        them in the same message as this step's ids and applies them before it gathers:
+        the order and the math of ``apply`` then ``fetch``, one message fewer per ps."""
         model = self.model
         distinct: list[DistinctIds] = []
         shard_of: list[tf.Tensor | None] = []
@@ -123,14 +136,27 @@ class FusedTables:
             local.append(tf.dynamic_partition(d.ids - tf.gather(bounds, shard), shard, n))
             order.append(tf.dynamic_partition(tf.range(tf.size(d.ids)), shard, n))
 
+        sent = self._pack_grads(pending.fetched, pending.grads) if pending else None
         pieces: dict[tuple[int, int], tf.Tensor] = {}
         received: list[list[tf.Tensor]] = []
-        for device, segments in self.groups:
+        for g, (device, segments) in enumerate(self.groups):
             ids = [local[s.lookup][s.shard] for s in segments]
             sizes = [tf.size(i, out_type=tf.int64) for i in ids]
             packed = tf.concat([tf.stack(sizes), *ids], axis=0)
             m = len(segments)
+            if sent is not None:
+                # One float32 message: the gradient rows, then the ids' bits (a bitcast
+                # moves no value; the ps casts them back).
+                packed = tf.concat([sent[g], tf.reshape(tf.bitcast(packed, tf.float32), [-1])], 0)
             with tf.device(device):
+                if pending is not None:
+                    # The ps knows the gradient's length from the ids it kept last step.
+                    before = pending.fetched.received[g]
+                    length = tf.add_n(
+                        [tf.size(i) * s.dimension for i, s in zip(before, segments, strict=True)]
+                    )
+                    self._apply_on_ps(segments, before, packed[:length], pending.update)
+                    packed = tf.bitcast(tf.reshape(packed[length:], [-1, 2]), tf.int64)
                 parts = tf.split(packed[m:], packed[:m], num=m)
                 rows = [
                     tf.reshape(tf.cast(tf.gather(self._var(s), p), tf.float32), [-1])
@@ -152,31 +178,44 @@ class FusedTables:
     def _var(self, s: _Segment) -> Any:
         return self.model.table_components(s.table)[s.shard]
 
-    def apply(self, fetched: Fetched, grads: list[tf.Tensor], update: ApplyFn) -> None:
-        """Send each ps the gradient ``grads[k]`` of ``fetched.rows[k]`` for its rows and
-        have it update each shard it holds once, with the rows of every lookup of it."""
+    def _pack_grads(self, fetched: Fetched, grads: list[tf.Tensor]) -> list[tf.Tensor]:
+        """Per ps (in ``groups`` order), the gradient rows of the ids it sent, flat."""
         split: list[list[tf.Tensor]] = []
         for k, (_, x) in enumerate(self.model.named_lookups):
             shard = fetched.shard_of[k]
             n = self._shards(x.table)
             split.append([grads[k]] if shard is None else tf.dynamic_partition(grads[k], shard, n))
-        for (device, segments), ids in zip(self.groups, fetched.received, strict=True):
-            packed = tf.concat(
-                [tf.reshape(split[s.lookup][s.shard], [-1]) for s in segments], axis=0
+        return [
+            tf.concat([tf.reshape(split[s.lookup][s.shard], [-1]) for s in segments], axis=0)
+            for _, segments in self.groups
+        ]
+
+    def _apply_on_ps(
+        self, segments: list[_Segment], ids: list[tf.Tensor], packed: tf.Tensor, update: ApplyFn
+    ) -> None:
+        """On a ps (in its device scope): split its flat gradient rows by the ids it holds
+        and update each shard once, with the rows of every lookup of it."""
+        values = tf.split(
+            packed,
+            [tf.size(i) * s.dimension for i, s in zip(ids, segments, strict=True)],
+            num=len(segments),
+        )
+        by_var: dict[tuple[int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
+        for s, i, v in zip(segments, ids, values, strict=True):
+            by_var.setdefault((s.table, s.shard), []).append(
+                (i, tf.reshape(v, [-1, s.dimension]))
             )
+        for (table, shard), got in by_var.items():
+            var = self.model.table_components(table)[shard]
+            indices = got[0][0] if len(got) == 1 else tf.concat([g[0] for g in got], 0)
+            rows = got[0][1] if len(got) == 1 else tf.concat([g[1] for g in got], 0)
+            update(table, shard, tf.IndexedSlices(rows, indices, tf.shape(var)))
+
+    def apply(self, fetched: Fetched, grads: list[tf.Tensor], update: ApplyFn) -> None:
+        """Send each ps the gradient ``grads[k]`` of ``fetched.rows[k]`` for its rows and
+        have it update each shard it holds once, with the rows of every lookup of it."""
+        for (device, segments), ids, packed in zip(
+            self.groups, fetched.received, self._pack_grads(fetched, grads), strict=True
+        ):
             with tf.device(device):
-                values = tf.split(
-                    packed,
-                    [tf.size(i) * s.dimension for i, s in zip(ids, segments, strict=True)],
-                    num=len(segments),
-                )
-                by_var: dict[tuple[int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
-                for s, i, v in zip(segments, ids, values, strict=True):
-                    by_var.setdefault((s.table, s.shard), []).append(
-                        (i, tf.reshape(v, [-1, s.dimension]))
-                    )
-                for (table, shard), got in by_var.items():
-                    var = self.model.table_components(table)[shard]
-                    indices = got[0][0] if len(got) == 1 else tf.concat([g[0] for g in got], 0)
-                    rows = got[0][1] if len(got) == 1 else tf.concat([g[1] for g in got], 0)
-                    update(table, shard, tf.IndexedSlices(rows, indices, tf.shape(var)))
+                self._apply_on_ps(segments, ids, packed, update)

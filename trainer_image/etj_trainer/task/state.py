@@ -24,7 +24,7 @@ from etj_trainer.data.records import BAD_KEY
 from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
 from etj_trainer.models.dynamic import SlotReset
 from etj_trainer.models.dynamic_relayout import restore_dynamic
-from etj_trainer.models.fused import Fetched, FusedTables
+from etj_trainer.models.fused import Fetched, FusedTables, Pending
 from etj_trainer.task.auc import BINS
 from etj_trainer.task.optim import (
     SLOTS,
@@ -228,8 +228,6 @@ class TrainingState:
     def _replica_step(
         self, batch: dict[str, tf.Tensor], t: tf.Tensor
     ) -> tuple[Any, Any, Any, dict[str, Any]]:
-        if self.fused is not None:
-            return self._fused_step(self.fused, batch, t)
         labels = tf.cast(batch[LABEL_KEY], tf.float32)
         ctx = tf.distribute.get_replica_context()
         seen: dict[str, Any] = {}
@@ -258,39 +256,54 @@ class TrainingState:
         bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
         return loss, histogram(tf.sigmoid(logits), labels), bad, seen
 
-    def _fused_step(
-        self, fused: FusedTables, batch: dict[str, tf.Tensor], t: tf.Tensor
-    ) -> tuple[Any, Any, Any, dict[str, Any]]:
-        """One step on a ParameterServer worker: the table rows read and updated one
+    def _fused_steps(
+        self, fused: FusedTables, batches: list[dict[str, tf.Tensor]], ts: list[tf.Tensor]
+    ) -> list[tuple[Any, Any, Any]]:
+        """Steps on a ParameterServer worker, in order: the table rows read and updated one
         packed tensor per ps each way, the tower's variables as in ``_replica_step``.
-        The same math: the tape's gradient of a table is the gradient of its rows."""
-        labels = tf.cast(batch[LABEL_KEY], tf.float32)
-        # Dynamic tables count the batch's keys (each on its index's ps), as on the plain path.
-        self.model.observe(batch, tf.cast(t, tf.int64))
-        fetched: Fetched = fused.fetch(batch)
+        The same math: the tape's gradient of a table is the gradient of its rows.
+
+        A step's gradient rows go to each ps with the next step's ids (``Pending``), and
+        the ps applies them before it gathers: two messages per ps and step, not three;
+        the last step's go alone."""
+        ctx = tf.distribute.get_replica_context()
         dense_vars = [item.var for item in self.dense_items]
-        with tf.GradientTape() as tape:
-            tape.watch(fetched.rows)
-            logits = self.model.logits_from_rows(batch, fetched.distinct, fetched.rows, True)
-            loss = tf.reduce_sum(
-                tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-            ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
-        grads = tape.gradient(
-            loss,
-            [*fetched.rows, *dense_vars],
-            unconnected_gradients=tf.UnconnectedGradients.ZERO,
-        )
-        row_grads, dense_grads = grads[: len(fetched.rows)], grads[len(fetched.rows) :]
+        pending: Pending | None = None
+        out = []
+        for batch, t in zip(batches, ts, strict=True):
+            labels = tf.cast(batch[LABEL_KEY], tf.float32)
+            # Dynamic tables count the batch's keys (each on its index's ps), as on the
+            # plain path.
+            self.model.observe(batch, tf.cast(t, tf.int64))
+            fetched: Fetched = fused.fetch(batch, pending)
+            with tf.GradientTape() as tape:
+                tape.watch(fetched.rows)
+                logits = self.model.logits_from_rows(batch, fetched.distinct, fetched.rows, True)
+                loss = tf.reduce_sum(
+                    tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+                ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
+            grads = tape.gradient(
+                loss,
+                [*fetched.rows, *dense_vars],
+                unconnected_gradients=tf.UnconnectedGradients.ZERO,
+            )
+            row_grads, dense_grads = grads[: len(fetched.rows)], grads[len(fetched.rows) :]
+            pending = Pending(fetched, row_grads, self._table_update(t))
+            ctx.merge_call(self._apply_dense, args=(dense_grads, t))
+            bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
+            out.append((loss, histogram(tf.sigmoid(logits), labels), bad))
+        if pending is not None:
+            fused.apply(pending.fetched, pending.grads, pending.update)
+        return out
+
+    def _table_update(self, t: tf.Tensor) -> Any:
+        """The update of shard ``shard`` of table ``table`` at step ``t`` (on its ps)."""
 
         def update(table: int, shard: int, grad: tf.IndexedSlices) -> Any:
             item = self.table_items[table][shard]
             return apply_update(item, grad, t, deduplicate=False)(item.var, grad, *item.slots)
 
-        fused.apply(fetched, row_grads, update)
-        ctx = tf.distribute.get_replica_context()
-        ctx.merge_call(self._apply_dense, args=(dense_grads, t))
-        bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
-        return loss, histogram(tf.sigmoid(logits), labels), bad, {}
+        return update
 
     def _apply_dense(self, strategy: tf.distribute.Strategy, grads: list[Any], t: Any) -> None:
         for item, grad in zip(self.dense_items, grads, strict=True):
@@ -349,6 +362,32 @@ class TrainingState:
 
     # --- a chunk of steps, in cross-replica context ---------------------------------
 
+    def _steps(self, iterator: Any, ts: list[tf.Tensor]) -> list[tuple[Any, Any, Any]]:
+        """Steps ``ts`` in order: (loss, histogram, bad records) of each."""
+        if self.fused is None:
+            return [self._step(iterator, t) for t in ts]
+        if self.maintain_in_step and self.model.dynamic:
+            # Admission and eviction between every two steps (one process, in tests): no
+            # step's gradient may wait for the next step's message past them.
+            out = []
+            for t in ts:
+                out += self._fused_block(self.fused, iterator, [t])
+                self.model.maintain(tf.cast(t, tf.int64), self.dynamic_slots)
+            return out
+        return self._fused_block(self.fused, iterator, ts)
+
+    def _fused_block(
+        self, fused: FusedTables, iterator: Any, ts: list[tf.Tensor]
+    ) -> list[tuple[Any, Any, Any]]:
+        """A block's steps in one replica call, so that a step's gradient rows can travel
+        with the next step's ids; the batches taken in the same order."""
+        batches = [next(iterator) for _ in ts]
+        local = self.strategy.experimental_local_results
+        results = self.strategy.run(
+            lambda b, t: self._fused_steps(fused, b, t), args=(batches, ts)
+        )
+        return [tuple(local(x)[0] for x in step) for step in results]  # type: ignore[misc]
+
     def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         local = self.strategy.experimental_local_results
         loss, h, bad, seen = self.strategy.run(self._replica_step, args=(next(iterator), t))
@@ -382,20 +421,19 @@ class TrainingState:
         unroll = min(UNROLL, self.config.training.steps_per_execution)
         blocks = steps // unroll
         for b in tf.range(blocks):
-            for j in range(unroll):
-                loss, h, bad = self._step(iterator, tf.cast(start + b * unroll + j + 1, tf.float32))
+            ts = [tf.cast(start + b * unroll + j + 1, tf.float32) for j in range(unroll)]
+            for loss, h, bad in self._steps(iterator, ts):
                 loss_sum += loss
                 hist += h
                 skipped += bad
         # The rest of a chunk that is no whole number of blocks (none when blocks are 1 step).
         if unroll > 1:
             for r in tf.range(steps - blocks * unroll):
-                loss, h, bad = self._step(
-                    iterator, tf.cast(start + blocks * unroll + r + 1, tf.float32)
-                )
-                loss_sum += loss
-                hist += h
-                skipped += bad
+                t = tf.cast(start + blocks * unroll + r + 1, tf.float32)
+                for loss, h, bad in self._steps(iterator, [t]):
+                    loss_sum += loss
+                    hist += h
+                    skipped += bad
         # Counted at the end: a chunk cut short by a lost worker is re-run whole elsewhere
         # and counted once.
         self.step.assign_add(steps)

@@ -30,6 +30,9 @@ MODEL = {
 }
 
 
+STEPS = 7
+
+
 def _config(optimizer: str) -> Any:
     from harness import trainer_config
 
@@ -44,7 +47,10 @@ def _config(optimizer: str) -> Any:
                 "batchSizePerReplica": 32,
                 "optimizer": optimizer,
                 "learningRate": 0.1,
-                "steps": 3,
+                "steps": STEPS,
+                # Blocks of 3 steps (a step's gradient rows travel with the next step's
+                # ids) and a rest of 1 step alone.
+                "stepsPerExecution": 3,
             },
         }
     )
@@ -55,10 +61,10 @@ def _batches(config: Any) -> dict[str, np.ndarray]:
     from etj_trainer.data.batch import lookups
 
     rng = np.random.default_rng(3)
-    out: dict[str, np.ndarray] = {"label": rng.integers(0, 2, (3, 32)).astype(np.float32)}
-    out["dense"] = rng.normal(size=(3, 32, config.model.dense_inputs)).astype(np.float32)
+    out: dict[str, np.ndarray] = {"label": rng.integers(0, 2, (STEPS, 32)).astype(np.float32)}
+    out["dense"] = rng.normal(size=(STEPS, 32, config.model.dense_inputs)).astype(np.float32)
     for x in lookups(config.model):
-        ids = rng.integers(0, 20, (3, 32, x.width))  # few ids: rows repeat within a batch
+        ids = rng.integers(0, 20, (STEPS, 32, x.width))  # few ids: rows repeat within a batch
         if x.masked:
             ids[rng.random(ids.shape) < 0.4] = -1
         out[x.key] = ids
@@ -82,7 +88,7 @@ def test_fused_trains_as_the_plain_path(optimizer: str) -> None:
         assert (state.fused is not None) == fused
         starts.append({k: [c.numpy() for c in v] for k, v in state.named_variables().items()})
         it = iter(tf.data.Dataset.from_tensor_slices(data))
-        losses.append(float(state.train_chunk(it, tf.constant(3, tf.int64))[0].numpy()))
+        losses.append(float(state.train_chunk(it, tf.constant(STEPS, tf.int64))[0].numpy()))
         ends.append({k: [c.numpy() for c in v] for k, v in state.named_variables().items()})
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
     # Same initial values (same seed); training moved every table, slot and the tower,
