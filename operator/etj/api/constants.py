@@ -119,6 +119,8 @@ CPUS_ENV = "ETJ_CPUS"
 def cpu_share(cores: int, processes: int) -> float:
     """Each process's CPUs when ``processes`` share ``cores`` alike (at most all of them)."""
     return round(min(float(cores), cores / max(1, processes)), 3)
+
+
 # The Pod volumes etj renders itself; a template may not define volumes of these names.
 VOLUME_TRAINER_CONFIG = "trainer-config"
 VOLUME_CHECKPOINTS = "checkpoints"

@@ -327,14 +327,19 @@ class CtrModel(tf.Module):
         distinct: list[DistinctIds],
         rows: list[tf.Tensor],
         training: bool = False,
+        params: tf.Tensor | None = None,
     ) -> tf.Tensor:
         """The logits from rows already read: ``rows[k]`` (float32) of ``distinct[k].ids``,
-        for each of ``named_lookups`` in order (``etj_trainer.models.fused`` reads them)."""
+        for each of ``named_lookups`` in order (``etj_trainer.models.fused`` reads them),
+        and the tower's weights already read (``params``, flat) if given."""
         embeddings = {
             name: pool(self.specs[x.table], r, d, x.width)
             for (name, x), d, r in zip(self.named_lookups, distinct, rows, strict=True)
         }
         dense = tf.cast(features[DENSE_KEY], tf.float32) if self.dense_features else None
+        if params is not None:
+            w = self.tower.weights(params)
+            return tf.cast(self.tower.forward(w, embeddings, dense, training), tf.float32)
         return tf.cast(self.tower(embeddings, dense, training), tf.float32)
 
     def __call__(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:

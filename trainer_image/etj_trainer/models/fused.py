@@ -63,6 +63,8 @@ class Fetched:
     rows: list[tf.Tensor]
     shard_of: list[tf.Tensor | None]
     received: list[list[tf.Tensor]]
+    # The tower's weights (flat, float32) when they came with the rows, else None.
+    tower: tf.Tensor | None = None
 
 
 @dataclass
@@ -72,6 +74,9 @@ class Pending:
     fetched: Fetched
     grads: list[tf.Tensor]
     update: ApplyFn
+    # The gradient of ``fetched.tower`` and its update (on the tower's ps), if it came.
+    tower_grad: tf.Tensor | None = None
+    tower_update: Callable[[tf.Tensor], Any] | None = None
 
 
 def _rows_of_keys(dynamic: ShardedDynamicTable, keys: DistinctIds) -> DistinctIds:
@@ -84,7 +89,7 @@ def _rows_of_keys(dynamic: ShardedDynamicTable, keys: DistinctIds) -> DistinctId
 class FusedTables:
     """Reads and updates of a model's tables, one packed tensor per ps each way."""
 
-    def __init__(self, model: CtrModel):
+    def __init__(self, model: CtrModel, tower: tf.Variable | None = None):
         self.model = model
         # Row offsets of each table's shards (the last one is the table's size).
         self.offsets: list[list[int]] = []
@@ -100,6 +105,13 @@ class FusedTables:
             for j, v in enumerate(model.table_components(x.table)):
                 groups.setdefault(v.device, []).append(_Segment(k, x.table, j, dim))
         self.groups = list(groups.items())
+        # A tower of one flat variable (every architecture's) on a ps that serves rows
+        # travels in that ps's messages: its weights after the rows, its gradient after
+        # theirs (two fewer messages a step). A custom tower's variables go as they are.
+        devices = [device for device, _ in self.groups]
+        self.tower = tower if tower is not None and tower.device in devices else None
+        self.tower_group = devices.index(tower.device) if self.tower is not None else -1
+        self.tower_size = int(tower.shape.num_elements()) if self.tower is not None else 0
 
     def _shards(self, table: int) -> int:
         return len(self.offsets[table]) - 1
@@ -136,7 +148,8 @@ class FusedTables:
             local.append(tf.dynamic_partition(d.ids - tf.gather(bounds, shard), shard, n))
             order.append(tf.dynamic_partition(tf.range(tf.size(d.ids)), shard, n))
 
-        sent = self._pack_grads(pending.fetched, pending.grads) if pending else None
+        sent = self._pack_grads(pending) if pending else None
+        tower: tf.Tensor | None = None
         pieces: dict[tuple[int, int], tf.Tensor] = {}
         received: list[list[tf.Tensor]] = []
         for g, (device, segments) in enumerate(self.groups):
@@ -154,17 +167,25 @@ class FusedTables:
                     before = pending.fetched.received[g]
                     length = tf.add_n(
                         [tf.size(i) * s.dimension for i, s in zip(before, segments, strict=True)]
-                    )
-                    self._apply_on_ps(segments, before, packed[:length], pending.update)
+                    ) + (self.tower_size if g == self.tower_group else 0)
+                    self._apply_on_ps(g, before, packed[:length], pending)
                     packed = tf.bitcast(tf.reshape(packed[length:], [-1, 2]), tf.int64)
                 parts = tf.split(packed[m:], packed[:m], num=m)
                 rows = [
                     tf.reshape(tf.cast(tf.gather(self._var(s), p), tf.float32), [-1])
                     for s, p in zip(segments, parts, strict=True)
                 ]
+                if g == self.tower_group:
+                    # Read after this message's updates (the order of the ops on one
+                    # variable in the function is the order they were written in).
+                    rows.append(tf.reshape(self.tower.read_value(), [-1]))  # type: ignore[union-attr]
                 out = tf.concat(rows, axis=0)
             received.append(parts)
-            flat = tf.split(out, [n * s.dimension for n, s in zip(sizes, segments, strict=True)])
+            lengths = [n * s.dimension for n, s in zip(sizes, segments, strict=True)]
+            if g == self.tower_group:
+                *flat, tower = tf.split(out, [*lengths, self.tower_size])
+            else:
+                flat = tf.split(out, lengths)
             for s, f in zip(segments, flat, strict=True):
                 pieces[(s.lookup, s.shard)] = tf.reshape(f, [-1, s.dimension])
 
@@ -173,49 +194,58 @@ class FusedTables:
             parts_k = [pieces[(k, j)] for j in range(self._shards(x.table))]
             where = order[k]
             rows_of.append(parts_k[0] if where is None else tf.dynamic_stitch(where, parts_k))
-        return Fetched(distinct, rows_of, shard_of, received)
+        return Fetched(distinct, rows_of, shard_of, received, tower)
 
     def _var(self, s: _Segment) -> Any:
         return self.model.table_components(s.table)[s.shard]
 
-    def _pack_grads(self, fetched: Fetched, grads: list[tf.Tensor]) -> list[tf.Tensor]:
-        """Per ps (in ``groups`` order), the gradient rows of the ids it sent, flat."""
+    def _pack_grads(self, pending: Pending) -> list[tf.Tensor]:
+        """Per ps (in ``groups`` order), the gradient rows of the ids it sent, flat (and
+        the tower's gradient after them on the tower's ps)."""
+        fetched, grads = pending.fetched, pending.grads
         split: list[list[tf.Tensor]] = []
         for k, (_, x) in enumerate(self.model.named_lookups):
             shard = fetched.shard_of[k]
             n = self._shards(x.table)
             split.append([grads[k]] if shard is None else tf.dynamic_partition(grads[k], shard, n))
-        return [
-            tf.concat([tf.reshape(split[s.lookup][s.shard], [-1]) for s in segments], axis=0)
-            for _, segments in self.groups
-        ]
+        out = []
+        for g, (_, segments) in enumerate(self.groups):
+            flat = [tf.reshape(split[s.lookup][s.shard], [-1]) for s in segments]
+            if g == self.tower_group:
+                flat.append(tf.reshape(pending.tower_grad, [-1]))
+            out.append(tf.concat(flat, axis=0))
+        return out
 
     def _apply_on_ps(
-        self, segments: list[_Segment], ids: list[tf.Tensor], packed: tf.Tensor, update: ApplyFn
+        self, g: int, ids: list[tf.Tensor], packed: tf.Tensor, pending: Pending
     ) -> None:
-        """On a ps (in its device scope): split its flat gradient rows by the ids it holds
-        and update each shard once, with the rows of every lookup of it."""
-        values = tf.split(
-            packed,
-            [tf.size(i) * s.dimension for i, s in zip(ids, segments, strict=True)],
-            num=len(segments),
-        )
+        """On ps ``g`` (in its device scope): split its flat gradient rows by the ids it
+        holds and update each shard once, with the rows of every lookup of it (and the
+        tower with the rest, on the tower's ps)."""
+        segments = self.groups[g][1]
+        lengths = [tf.size(i) * s.dimension for i, s in zip(ids, segments, strict=True)]
+        if g == self.tower_group:
+            *values, tower_grad = tf.split(packed, [*lengths, self.tower_size])
+            assert pending.tower_update is not None
+            pending.tower_update(tf.reshape(tower_grad, self.tower.shape))  # type: ignore[union-attr]
+        else:
+            values = tf.split(packed, lengths, num=len(segments))
+        update = pending.update
         by_var: dict[tuple[int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
         for s, i, v in zip(segments, ids, values, strict=True):
-            by_var.setdefault((s.table, s.shard), []).append(
-                (i, tf.reshape(v, [-1, s.dimension]))
-            )
+            by_var.setdefault((s.table, s.shard), []).append((i, tf.reshape(v, [-1, s.dimension])))
         for (table, shard), got in by_var.items():
             var = self.model.table_components(table)[shard]
-            indices = got[0][0] if len(got) == 1 else tf.concat([g[0] for g in got], 0)
-            rows = got[0][1] if len(got) == 1 else tf.concat([g[1] for g in got], 0)
+            indices = got[0][0] if len(got) == 1 else tf.concat([x[0] for x in got], 0)
+            rows = got[0][1] if len(got) == 1 else tf.concat([x[1] for x in got], 0)
             update(table, shard, tf.IndexedSlices(rows, indices, tf.shape(var)))
 
-    def apply(self, fetched: Fetched, grads: list[tf.Tensor], update: ApplyFn) -> None:
-        """Send each ps the gradient ``grads[k]`` of ``fetched.rows[k]`` for its rows and
-        have it update each shard it holds once, with the rows of every lookup of it."""
-        for (device, segments), ids, packed in zip(
-            self.groups, fetched.received, self._pack_grads(fetched, grads), strict=True
+    def apply(self, pending: Pending) -> None:
+        """Send each ps the gradient ``grads[k]`` of ``fetched.rows[k]`` for its rows (and
+        the tower's, if it came with them) and have it update each shard it holds once,
+        with the rows of every lookup of it."""
+        for g, ((device, _), ids, packed) in enumerate(
+            zip(self.groups, pending.fetched.received, self._pack_grads(pending), strict=True)
         ):
             with tf.device(device):
-                self._apply_on_ps(segments, ids, packed, update)
+                self._apply_on_ps(g, ids, packed, pending)

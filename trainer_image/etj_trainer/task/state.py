@@ -134,7 +134,9 @@ class TrainingState:
             fused = isinstance(
                 strategy, tf.distribute.experimental.ParameterServerStrategy
             ) and all(t.dtype == "float32" for t in config.model.tables)
-        self.fused = FusedTables(self.model) if fused else None
+        # The flat tower (not a custom one) travels with the rows of its ps.
+        tower = None if self.model.custom else self.model.tower.params
+        self.fused = FusedTables(self.model, tower) if fused else None
         # Most rows a sparse gradient can have: every id of a batch distinct.
         batch = config.training.batch_size_per_replica
         self._row_bound = [
@@ -267,7 +269,9 @@ class TrainingState:
         the ps applies them before it gathers: two messages per ps and step, not three;
         the last step's go alone."""
         ctx = tf.distribute.get_replica_context()
-        dense_vars = [item.var for item in self.dense_items]
+        # The tower's weights come with the rows (``fused.tower``), or are read as variables.
+        tower_item = self.dense_items[0] if fused.tower is not None else None
+        dense_vars = [] if tower_item else [item.var for item in self.dense_items]
         pending: Pending | None = None
         out = []
         for batch, t in zip(batches, ts, strict=True):
@@ -276,25 +280,40 @@ class TrainingState:
             # plain path.
             self.model.observe(batch, tf.cast(t, tf.int64))
             fetched: Fetched = fused.fetch(batch, pending)
+            weights = [] if fetched.tower is None else [fetched.tower]
             with tf.GradientTape() as tape:
-                tape.watch(fetched.rows)
-                logits = self.model.logits_from_rows(batch, fetched.distinct, fetched.rows, True)
+                tape.watch([*fetched.rows, *weights])
+                logits = self.model.logits_from_rows(
+                    batch, fetched.distinct, fetched.rows, True, params=fetched.tower
+                )
                 loss = tf.reduce_sum(
                     tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
                 ) / tf.maximum(tf.cast(tf.size(labels), tf.float32), 1.0)
             grads = tape.gradient(
                 loss,
-                [*fetched.rows, *dense_vars],
+                [*fetched.rows, *weights, *dense_vars],
                 unconnected_gradients=tf.UnconnectedGradients.ZERO,
             )
-            row_grads, dense_grads = grads[: len(fetched.rows)], grads[len(fetched.rows) :]
+            n = len(fetched.rows)
+            row_grads = grads[:n]
             pending = Pending(fetched, row_grads, self._table_update(t))
-            ctx.merge_call(self._apply_dense, args=(dense_grads, t))
+            if tower_item is not None:
+                pending.tower_grad = grads[n]
+                pending.tower_update = self._dense_update(tower_item, t)
+            else:
+                ctx.merge_call(self._apply_dense, args=(grads[n:], t))
             bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
             out.append((loss, histogram(tf.sigmoid(logits), labels), bad))
         if pending is not None:
-            fused.apply(pending.fetched, pending.grads, pending.update)
+            fused.apply(pending)
         return out
+
+    @staticmethod
+    def _dense_update(item: Slotted, t: tf.Tensor) -> Any:
+        """The update of a dense variable with its gradient at step ``t`` (on its ps)."""
+        return lambda grad: apply_update(item, grad, t, deduplicate=False)(
+            item.var, grad, *item.slots
+        )
 
     def _table_update(self, t: tf.Tensor) -> Any:
         """The update of shard ``shard`` of table ``table`` at step ``t`` (on its ps)."""
@@ -383,9 +402,7 @@ class TrainingState:
         with the next step's ids; the batches taken in the same order."""
         batches = [next(iterator) for _ in ts]
         local = self.strategy.experimental_local_results
-        results = self.strategy.run(
-            lambda b, t: self._fused_steps(fused, b, t), args=(batches, ts)
-        )
+        results = self.strategy.run(lambda b, t: self._fused_steps(fused, b, t), args=(batches, ts))
         return [tuple(local(x)[0] for x in step) for step in results]  # type: ignore[misc]
 
     def _step(self, iterator: Any, t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
