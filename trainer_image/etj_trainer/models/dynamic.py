@@ -235,11 +235,31 @@ class DynamicTable(tf.Module):
         slots are marked seen, candidates counted. (Two concurrent observers may lose a
         candidate's increment, which only delays its admission; ``last_seen`` takes the
         maximum, in any order.)"""
-        step = tf.cast(step, tf.int64)
         present = keys >= 0
         keys = tf.boolean_mask(keys, present)
-        occurrences = tf.boolean_mask(tf.cast(occurrences, tf.int64), present)
+        return self._observe(
+            keys, tf.boolean_mask(occurrences, present), step, self._slots_of(keys)
+        )
+
+    def observe_rows(self, keys: tf.Tensor, occurrences: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+        """``observe`` then ``own_rows`` of unique ``keys``, from one lookup of the index
+        (only ``maintain`` changes it, never between the two)."""
         slots = self._slots_of(keys)
+        present = keys >= 0
+        self._observe(
+            tf.boolean_mask(keys, present),
+            tf.boolean_mask(occurrences, present),
+            step,
+            tf.boolean_mask(slots, present),
+        )
+        return tf.where(slots >= 0, self.first_row + slots, tf.constant(NO_SLOT, tf.int64))
+
+    def _observe(
+        self, keys: tf.Tensor, occurrences: tf.Tensor, step: tf.Tensor, slots: tf.Tensor
+    ) -> tf.Operation:
+        """``observe`` of present ``keys`` whose index slots are ``slots``."""
+        step = tf.cast(step, tf.int64)
+        occurrences = tf.cast(occurrences, tf.int64)
         admitted = slots >= 0
         seen_slots = tf.boolean_mask(slots, admitted)
         mark = self.last_seen.scatter_max(

@@ -10,19 +10,23 @@ cores, that overhead, not the arithmetic, set the speed (see
 into one tensor per ps (a header of segment sizes, then the ids), the ps splits it,
 gathers from each of its shards and sends every row back in one tensor; after the
 backward pass the gradient rows go to each ps in one tensor, which applies them to its
-shards with the ids it already holds. Three messages per ps and step, whatever the
-number of tables and shards.
+shards with the ids it already holds. A step's gradient rows travel with the next step's
+ids (``Pending``: the ps applies them, then gathers, the order of the plain path), and
+the flat tower's weights and gradient with the rows of the tower's ps: two messages per
+ps and step, whatever the number of tables and shards (the chunk's last step sends its
+gradient alone).
 
 The math is that of ``CtrModel.__call__`` with the tape's gradients: the same distinct
 ids (``ctr.unique_ids``), the same rows (a shard holds the contiguous rows the
 ShardedVariable assigns it), the gradient of each distinct row summed on the worker,
 and per shard variable one sparse update with the rows of every lookup that reads it.
 
-A dynamic table's lookup first asks its index shards for the rows of its distinct keys
-(``ShardedDynamicTable.rows``, on each index's ps, as ``CtrModel.embed`` does); from
-there its distinct rows travel like a hashed table's ids, in the same packed tensors
-(distinct keys may share a fallback row: the row is read once and its gradient summed,
-as ``CtrModel.embed`` does).
+A dynamic table's lookup first counts its distinct keys and asks its index shards for
+their rows: one message of keys and counts to each ps holding index shards, one of rows
+back (``DynamicTable.observe_rows``: the counting of ``ShardedDynamicTable.observe``, then
+the lookup of ``rows``, from one read of the index); from there its distinct rows travel
+like a hashed table's ids, in the same packed tensors (distinct keys may share a
+fallback row: the row is read once and its gradient summed, as ``CtrModel.embed`` does).
 
 This module reads and routes rows; the caller computes the loss and supplies the update
 of each shard (``etj_trainer.task.state``), so it knows no optimizer.
@@ -37,7 +41,7 @@ from typing import Any
 import tensorflow as tf
 
 from etj_trainer.models.ctr import CtrModel, DistinctIds, unique_ids
-from etj_trainer.models.dynamic_shards import ShardedDynamicTable
+from etj_trainer.models.dynamic import with_fallback
 
 # The update of shard ``j`` of table ``i`` with a gradient, run on that shard's ps.
 ApplyFn = Callable[[int, int, tf.IndexedSlices], Any]
@@ -79,11 +83,11 @@ class Pending:
     tower_update: Callable[[tf.Tensor], Any] | None = None
 
 
-def _rows_of_keys(dynamic: ShardedDynamicTable, keys: DistinctIds) -> DistinctIds:
-    """A dynamic table's distinct keys as the distinct table rows they read (an admitted
-    key's own row, else its fallback row), each batch id's position in them."""
-    rows, where = tf.unique(dynamic.rows(keys.ids))
-    return DistinctIds(rows, tf.gather(where, keys.position), keys.present)
+def _distinct_rows(keys: DistinctIds, rows: tf.Tensor) -> DistinctIds:
+    """A dynamic table's distinct keys as the distinct table rows they read (``rows``: an
+    admitted key's own row, else its fallback row), each batch id's position in them."""
+    unique, where = tf.unique(rows)
+    return DistinctIds(unique, tf.gather(where, keys.position), keys.present)
 
 
 class FusedTables:
@@ -116,7 +120,76 @@ class FusedTables:
     def _shards(self, table: int) -> int:
         return len(self.offsets[table]) - 1
 
-    def fetch(self, features: dict[str, tf.Tensor], pending: Pending | None = None) -> Fetched:
+    def _dynamic_rows(
+        self, features: dict[str, tf.Tensor], step: tf.Tensor
+    ) -> dict[int, DistinctIds]:
+        """Per lookup of a dynamic table, its distinct keys counted at ``step`` and turned
+        into the distinct rows they read: one message of keys and counts to each ps that
+        holds index shards, one of rows back (each shard counts, then reads its index once:
+        ``DynamicTable.observe_rows``)."""
+        model = self.model
+        keys: dict[int, DistinctIds] = {}
+        # Per lookup, its keys and counts by index shard, and their positions (None: one shard).
+        parts: dict[int, tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor] | None]] = {}
+        by_device: dict[str, list[tuple[int, int]]] = {}
+        for k, (_, x) in enumerate(model.named_lookups):
+            dynamic = model.dynamic.get(model.specs[x.table].name)
+            if dynamic is None:
+                continue
+            ids = tf.cast(features[x.key], tf.int64)
+            unique, position, count = tf.unique_with_counts(tf.reshape(ids, [-1]))
+            count = tf.cast(count, tf.int64)
+            keys[k] = DistinctIds(unique, position, ids >= 0 if x.masked else None)
+            n = len(dynamic.shards)
+            if n == 1:
+                parts[k] = ([unique], [count], None)
+            else:
+                which = dynamic.shard_of(unique)
+                parts[k] = (
+                    tf.dynamic_partition(unique, which, n),
+                    tf.dynamic_partition(count, which, n),
+                    tf.dynamic_partition(tf.range(tf.size(unique)), which, n),
+                )
+            for j, shard in enumerate(dynamic.shards):
+                by_device.setdefault(shard.device, []).append((k, j))
+        if not keys:
+            return {}
+        own: dict[tuple[int, int], tf.Tensor] = {}
+        step = tf.reshape(tf.cast(step, tf.int64), [1])
+        for device, segments in by_device.items():
+            part_keys = [parts[k][0][j] for k, j in segments]
+            sizes = [tf.size(p, out_type=tf.int64) for p in part_keys]
+            m = len(segments)
+            # [step, m sizes, every part's keys, every part's counts]
+            packed = tf.concat(
+                [step, tf.stack(sizes), *part_keys, *(parts[k][1][j] for k, j in segments)], 0
+            )
+            with tf.device(device):
+                sizes_ps = packed[1 : 1 + m]
+                body = tf.split(packed[1 + m :], tf.concat([sizes_ps, sizes_ps], 0), num=2 * m)
+                found = []
+                for (k, j), part, count in zip(segments, body[:m], body[m:], strict=True):
+                    dynamic = model.dynamic[model.specs[model.named_lookups[k][1].table].name]
+                    found.append(dynamic.shards[j].observe_rows(part, count, packed[0]))
+                reply = tf.concat(found, 0)
+            for (k, j), got in zip(segments, tf.split(reply, sizes, num=m), strict=True):
+                own[(k, j)] = got
+        out = {}
+        for k, d in keys.items():
+            x = model.named_lookups[k][1]
+            dynamic = model.dynamic[model.specs[x.table].name]
+            pieces = [own[(k, j)] for j in range(len(dynamic.shards))]
+            where = parts[k][2]
+            rows_k = pieces[0] if where is None else tf.dynamic_stitch(where, pieces)
+            out[k] = _distinct_rows(d, with_fallback(rows_k, d.ids, dynamic.fallback_rows))
+        return out
+
+    def fetch(
+        self,
+        features: dict[str, tf.Tensor],
+        pending: Pending | None = None,
+        step: tf.Tensor | None = None,
+    ) -> Fetched:
         """The rows of every lookup's distinct ids (call in replica context, outside the
         tape: the reads are no part of the gradient).
 
@@ -128,11 +201,14 @@ class FusedTables:
         shard_of: list[tf.Tensor | None] = []
         local: list[list[tf.Tensor]] = []
         order: list[list[tf.Tensor] | None] = []
-        for _, x in model.named_lookups:
-            d = unique_ids(model.specs[x.table], features[x.key], x.masked)
-            dynamic = model.dynamic.get(model.specs[x.table].name)
-            if dynamic is not None:
-                d = _rows_of_keys(dynamic, d)
+        # Dynamic tables count their keys and map them to rows first (training: ``step``).
+        dynamic_rows = self._dynamic_rows(features, step) if model.dynamic else {}
+        for k, (_, x) in enumerate(model.named_lookups):
+            d = (
+                dynamic_rows[k]
+                if k in dynamic_rows
+                else unique_ids(model.specs[x.table], features[x.key], x.masked)
+            )
             distinct.append(d)
             n = self._shards(x.table)
             if n == 1:

@@ -276,10 +276,9 @@ class TrainingState:
         out = []
         for batch, t in zip(batches, ts, strict=True):
             labels = tf.cast(batch[LABEL_KEY], tf.float32)
-            # Dynamic tables count the batch's keys (each on its index's ps), as on the
-            # plain path.
-            self.model.observe(batch, tf.cast(t, tf.int64))
-            fetched: Fetched = fused.fetch(batch, pending)
+            # Dynamic tables count the batch's keys (each on its index's ps) in the fetch,
+            # as the plain path counts them before its lookups.
+            fetched: Fetched = fused.fetch(batch, pending, tf.cast(t, tf.int64))
             weights = [] if fetched.tower is None else [fetched.tower]
             with tf.GradientTape() as tape:
                 tape.watch([*fetched.rows, *weights])
