@@ -3,7 +3,9 @@
 Builds the model of the trainer config named by ``ETJ_TRAINER_CONFIG`` twice from the same
 seed: in this process alone (the default strategy), then under ParameterServerStrategy on
 the cluster of ``TF_CONFIG`` (its ps and worker started by the test). Both take the same
-fixed batches (``STEPS`` training steps, one chunk); the script prints one JSON line: the
+fixed batches (``STEPS`` training steps, one chunk; a model with dynamic tables two chunks,
+each table's pass after each: in-step alone, by this coordinator under
+ParameterServer, as the trainer's loop runs it); the script prints one JSON line: the
 loss of each, and per saved variable the largest difference between the two runs and
 how far training moved it. Kept apart from the pytest process: a process that joined a
 cluster cannot leave it.
@@ -27,8 +29,9 @@ from etj_trainer.task.state import TrainingState
 STEPS = 3
 
 
-def batches(config: TrainerConfig) -> dict[str, np.ndarray]:
-    """``STEPS`` batches (leading axis) of etj's own layout: ids, dense features, labels."""
+def batches(config: TrainerConfig, chunks: int = 1) -> dict[str, np.ndarray]:
+    """``STEPS`` batches a chunk (leading axis) of etj's own layout: ids, dense features,
+    labels."""
     rng = np.random.default_rng(7)
     n = config.training.batch_size_per_replica
     out: dict[str, np.ndarray] = {}
@@ -36,10 +39,12 @@ def batches(config: TrainerConfig) -> dict[str, np.ndarray]:
         # Small ids so that a batch repeats some: repeated rows must add up the same way.
         # A dynamic table's ids are keys: more of them than its pool has rows.
         rows = t.vocabulary_size + (t.dynamic.capacity if t.dynamic else 0)
-        out[t.name] = rng.integers(0, min(rows, 3 * n), (STEPS, n, t.ids_per_example))
+        out[t.name] = rng.integers(0, min(rows, 3 * n), (STEPS * chunks, n, t.ids_per_example))
     if config.model.dense_inputs:
-        out[DENSE_KEY] = rng.normal(size=(STEPS, n, config.model.dense_inputs)).astype(np.float32)
-    out[LABEL_KEY] = rng.integers(0, 2, (STEPS, n)).astype(np.float32)
+        out[DENSE_KEY] = rng.normal(size=(STEPS * chunks, n, config.model.dense_inputs)).astype(
+            np.float32
+        )
+    out[LABEL_KEY] = rng.integers(0, 2, (STEPS * chunks, n)).astype(np.float32)
     return out
 
 
@@ -65,7 +70,9 @@ def assign(state: TrainingState, flat: dict[str, np.ndarray]) -> None:
 
 def main() -> None:
     config = TrainerConfig.model_validate_json(Path(os.environ["ETJ_TRAINER_CONFIG"]).read_text())
-    data = batches(config)
+    dynamic = any(t.dynamic for t in config.model.embeddings)
+    chunks = 2 if dynamic else 1
+    data = batches(config, chunks)
 
     def dataset() -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices(data)
@@ -73,9 +80,10 @@ def main() -> None:
     steps = tf.constant(STEPS, tf.int64)
     local = TrainingState(config, tf.distribute.get_strategy())
     before = values(local)
-    loss_local = float(local.train_chunk(iter(dataset()), steps)[0].numpy())
+    it = iter(dataset())
+    losses_local = [float(local.train_chunk(it, steps)[0].numpy()) for _ in range(chunks)]
+    loss_local = losses_local[-1]
     after_local = values(local)
-
     cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
@@ -92,8 +100,11 @@ def main() -> None:
     assign(ps, before)
     start = values(ps)
     iterator = iter(coordinator.create_per_worker_dataset(dataset))
-    result = coordinator.schedule(ps.train_chunk, args=(iterator, steps))
-    coordinator.join()
+    for chunk in range(chunks):
+        result = coordinator.schedule(ps.train_chunk, args=(iterator, steps))
+        coordinator.join()
+        # The coordinator's pass between chunks (alone, the step function ran it).
+        ps.maintain_between_steps((chunk + 1) * STEPS)
     loss_ps = float(np.asarray(result.fetch()[0]))
     after_ps = values(ps)
 
@@ -104,6 +115,14 @@ def main() -> None:
         "initial": {k: float(np.abs(before[k] - start[k]).max()) for k in before},
         "diff": {k: float(np.abs(after_local[k] - after_ps[k]).max()) for k in after_local},
         "moved": {k: float(np.abs(after_local[k] - before[k]).max()) for k in after_local},
+        # Per dynamic table, each run's admitted keys and their rows.
+        "dynamic": {
+            name: [
+                [a.tolist() for a in state.model.dynamic[name].admitted_rows()]
+                for state in (local, ps)
+            ]
+            for name in local.model.dynamic
+        },
     }
     print("SAME_MATH " + json.dumps(report), flush=True)
 

@@ -215,3 +215,27 @@ def test_same_math_alone_and_under_multi_worker_mirrored(tmp_path: Path) -> None
         training={"batchSizePerReplica": 32, "optimizer": "adagrad", "learningRate": 0.1},
     )
     same_math_mirrored(spec, tmp_path)
+
+
+@pytest.mark.extended  # make test-all (a minute); CI runs test_dynamic_fused's in-process sibling
+def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
+    """A chief, a worker and two ps end with the pool, slots, index and tower one process
+    gets: the worker counted the keys on the index's ps, read the rows packed with the
+    hashed tables' (``models.fused``), and the coordinator's pass between the two chunks
+    admitted the same ids into the same rows as the step function's pass alone."""
+    from zoo import same_math, zoo_spec
+
+    dynamic = {"capacity": 100, "admitAfter": 2, "maintainEverySteps": 3}
+    spec = zoo_spec(
+        {
+            "embeddings": [
+                # One shard (its rows as one process numbers them); item_id is split.
+                {"name": "user_id", "vocabularySize": 16, "dimension": 8, "dynamic": dynamic},
+                {"name": "item_id", "vocabularySize": 1500, "dimension": 8, "idsPerExample": 3},
+            ]
+        }
+    )
+    report = same_math(spec, tmp_path)
+    alone, under_ps = report["dynamic"]["user_id"]
+    assert len(alone[0]) > 0, "no id was admitted: the pass never ran"
+    assert under_ps == alone
