@@ -38,7 +38,15 @@ def zoo_spec(model: dict[str, Any], **overrides: Any) -> Any:
         "hiddenUnits": [16, 8],
     }
     doc.update(model)
-    training = {"batchSizePerReplica": 64, "steps": 3, "optimizer": "adagrad", "learningRate": 0.2}
+    # One chunk of 3 steps, one block: under ParameterServer a step's gradient rows travel
+    # with the next step's ids (``models.fused``), so the same-math tests cover that.
+    training = {
+        "batchSizePerReplica": 64,
+        "steps": 3,
+        "stepsPerExecution": 3,
+        "optimizer": "adagrad",
+        "learningRate": 0.2,
+    }
     training.update(overrides.pop("training", {}))
     kwargs: dict[str, Any] = {
         "replicas": {"chief": {"replicas": 1}, "worker": {"replicas": 1}, "ps": {"replicas": 2}},

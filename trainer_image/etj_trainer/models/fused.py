@@ -22,9 +22,10 @@ ShardedVariable assigns it), the gradient of each distinct row summed on the wor
 and per shard variable one sparse update with the rows of every lookup that reads it.
 
 A dynamic table's lookup first counts its distinct keys and asks its index shards for
-their rows: one message of keys and counts to each ps holding index shards, one of rows
-back (``DynamicTable.observe_rows``: the counting of ``ShardedDynamicTable.observe``, then
-the lookup of ``rows``, from one read of the index); from there its distinct rows travel
+their rows: for a block of steps at once, one message of keys, counts and steps to each ps
+holding index shards, one of rows back (``DynamicTable.observe_rows``: the counting of
+``ShardedDynamicTable.observe``, then the lookup of ``rows``, from one read of the index;
+``dynamic_rows`` says why that is the same math); from there its distinct rows travel
 like a hashed table's ids, in the same packed tensors (distinct keys may share a
 fallback row: the row is read once and its gradient summed, as ``CtrModel.embed`` does).
 
@@ -120,75 +121,92 @@ class FusedTables:
     def _shards(self, table: int) -> int:
         return len(self.offsets[table]) - 1
 
-    def _dynamic_rows(
-        self, features: dict[str, tf.Tensor], step: tf.Tensor
-    ) -> dict[int, DistinctIds]:
-        """Per lookup of a dynamic table, its distinct keys counted at ``step`` and turned
-        into the distinct rows they read: one message of keys and counts to each ps that
-        holds index shards, one of rows back (each shard counts, then reads its index once:
-        ``DynamicTable.observe_rows``)."""
+    def dynamic_rows(
+        self, batches: list[dict[str, tf.Tensor]], steps: list[tf.Tensor]
+    ) -> list[dict[int, DistinctIds]]:
+        """Per batch, per lookup of a dynamic table, its distinct keys counted at its step
+        and turned into the distinct rows they read: for a whole block of steps, one message
+        of keys, counts and steps to each ps that holds index shards and one of rows back
+        (each shard counts, then reads its index once: ``DynamicTable.observe_rows``).
+
+        The same math as counting and reading before each step: within a block only the
+        counting writes (last-seen steps by maximum, candidate counts by sum) and no read
+        depends on it; the index changes only in the passes between blocks (the
+        coordinator's; alone, the step function runs its block of one step, then its pass)."""
         model = self.model
-        keys: dict[int, DistinctIds] = {}
-        # Per lookup, its keys and counts by index shard, and their positions (None: one shard).
-        parts: dict[int, tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor] | None]] = {}
-        by_device: dict[str, list[tuple[int, int]]] = {}
-        for k, (_, x) in enumerate(model.named_lookups):
-            dynamic = model.dynamic.get(model.specs[x.table].name)
-            if dynamic is None:
-                continue
-            ids = tf.cast(features[x.key], tf.int64)
-            unique, position, count = tf.unique_with_counts(tf.reshape(ids, [-1]))
-            count = tf.cast(count, tf.int64)
-            keys[k] = DistinctIds(unique, position, ids >= 0 if x.masked else None)
-            n = len(dynamic.shards)
-            if n == 1:
-                parts[k] = ([unique], [count], None)
-            else:
-                which = dynamic.shard_of(unique)
-                parts[k] = (
-                    tf.dynamic_partition(unique, which, n),
-                    tf.dynamic_partition(count, which, n),
-                    tf.dynamic_partition(tf.range(tf.size(unique)), which, n),
-                )
-            for j, shard in enumerate(dynamic.shards):
-                by_device.setdefault(shard.device, []).append((k, j))
-        if not keys:
-            return {}
-        own: dict[tuple[int, int], tf.Tensor] = {}
-        step = tf.reshape(tf.cast(step, tf.int64), [1])
+        keys: list[dict[int, DistinctIds]] = []
+        # Per (batch, lookup): its keys and counts by index shard, and their positions
+        # (None: one shard).
+        parts: dict[tuple[int, int], tuple[list[Any], list[Any], list[Any] | None]] = {}
+        by_device: dict[str, list[tuple[int, int, int]]] = {}
+        for i, features in enumerate(batches):
+            keys.append({})
+            for k, (_, x) in enumerate(model.named_lookups):
+                dynamic = model.dynamic.get(model.specs[x.table].name)
+                if dynamic is None:
+                    continue
+                ids = tf.cast(features[x.key], tf.int64)
+                unique, position, count = tf.unique_with_counts(tf.reshape(ids, [-1]))
+                count = tf.cast(count, tf.int64)
+                keys[i][k] = DistinctIds(unique, position, ids >= 0 if x.masked else None)
+                n = len(dynamic.shards)
+                if n == 1:
+                    parts[(i, k)] = ([unique], [count], None)
+                else:
+                    which = dynamic.shard_of(unique)
+                    parts[(i, k)] = (
+                        tf.dynamic_partition(unique, which, n),
+                        tf.dynamic_partition(count, which, n),
+                        tf.dynamic_partition(tf.range(tf.size(unique)), which, n),
+                    )
+                for j, shard in enumerate(dynamic.shards):
+                    by_device.setdefault(shard.device, []).append((i, k, j))
+        if not by_device:
+            return keys
+        own: dict[tuple[int, int, int], tf.Tensor] = {}
         for device, segments in by_device.items():
-            part_keys = [parts[k][0][j] for k, j in segments]
+            part_keys = [parts[(i, k)][0][j] for i, k, j in segments]
             sizes = [tf.size(p, out_type=tf.int64) for p in part_keys]
             m = len(segments)
-            # [step, m sizes, every part's keys, every part's counts]
+            # [m steps, m sizes, every part's keys, every part's counts]
             packed = tf.concat(
-                [step, tf.stack(sizes), *part_keys, *(parts[k][1][j] for k, j in segments)], 0
+                [
+                    tf.stack([tf.cast(steps[i], tf.int64) for i, _, _ in segments]),
+                    tf.stack(sizes),
+                    *part_keys,
+                    *(parts[(i, k)][1][j] for i, k, j in segments),
+                ],
+                0,
             )
             with tf.device(device):
-                sizes_ps = packed[1 : 1 + m]
-                body = tf.split(packed[1 + m :], tf.concat([sizes_ps, sizes_ps], 0), num=2 * m)
+                sizes_ps = packed[m : 2 * m]
+                body = tf.split(packed[2 * m :], tf.concat([sizes_ps, sizes_ps], 0), num=2 * m)
                 found = []
-                for (k, j), part, count in zip(segments, body[:m], body[m:], strict=True):
-                    dynamic = model.dynamic[model.specs[model.named_lookups[k][1].table].name]
-                    found.append(dynamic.shards[j].observe_rows(part, count, packed[0]))
+                for s, ((_, k, j), part, count) in enumerate(
+                    zip(segments, body[:m], body[m:], strict=True)
+                ):
+                    table = model.dynamic[model.specs[model.named_lookups[k][1].table].name]
+                    found.append(table.shards[j].observe_rows(part, count, packed[s]))
                 reply = tf.concat(found, 0)
-            for (k, j), got in zip(segments, tf.split(reply, sizes, num=m), strict=True):
-                own[(k, j)] = got
-        out = {}
-        for k, d in keys.items():
-            x = model.named_lookups[k][1]
-            dynamic = model.dynamic[model.specs[x.table].name]
-            pieces = [own[(k, j)] for j in range(len(dynamic.shards))]
-            where = parts[k][2]
-            rows_k = pieces[0] if where is None else tf.dynamic_stitch(where, pieces)
-            out[k] = _distinct_rows(d, with_fallback(rows_k, d.ids, dynamic.fallback_rows))
+            for segment, got in zip(segments, tf.split(reply, sizes, num=m), strict=True):
+                own[segment] = got
+        out: list[dict[int, DistinctIds]] = []
+        for i, per_lookup in enumerate(keys):
+            out.append({})
+            for k, d in per_lookup.items():
+                x = model.named_lookups[k][1]
+                dynamic = model.dynamic[model.specs[x.table].name]
+                pieces = [own[(i, k, j)] for j in range(len(dynamic.shards))]
+                where = parts[(i, k)][2]
+                rows_k = pieces[0] if where is None else tf.dynamic_stitch(where, pieces)
+                out[i][k] = _distinct_rows(d, with_fallback(rows_k, d.ids, dynamic.fallback_rows))
         return out
 
     def fetch(
         self,
         features: dict[str, tf.Tensor],
         pending: Pending | None = None,
-        step: tf.Tensor | None = None,
+        dynamic_rows: dict[int, DistinctIds] | None = None,
     ) -> Fetched:
         """The rows of every lookup's distinct ids (call in replica context, outside the
         tape: the reads are no part of the gradient).
@@ -201,8 +219,8 @@ class FusedTables:
         shard_of: list[tf.Tensor | None] = []
         local: list[list[tf.Tensor]] = []
         order: list[list[tf.Tensor] | None] = []
-        # Dynamic tables count their keys and map them to rows first (training: ``step``).
-        dynamic_rows = self._dynamic_rows(features, step) if model.dynamic else {}
+        # A dynamic table's lookup reads the rows ``dynamic_rows`` gave its keys.
+        dynamic_rows = dynamic_rows or {}
         for k, (_, x) in enumerate(model.named_lookups):
             d = (
                 dynamic_rows[k]

@@ -274,11 +274,14 @@ class TrainingState:
         dense_vars = [] if tower_item else [item.var for item in self.dense_items]
         pending: Pending | None = None
         out = []
-        for batch, t in zip(batches, ts, strict=True):
+        # Dynamic tables count the block's keys and map them to rows (on their index's ps)
+        # first, as the plain path counts and maps before each step's lookups.
+        dynamic_rows = (
+            fused.dynamic_rows(batches, ts) if self.model.dynamic else [{} for _ in batches]
+        )
+        for batch, t, rows_of_keys in zip(batches, ts, dynamic_rows, strict=True):
             labels = tf.cast(batch[LABEL_KEY], tf.float32)
-            # Dynamic tables count the batch's keys (each on its index's ps) in the fetch,
-            # as the plain path counts them before its lookups.
-            fetched: Fetched = fused.fetch(batch, pending, tf.cast(t, tf.int64))
+            fetched: Fetched = fused.fetch(batch, pending, rows_of_keys)
             weights = [] if fetched.tower is None else [fetched.tower]
             with tf.GradientTape() as tape:
                 tape.watch([*fetched.rows, *weights])
