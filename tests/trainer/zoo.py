@@ -94,7 +94,10 @@ def same_math(
             cwd=workdir,
         )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("SAME_MATH ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    # The chief's Python traceback, not the remote function clean-up noise after it.
+    err = proc.stderr
+    trace = err[err.find("Traceback") :] if "Traceback" in err else err[-5000:]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + trace[:8000]
     report: dict[str, Any] = json.loads(lines[-1].removeprefix("SAME_MATH "))
     loss_local, loss_ps = report["loss"]
     assert abs(loss_local - loss_ps) <= 1e-5 * max(1.0, abs(loss_local)), report["loss"]
