@@ -62,6 +62,22 @@ two lookups but not the messages, and saw no gain); one candidate table with
 ``[count, last_seen]`` values (a checkpoint format change); fewer small ops in
 ``observe``.
 
+Then (2026-11-26) the first of those: per step each index shard had taken four tensors
+(its keys for counting, their counts, its keys again for the rows, the rows back), 24 a
+step for this model's 6 index shards. Now, for a whole block of steps (``UNROLL``), each
+ps gets one message with the keys, counts and steps of all its index shards and sends
+their rows back in one (``FusedTables.dynamic_rows``; each shard counts, then reads its
+index once, ``DynamicTable.observe_rows``). It is the same math: within a block only the
+counting writes (last-seen steps by maximum, candidate counts by sum) and no read depends
+on it; the index changes only in the coordinator's passes between chunks
+(``tests/trainer/etj_trainer/models/test_dynamic_training.py``'s same-math under
+ParameterServer, ``test_dynamic_fused.py``). With the hashed tables' own gains of that day
+(below), measured (``--dynamic --repeat 3 --seconds 30``, load 6-8: an operator benchmark
+ran beside it at nice 10): hashed 188,224 / 228,476 / 219,779, dynamic 150,033 / 156,921 /
+167,187 examples/s, medians 219,779 and 156,921: **dynamic/hashed 0.71** (pairs 0.80,
+0.69, 0.76); CPU-seconds per million examples, dynamic: chief 0.4, ps 2.4-2.8 + 1.3-1.6,
+workers 2.4-2.7 (hashed: ps 1.7-1.9 + 0.8-0.9, workers 2.1-2.3).
+
 ``--quick`` on a quiet machine (2026-11-25, nothing else running, load 1-4 from the
 benchmark's own processes), three runs: ps/single 0.61, 0.56, 0.51 (median 0.56; CPU
 efficiency 0.52, 0.48, 0.44). Issue #23's goal (0.7) is not met: an earlier median of 0.75
@@ -94,11 +110,32 @@ and both ps for 20 s of steady training, samples per million examples, this mode
   test_fused.py``, the same-math tests). Measured the same way, that took the PS job from
   ~2320 to ~1820 samples per million examples: gRPC 276 -> 150, wake-ups 440 -> 345,
   spinning 246 -> 188, malloc 134 -> 77.
-- Left: the wake-ups and spinning of five processes' thread pools on two cores. Turning
-  spinning off on the servers (``ConfigProto.experimental.disable_thread_spinning``)
-  looked a few percent better in two noisy pairs; not adopted (it would cost latency on
-  nodes where each pod has its own cores). Fewer, larger shards (1 instead of 2 for
-  ``user_id``) made no measurable difference.
+- Left then: the wake-ups and spinning of five processes' thread pools on two cores.
+  Fewer, larger shards (1 instead of 2 for ``user_id``) made no measurable difference.
+
+Then (2026-11-26), three changes aimed at what was left, messages and threads:
+
+- **A step's gradient rows travel with the next step's ids** (``models.fused.Pending``):
+  each ps applies them, then gathers, the order of the plain path (same math; the
+  same-math tests now run a block of 3 steps under ParameterServer). A block's last step
+  sends its gradient alone.
+- **The flat tower travels with the rows** of the ps that holds it, and its gradient with
+  theirs. Per step and worker: 4 messages (2 per ps), was 8 (3 per ps, the tower's read
+  and its gradient).
+- **Threads by CPU budget** (``etj_trainer.task.roles.thread_counts``): each replica's
+  intra-/inter-op pools are sized to its budget, ``ETJ_CPUS`` (``etj run`` and this
+  benchmark's ``LocalJob``: the machine's cores over its processes, 0.4 each here) or the
+  container's CPU quota (cgroup v2 or v1), and a server whose budget is below the
+  machine's cores does not spin. It was TensorFlow's default: every process sized its
+  pools to both cores and spun, five of them on two cores. On a node where a pod has
+  its cores (no budget, or one of every core) nothing changes.
+
+Side by side, ps runs alternating (``--run ps --seconds 30``; load 7-12, an operator
+benchmark beside them at nice 10), examples per CPU-second: pipelined gradients alone
+105,066 / 100,095; with the thread budget 118,137 / 114,676; with the tower in the
+messages too 133,809 / 130,320 (examples/s 184k / 146k, 186k / 208k, 219k / 225k).
+CPU-seconds per million examples went from ps 2.4-2.6 + 1.0-1.1, workers 2.9-3.2 each
+to ps 1.9 + 0.9, workers 2.2-2.4.
 """
 
 from __future__ import annotations
