@@ -98,6 +98,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
     for task in getattr(memo, "tasks", []):
         task.cancel()
+    await memo.reconciler.kube.close()
 
 
 async def resync(memo: kopf.Memo) -> None:

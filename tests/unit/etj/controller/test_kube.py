@@ -9,6 +9,7 @@ import asyncio
 import json
 import threading
 import time
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -48,28 +49,37 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace":
 
 
 class Answer:
-    """What ``ApiClient.call_api`` returns: a status and a JSON body."""
+    """An HTTP answer of the hot path (``Kube._send``): a status and a JSON body."""
 
     def __init__(self, status: int, body: dict[str, Any] | None = None) -> None:
         self.status = status
         self.reason = "OK" if status < 300 else "Error"
         self.data = json.dumps(body or {}).encode()
-        self.headers: dict[str, str] = {}
-
-    def read(self) -> bytes:
-        return self.data
 
 
-def answering(k: Kube, *answers: Answer) -> list[tuple[str, str, Any]]:
-    """``k``'s plain-JSON requests answered in turn; the (method, url, body) sent."""
-    sent: list[tuple[str, str, Any]] = []
+class Sent(list[tuple[str, str, Any]]):
+    """The (method, url with its query, JSON body) of each request, and its headers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers: list[dict[str, str]] = []
+
+
+def answering(k: Kube, *answers: Answer) -> Sent:
+    """``k``'s plain-JSON requests answered in turn (no connection is made)."""
+    sent = Sent()
     queue = list(answers)
 
-    def call_api(method: str, url: str, _headers: Any = None, body: Any = None, *_: Any) -> Any:
-        sent.append((method, url, body))
-        return queue.pop(0)
+    async def send(
+        method: str, url: str, headers: dict[str, str], data: bytes | None, query: dict[str, str]
+    ) -> tuple[int, str, bytes]:
+        full = url + ("?" + urllib.parse.urlencode(query) if query else "")
+        sent.append((method, full, json.loads(data) if data is not None else None))
+        sent.headers.append(headers)
+        answer = queue.pop(0)
+        return answer.status, answer.reason, answer.data
 
-    k.api_client.call_api = call_api  # type: ignore[method-assign]
+    k._send = send  # type: ignore[method-assign]
     return sent
 
 
@@ -117,15 +127,8 @@ def test_deleting_what_is_gone_is_done():
 def test_a_status_write_is_one_merge_patch_of_the_status_subresource():
     k = kube()
     stored = {"metadata": {"resourceVersion": "9"}, "status": {"phase": "Running"}}
-    headers: list[dict[str, str]] = []
     sent = answering(k, Answer(200, stored), Answer(500))
-    plain = k.api_client.call_api
-
-    def call_api(method: str, url: str, header_params: Any = None, *rest: Any) -> Any:
-        headers.append(dict(header_params or {}))
-        return plain(method, url, header_params, *rest)
-
-    k.api_client.call_api = call_api  # type: ignore[method-assign]
+    headers = sent.headers
     assert asyncio.run(k.patch_job_status("n", "j", {"phase": "Running"})) == stored
     ((method, url, body),) = sent
     assert method == "PATCH"
@@ -137,6 +140,26 @@ def test_a_status_write_is_one_merge_patch_of_the_status_subresource():
     assert k.custom.calls == []  # type: ignore[attr-defined]
     with pytest.raises(ApiException):
         asyncio.run(k.patch_job_status("n", "j", {"phase": "Running"}))
+
+
+def test_the_hot_path_sends_the_client_configurations_credentials_and_user_agent():
+    cfg = client.Configuration()
+    cfg.host = "https://api.example:6443"
+    cfg.api_key = {"BearerToken": "t0k"}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    api = client.ApiClient(cfg)
+    api.user_agent = "etj-operator/test"
+    k = Kube(api)
+    sent = answering(k, Answer(201, POD), Answer(403, {"message": "forbidden: no"}))
+    asyncio.run(k.create(POD))
+    assert sent[0][1] == "https://api.example:6443/api/v1/namespaces/n/pods"
+    assert sent.headers[0]["authorization"] == "Bearer t0k"
+    assert sent.headers[0]["User-Agent"] == "etj-operator/test"
+    assert sent.headers[0]["Content-Type"] == "application/json"
+    # An error carries the API server's answer, as the client's own errors do.
+    with pytest.raises(ApiException) as refused:
+        asyncio.run(k.create(POD))
+    assert refused.value.status == 403 and "forbidden: no" in str(refused.value.body)
 
 
 def test_a_missing_job_is_none_and_other_errors_are_raised():
