@@ -185,6 +185,15 @@ async def _resync_forever(memo: kopf.Memo) -> None:
             wake.set()
 
 
+# After a pass that only wrote the status, the next pass of the job starts at least this
+# much later. A job's pods change one after another, tens of milliseconds apart (a kubelet
+# per pod, or on the burst one marking them Running in turn), and a pass per change was a
+# status write per change and kopf processing its echo; within the gap they gather into
+# one pass. A pass that acted (a pod deleted or created, an Event) is followed at once, so
+# a failure's replacement never waits; so is a change after a quiet time.
+PASS_GAP_SECONDS = 0.1
+
+
 # kopf cancels a deleted job's daemon at once (no ``cancellation_backoff``: with one, kopf
 # re-checks the daemon only when the backoff has passed, and every deletion took that long),
 # in whatever pass it is. The last pass of a deleted job — marking a Kueue group's pods
@@ -216,15 +225,20 @@ async def job_loop(
                 delay = max(0.5, min(delay, outcome.requeue_after))
             elif outcome is None:
                 delay = min(delay, 5.0)
+            ended = time.monotonic()
             waiter = asyncio.ensure_future(wake.wait())
+            stopping = asyncio.ensure_future(stopped.wait())
             try:
                 await asyncio.wait(
-                    [waiter, asyncio.ensure_future(stopped.wait())],
-                    timeout=delay,
-                    return_when=asyncio.FIRST_COMPLETED,
+                    [waiter, stopping], timeout=delay, return_when=asyncio.FIRST_COMPLETED
                 )
+                gap = ended + PASS_GAP_SECONDS - time.monotonic()
+                if outcome is not None and outcome.only_status and gap > 0 and not stopping.done():
+                    # Woken right after a pass: what else changes meanwhile joins this one.
+                    await asyncio.wait([stopping], timeout=gap)
             finally:
                 waiter.cancel()
+                stopping.cancel()
     finally:
         memo.wakeups.pop((namespace, name), None)
         if (

@@ -82,6 +82,10 @@ class Outcome:
     finished: bool = False
     # Nothing was decided: the world was as the last pass, which did nothing, left it.
     unchanged: bool = False
+    # The pass wrote the status and did nothing else: it recorded what its pods showed (one
+    # of them running, scheduled, ...), and the next pass may wait a moment for their
+    # next changes to gather (etj.controller.handlers.PASS_GAP_SECONDS).
+    only_status: bool = False
 
 
 async def scrape_http(address: str) -> str | None:
@@ -249,7 +253,11 @@ class Reconciler:
                 decision.requeue_after if decision.requeue_after is not None else float("inf")
             )
             self._quiet[key] = Quiet(fingerprint, until, finished)
-        return Outcome(requeue_after=self._requeue(decision), finished=finished)
+        return Outcome(
+            requeue_after=self._requeue(decision),
+            finished=finished,
+            only_status=wrote and not _acts(decision),
+        )
 
     def _fingerprint(
         self, obj: dict[str, Any], raw_pods: list[dict[str, Any]], pods: list[PodState]

@@ -187,3 +187,17 @@ def test_without_a_cache_every_pass_decides(clock, decided):
     s.run()
     s.run()
     assert len(decided) == n + 2
+
+
+def test_a_pass_that_only_wrote_the_status_says_so(clock):
+    s = Setup()
+    assert not s.run().only_status  # pods created, an Event
+    s.watch_pods()
+    s.api.set_pod_status(NS, "ctr-ps-0", {"phase": "Running"})  # one of them runs
+    s.watch_pods()
+    before = len(s.api.log)
+    outcome = s.run()
+    assert s.api.log[before:] == [("patch", "status", "ctr")]
+    assert outcome.only_status
+    fail_worker_1(s)
+    assert not s.run().only_status  # the restart: a delete and an Event besides
