@@ -184,14 +184,19 @@ def pct(values: list[float], q: float) -> float:
 
 
 def counts(op: OperatorProcess) -> dict[str, int]:
-    """The operator's reconcile passes (etj_reconciles_total, all results) and full
-    resyncs from the API (etj_resyncs_total) so far."""
+    """The operator's reconcile passes (etj_reconciles_total, all results), those of them
+    that found an unchanged world and decided nothing (result "unchanged") and full resyncs
+    from the API (etj_resyncs_total) so far."""
     text = op.metrics().splitlines()
 
     def total(prefix: str) -> int:
         return round(sum(float(s.rsplit(" ", 1)[1]) for s in text if s.startswith(prefix)))
 
-    return {"passes": total("etj_reconciles_total{"), "resyncs": total("etj_resyncs_total ")}
+    return {
+        "passes": total("etj_reconciles_total{"),
+        "unchanged": total('etj_reconciles_total{result="unchanged"}'),
+        "resyncs": total("etj_resyncs_total "),
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -352,6 +357,9 @@ def burst(
         "operator_cpu_s_until_all_pods": round(cpu_pods, 2),
         "operator_cpu_s_burst": round(cpu_burst, 2),
         "reconcile_passes": counts1["passes"] - counts0["passes"],
+        # Of them, those that found the world unchanged (0 for an operator that does not
+        # tell them apart).
+        "unchanged_passes": counts1["unchanged"] - counts0["unchanged"],
         # The baseline's operator may not count them (0 then).
         "resyncs": counts1["resyncs"] - counts0["resyncs"],
         "burst_wall_s": round(wall, 1),
