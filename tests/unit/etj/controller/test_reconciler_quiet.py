@@ -27,7 +27,7 @@ class Clock:
 
         class FakeDatetime(datetime):
             @classmethod
-            def now(cls, tz: Any = None) -> Any:
+            def now(cls, *_: Any) -> Any:  # datetime.now(UTC)
                 return clock.wall
 
         monkeypatch.setattr(module, "datetime", FakeDatetime)
