@@ -18,6 +18,7 @@ finalizer on the job, so deleting a job needs the operator running.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.resynced = asyncio.Event()
     memo.pods_versions = {}
     await resync(memo)
+    # What exists now (modules, kopf's machinery, the first cache) lives as long as the
+    # process: the collector's full passes over it were a tenth of a second each, several
+    # times a burst; garbage is still freed by reference counting.
+    gc.freeze()
     memo.tasks = [
         asyncio.create_task(_resync_forever(memo)),
         *(asyncio.create_task(watch_pods(memo, ns)) for ns in memo.namespaces or [None]),
