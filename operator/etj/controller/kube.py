@@ -166,6 +166,7 @@ class Kube:
         self.coordination = client.CoordinationV1Api(api_client)
         # The hot path's aiohttp session, made on first use in the running loop.
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._ssl: ssl.SSLContext | bool | None = None
 
     async def close(self) -> None:
@@ -407,26 +408,37 @@ class Kube:
         data: bytes | None,
         query: dict[str, str],
     ) -> tuple[int, str, bytes]:
-        """The HTTP exchange itself: status, reason and body of the answer."""
+        """The HTTP exchange itself: status, reason and body of the answer. A connection
+        lost before the answer (a kept-alive one the server had closed, the API server
+        restarting) is tried once more on a new one: every request of the hot path may be
+        repeated (a create that went through answers 409, a delete 404)."""
         cfg = self.api_client.configuration
-        if self._session is None or self._session.closed:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
             self._ssl = ssl_context(cfg) if url.startswith("https:") else None
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=cfg.connection_pool_maxsize or 32),
                 timeout=REQUEST_TIMEOUT,
             )
-        async with self._session.request(
-            method,
-            url,
-            params=query,
-            data=data,
-            headers=headers,
-            ssl=self._ssl if self._ssl is not None else True,
-            server_hostname=cfg.tls_server_name or None,
-            proxy=cfg.proxy or None,
-            proxy_headers=cfg.proxy_headers or None,
-        ) as resp:
-            return resp.status, str(resp.reason or ""), await resp.read()
+            self._loop = loop
+        for attempt in (1, 2):
+            try:
+                async with self._session.request(
+                    method,
+                    url,
+                    params=query,
+                    data=data,
+                    headers=headers,
+                    ssl=self._ssl if self._ssl is not None else True,
+                    server_hostname=cfg.tls_server_name or None,
+                    proxy=cfg.proxy or None,
+                    proxy_headers=cfg.proxy_headers or None,
+                ) as resp:
+                    return resp.status, str(resp.reason or ""), await resp.read()
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     async def delete_pod(self, namespace: str, name: str, force: bool = False) -> bool:
         """Delete a pod; False when it was already gone. ``force``: at once (grace period

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -289,3 +290,40 @@ def test_leaving_a_watch_ends_its_reading_thread():
     while any(t.name == "etj-pod-watch" for t in threading.enumerate()):
         assert time.monotonic() < deadline, "the watch's thread outlived it"
         time.sleep(0.01)  # polling a deadline-bounded wait
+
+
+def test_a_connection_lost_before_the_answer_is_tried_once_more_on_a_new_one():
+    """Over a real socket (a small HTTP/1.1 server on 127.0.0.1): the first connection is
+    closed without an answer, as a server that dropped a kept-alive one would; the create
+    goes through on the second."""
+    stored = json.dumps({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "3"}})
+    connections: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        await reader.readexactly(length)
+        connections.append(head.split(b"\r\n", 1)[0])
+        if len(connections) > 1:
+            writer.write(
+                b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(stored)}\r\n\r\n{stored}".encode()
+            )
+            await writer.drain()
+        writer.close()
+
+    async def scenario() -> Any:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        cfg = client.Configuration()
+        cfg.host = f"http://127.0.0.1:{port}"
+        k = Kube(client.ApiClient(cfg))
+        try:
+            return await k.create(POD)
+        finally:
+            await k.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(scenario()) == json.loads(stored)
+    assert connections == [b"POST /api/v1/namespaces/n/pods HTTP/1.1"] * 2
