@@ -18,6 +18,7 @@ finalizer on the job, so deleting a job needs the operator running.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.resynced = asyncio.Event()
     memo.pods_versions = {}
     await resync(memo)
+    # What exists now (modules, kopf's machinery, the first cache) lives as long as the
+    # process: the collector's full passes over it were a tenth of a second each, several
+    # times a burst; garbage is still freed by reference counting.
+    gc.freeze()
     memo.tasks = [
         asyncio.create_task(_resync_forever(memo)),
         *(asyncio.create_task(watch_pods(memo, ns)) for ns in memo.namespaces or [None]),
@@ -98,6 +103,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
     for task in getattr(memo, "tasks", []):
         task.cancel()
+    await memo.reconciler.kube.close()
 
 
 async def resync(memo: kopf.Memo) -> None:
@@ -184,6 +190,15 @@ async def _resync_forever(memo: kopf.Memo) -> None:
             wake.set()
 
 
+# After a pass that only wrote the status, the next pass of the job starts at least this
+# much later. A job's pods change one after another, tens of milliseconds apart (a kubelet
+# per pod, or on the burst one marking them Running in turn), and a pass per change was a
+# status write per change and kopf processing its echo; within the gap they gather into
+# one pass. A pass that acted (a pod deleted or created, an Event) is followed at once, so
+# a failure's replacement never waits; so is a change after a quiet time.
+PASS_GAP_SECONDS = 0.1
+
+
 # kopf cancels a deleted job's daemon at once (no ``cancellation_backoff``: with one, kopf
 # re-checks the daemon only when the backoff has passed, and every deletion took that long),
 # in whatever pass it is. The last pass of a deleted job — marking a Kueue group's pods
@@ -215,15 +230,20 @@ async def job_loop(
                 delay = max(0.5, min(delay, outcome.requeue_after))
             elif outcome is None:
                 delay = min(delay, 5.0)
+            ended = time.monotonic()
             waiter = asyncio.ensure_future(wake.wait())
+            stopping = asyncio.ensure_future(stopped.wait())
             try:
                 await asyncio.wait(
-                    [waiter, asyncio.ensure_future(stopped.wait())],
-                    timeout=delay,
-                    return_when=asyncio.FIRST_COMPLETED,
+                    [waiter, stopping], timeout=delay, return_when=asyncio.FIRST_COMPLETED
                 )
+                gap = ended + PASS_GAP_SECONDS - time.monotonic()
+                if outcome is not None and outcome.only_status and gap > 0 and not stopping.done():
+                    # Woken right after a pass: what else changes meanwhile joins this one.
+                    await asyncio.wait([stopping], timeout=gap)
             finally:
                 waiter.cancel()
+                stopping.cancel()
     finally:
         memo.wakeups.pop((namespace, name), None)
         if (

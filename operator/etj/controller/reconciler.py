@@ -10,6 +10,13 @@ and only when it changed, so the operator's own writes do not wake it into a loo
 Events are posted only once that write succeeded. Every create is idempotent (fixed
 names: "already exists" is success), so an operator restart or a second pass never
 duplicates a pod.
+
+A pass that finds the world (the job's resourceVersion, its pods as observed, its
+Service, ConfigMap and gang as the cache knows them, no new metrics) as the last pass left
+it, when that pass did nothing, does not decide again until the decision's requeue is due:
+``decide`` is pure, so only the time could change its answer, and every rule that depends
+on the time alone (back-off, deadline, TTL, a failure count forgotten) asks for a requeue.
+The timed pass every ``progress_seconds`` and the resync's wake-ups mostly find this.
 """
 
 from __future__ import annotations
@@ -56,11 +63,29 @@ Scrape = Callable[[str], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)
+class Quiet:
+    """The last pass of a job decided to do nothing, from this world: the same world
+    decides the same until ``until`` (time.monotonic()), when something that depends on
+    the time alone may be due (a back-off, the deadline, the TTL, a failure count
+    forgotten: the decision's requeue)."""
+
+    fingerprint: tuple[Any, ...]
+    until: float
+    finished: bool
+
+
+@dataclass(frozen=True)
 class Outcome:
     gone: bool = False
     requeue_after: float | None = None
     # Succeeded or Failed: nothing more happens to the job but its TTL (``requeue_after``).
     finished: bool = False
+    # Nothing was decided: the world was as the last pass, which did nothing, left it.
+    unchanged: bool = False
+    # The pass wrote the status and did nothing else: it recorded what its pods showed (one
+    # of them running, scheduled, ...), and the next pass may wait a moment for their
+    # next changes to gather (etj.controller.handlers.PASS_GAP_SECONDS).
+    only_status: bool = False
 
 
 async def scrape_http(address: str) -> str | None:
@@ -91,10 +116,15 @@ class Reconciler:
         self.post_event = post_event
         self.scrape = scrape
         self._last_scrape: dict[tuple[str, str], float] = {}
-        # (namespace, name) -> (uid, generation, the job validated and planned).
-        self._validations: dict[tuple[str, str], tuple[str, int, Validated]] = {}
+        # (namespace, name) -> (uid, generation, the job validated and planned, and the
+        # resourceVersion whose metadata the last one handed out (the fifth) carries).
+        self._validations: dict[tuple[str, str], tuple[str, int, Validated, str, Validated]] = {}
         # (namespace, job) -> pod name -> (resourceVersion, the pod as observed).
         self._observed: dict[tuple[str, str], dict[str, tuple[str, PodState | None]]] = {}
+        # (namespace, name) -> (uid, resourceVersion, the status as parsed).
+        self._statuses: dict[tuple[str, str], tuple[str, str, EmbeddingTrainingJobStatus]] = {}
+        # (namespace, name) -> the world of its last pass, when that pass did nothing.
+        self._quiet: dict[tuple[str, str], Quiet] = {}
 
     async def reconcile(self, namespace: str, name: str) -> Outcome:
         started = time.monotonic()
@@ -103,7 +133,7 @@ class Reconciler:
         except Exception:
             metrics.RECONCILES.labels("error").inc()
             raise
-        metrics.RECONCILES.labels("ok").inc()
+        metrics.RECONCILES.labels("unchanged" if outcome.unchanged else "ok").inc()
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         return outcome
 
@@ -133,14 +163,36 @@ class Reconciler:
         )
 
     async def _reconcile(self, namespace: str, name: str) -> Outcome:
+        key = (namespace, name)
         obj = await self._job(namespace, name)
         if obj is None:
-            self._last_scrape.pop((namespace, name), None)
-            self._validations.pop((namespace, name), None)
-            self._observed.pop((namespace, name), None)
+            for memory in (
+                self._last_scrape,
+                self._validations,
+                self._observed,
+                self._statuses,
+                self._quiet,
+            ):
+                memory.pop(key, None)
             return Outcome(gone=True)
-        now = datetime.now(UTC)
-        status = _status_of(obj)
+        now, clock = datetime.now(UTC), time.monotonic()
+        raw_pods = await self._pods(namespace, name)
+        pods = self._observe(namespace, name, raw_pods)
+        scraped = await self._scrape(namespace, name, raw_pods, now)
+        fingerprint = None if scraped else self._fingerprint(obj, raw_pods, pods)
+        quiet = self._quiet.pop(key, None)
+        if (
+            fingerprint is not None
+            and quiet is not None
+            and quiet.fingerprint == fingerprint
+            and clock < quiet.until
+        ):
+            # The world the last pass found and left alone, before anything that depends
+            # on the time alone is due: the decision would be the same (the timed pass
+            # every progress_seconds and the resync's wake-ups of every job find this).
+            self._quiet[key] = quiet
+            return self._quiet_outcome(quiet)
+        status = self._status(obj)
         validated = await self._validated(obj)
         if validated.job is None:
             # The schema normally stops these; an old CRD or a CEL-less server may not.
@@ -153,11 +205,12 @@ class Reconciler:
                 self.post_event(obj, Event("Warning", "InvalidSpec", problems))
             return Outcome(finished=True)
         job = validated.job.model_copy(update={"status": status})
-        raw_pods = await self._pods(namespace, name)
-        pods = self._observe(namespace, name, raw_pods)
         plan = validated.plan
         refusal = None
-        if plan is not None and not raw_pods and status.phase not in FINISHED_PHASES:
+        # What the claims say (read from the API, not watched) is no part of the
+        # fingerprint: a pass that read them is never taken as quiet.
+        claims_read = plan is not None and not raw_pods and status.phase not in FINISHED_PHASES
+        if plan is not None and claims_read:
             # Before the first pod: can the pods share the claims the job names?
             refusal = await self._claims_refusal(job, plan)
             if refusal is not None:
@@ -177,7 +230,7 @@ class Reconciler:
             has_service=has_service,
             has_config_map=has_cm,
             now=now,
-            **await self._scrape(job, raw_pods, now),
+            **scraped,
             default_max_memory=self.settings.max_memory_on_oom,
             gang=backend.value if gang is not None and backend is not None else None,
             gang_current=gang_current,
@@ -192,29 +245,92 @@ class Reconciler:
             and not await self._apply_gang(obj, gang, existing_gang, iso(now))
         ):
             return Outcome(requeue_after=self.settings.resync_seconds)
-        await self._apply(obj, job, plan, decision)
+        wrote = await self._apply(obj, job, plan, decision)
+        finished = decision.status is not None and decision.status.phase in FINISHED_PHASES
+        if fingerprint is not None and not claims_read and not wrote and not _acts(decision):
+            # From the clock the decision read (``now``): a time-only change is never late.
+            until = clock + (
+                decision.requeue_after if decision.requeue_after is not None else float("inf")
+            )
+            self._quiet[key] = Quiet(fingerprint, until, finished)
         return Outcome(
             requeue_after=self._requeue(decision),
-            finished=decision.status is not None and decision.status.phase in FINISHED_PHASES,
+            finished=finished,
+            only_status=wrote and not _acts(decision),
         )
+
+    def _fingerprint(
+        self, obj: dict[str, Any], raw_pods: list[dict[str, Any]], pods: list[PodState]
+    ) -> tuple[Any, ...] | None:
+        """Everything a pass's decision reads but the time, from the watch cache: the job
+        as stored (its resourceVersion: spec, metadata and status), its pods as observed,
+        whether its Service and ConfigMap exist and its gang object as last made or found.
+        None without a cache (the reads then come from the API each pass)."""
+        if self.cache is None:
+            return None
+        meta = obj["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        if not meta.get("resourceVersion"):
+            return None
+        return (
+            meta.get("uid"),
+            meta.get("resourceVersion"),
+            bool(raw_pods),
+            tuple(pods),
+            self.cache.has("Service", ns, name),
+            self.cache.has("ConfigMap", ns, name),
+            self.cache.gang(ns, name),
+        )
+
+    def _quiet_outcome(self, quiet: Quiet) -> Outcome:
+        left = quiet.until - time.monotonic()
+        candidates = [left] if left != float("inf") else []
+        if not quiet.finished:
+            candidates.append(self.settings.progress_seconds)
+        return Outcome(
+            requeue_after=min(candidates) if candidates else None,
+            finished=quiet.finished,
+            unchanged=True,
+        )
+
+    def _status(self, obj: dict[str, Any]) -> EmbeddingTrainingJobStatus:
+        """The job's status as parsed, once per resourceVersion (passes woken by its pods
+        find the job as the last pass did). Shared between passes: nothing changes it in
+        place (``decide`` copies it; the unit tests check)."""
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+        cached = self._statuses.get(key)
+        if cached is not None and version and cached[:2] == (uid, version):
+            return cached[2]
+        status = _status_of(obj)
+        self._statuses[key] = (uid, version, status)
+        return status
 
     async def _validated(self, obj: dict[str, Any]) -> Validated:
         """The job (without its status) validated and planned, once per generation: the API
         server bumps ``metadata.generation`` on every spec change, and validation reads
-        nothing else but the name. The metadata is taken fresh on every pass (labels and
-        deletionTimestamp change without a new generation)."""
+        nothing else but the name. The metadata is taken fresh whenever the job's
+        resourceVersion changed (labels and deletionTimestamp change without a new
+        generation); passes woken by its pods find the job as the last pass did."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         uid, generation = meta.get("uid"), meta.get("generation")
+        version = str(meta.get("resourceVersion") or "")
         cached = self._validations.get(key)
         if cached is not None and cached[:2] == (uid, generation) and cached[2].job is not None:
+            if version and cached[3] == version:
+                return cached[4]
             job = cached[2].job.model_copy(update={"metadata": ObjectMeta.model_validate(meta)})
-            return dataclasses.replace(cached[2], job=job)
+            fresh = dataclasses.replace(cached[2], job=job)
+            self._validations[key] = (uid, generation, cached[2], version, fresh)
+            return fresh
         # Planning is bounded but not free: never on the event loop every job shares.
         spec_only = {k: v for k, v in obj.items() if k != "status"}
         validated = await asyncio.to_thread(validate_manifest, spec_only)
         if uid is not None and generation is not None:
-            self._validations[key] = (uid, generation, validated)
+            # Its metadata is the job's of this version: reused while the version lasts.
+            self._validations[key] = (uid, generation, validated, version, validated)
         return validated
 
     def _observe(self, namespace: str, name: str, raw_pods: list[dict[str, Any]]) -> list[PodState]:
@@ -307,11 +423,11 @@ class Reconciler:
         return min(values) if values else None
 
     async def _scrape(
-        self, job: EmbeddingTrainingJob, raw_pods: list[dict[str, Any]], now: datetime
+        self, namespace: str, name: str, raw_pods: list[dict[str, Any]], now: datetime
     ) -> dict[str, Any]:
         """The chief's progress and held-out evaluation (World fields), read at most every
         ``progress_seconds``."""
-        key = (job.namespace, job.name)
+        key = (namespace, name)
         if time.monotonic() - self._last_scrape.get(key, 0.0) < self.settings.progress_seconds:
             return {}
         address = _metrics_address(raw_pods, self.settings)
@@ -328,7 +444,8 @@ class Reconciler:
 
     async def _apply(
         self, obj: dict[str, Any], job: EmbeddingTrainingJob, plan: ShardPlan | None, d: Decision
-    ) -> None:
+    ) -> bool:
+        """Do what ``d`` says; whether the status was written."""
         ns, name = job.namespace, job.name
         if d.delete_pods or d.create_pods or d.release_pods or d.force_delete_pods:
             log.debug(
@@ -341,6 +458,7 @@ class Reconciler:
                 [f"{r}-{i}" for r, i in d.create_pods],
             )
         render = self._render(dict(d.status.memory_limits) if d.status else {})
+        wrote = False
         if plan is not None and d.create_service:
             # With the Service, once per job: the NetworkPolicy when the operator makes them.
             policy = build_network_policy(job, render)
@@ -358,7 +476,7 @@ class Reconciler:
             # simply missing and recreate it with the restart never counted; written
             # first, a lost delete is only asked again (the replica is in restartingPods).
             _count_restarts(job.status, d.status)
-            await self._write_status(obj, d.status)
+            wrote = await self._write_status(obj, d.status)
         # Before the deletions: Kueue counts the group finished once no pod is active.
         await self._mark_unretriable(ns, d)
         for pod in d.force_delete_pods:
@@ -374,7 +492,7 @@ class Reconciler:
         for pod in d.release_pods:
             if not await self.kube.release_pod(ns, pod) and self.cache is not None:
                 self.cache.forget_pod(ns, name, pod)
-        claim = build_checkpoint_claim(job, render) if plan is not None else None
+        claim = build_checkpoint_claim(job, render) if plan is not None and d.create_pods else None
         wait = None
         # Before its pods (they mount it); "already exists" on later passes is success, and
         # the claim outlives restarts and suspend, unless it is an earlier job's of the same
@@ -403,6 +521,7 @@ class Reconciler:
             metrics.JOBS_FINISHED.labels(str(d.status.phase)).inc()
         if d.delete_job:
             await self.kube.delete_job(ns, name)
+        return wrote
 
     async def _mark_unretriable(self, namespace: str, d: Decision) -> None:
         for pod in d.mark_unretriable:
@@ -415,13 +534,32 @@ class Reconciler:
         if self.cache is not None:
             self.cache.put_child(kind, namespace, job)
 
-    async def _write_status(self, obj: dict[str, Any], status: EmbeddingTrainingJobStatus) -> None:
+    async def _write_status(self, obj: dict[str, Any], status: EmbeddingTrainingJobStatus) -> bool:
+        """Write the status if it changed; whether it did."""
         wire = status.to_wire()
-        if wire != (obj.get("status") or {}):
-            meta = obj["metadata"]
-            stored = await self.kube.patch_job_status(meta["namespace"], meta["name"], wire)
-            if self.cache is not None and stored:
-                self.cache.put_job(stored)
+        if wire == (obj.get("status") or {}):
+            return False
+        meta = obj["metadata"]
+        stored = await self.kube.patch_job_status(meta["namespace"], meta["name"], wire)
+        if self.cache is not None and stored:
+            self.cache.put_job(stored)
+        return True
+
+
+def _acts(d: Decision) -> bool:
+    """The decision does something besides (maybe) writing the status."""
+    return bool(
+        d.create_service
+        or d.create_config_map
+        or d.apply_gang
+        or d.delete_pods
+        or d.force_delete_pods
+        or d.create_pods
+        or d.mark_unretriable
+        or d.release_pods
+        or d.events
+        or d.delete_job
+    )
 
 
 def _status_of(obj: dict[str, Any]) -> EmbeddingTrainingJobStatus:

@@ -31,7 +31,13 @@ from etj.api.status import (
 )
 from etj.core.reconcile.conditions import condition_true, set_condition
 from etj.core.reconcile.observe import PodState
-from etj.core.reconcile.policies.backoff import due_time, recovered, wait_for, waiting_seconds
+from etj.core.reconcile.policies.backoff import (
+    due_time,
+    recovered,
+    seconds_to_recovery,
+    wait_for,
+    waiting_seconds,
+)
 from etj.core.reconcile.policies.completion import job_succeeded, pods_to_clean, success_message
 from etj.core.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
 from etj.core.reconcile.policies.gang import (
@@ -611,15 +617,20 @@ def _restarted(p: _Pass, name: str) -> None:
 
 
 def _forget_recovered(p: _Pass) -> None:
-    """A replica that has run cleanly for resetAfterSeconds loses its failure count."""
+    """A replica that has run cleanly for resetAfterSeconds loses its failure count; the
+    decision asks to be requeued when the next one will have (a change of the time alone:
+    the operator does not decide again on an unchanged world before its requeue)."""
     policy = p.job.spec.run_policy.restart_backoff
     running = {pod.name: pod for pod in p.w.pods}
-    p.st.restart_backoff = {
-        n: e
-        for n, e in p.st.restart_backoff.items()
-        if e.next_restart_time is not None
-        or not ((pod := running.get(n)) and recovered(pod, policy, p.w.now))
-    }
+    kept = {}
+    for n, e in p.st.restart_backoff.items():
+        pod = running.get(n)
+        if e.next_restart_time is not None or pod is None:
+            kept[n] = e
+        elif not recovered(pod, policy, p.w.now):
+            kept[n] = e
+            p.requeue(seconds_to_recovery(pod, policy, p.w.now))
+    p.st.restart_backoff = kept
 
 
 def _summarise(p: _Pass, replicas: ReplicaSet) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,6 +13,7 @@ import kopf
 import pytest
 from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
 
+from etj.controller import handlers
 from etj.controller.cache import WatchCache
 from etj.controller.handlers import (
     RELIST_PERIODS,
@@ -88,6 +90,69 @@ def test_an_exiting_operator_makes_no_last_pass() -> None:
     reconciler, memo = asyncio.run(_run(kopf.DaemonStoppingReason.OPERATOR_EXITING))
     assert reconciler.calls == 1 and reconciler.finished == 0
     assert memo.wakeups == {}
+
+
+class TimedReconciler:
+    """Each pass is timed (start, end) and ends with the given outcome."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.passes: list[tuple[float, float]] = []
+
+    async def reconcile(self, namespace: str, name: str) -> Outcome:
+        started = time.monotonic()
+        await asyncio.sleep(0)
+        self.passes.append((started, time.monotonic()))
+        return self.outcome
+
+
+async def _woken_three_times(outcome: Outcome) -> TimedReconciler:
+    """A job's loop woken three times, 20 ms apart, right after its first pass; the loop
+    is stopped once a second pass ran (or 5 s passed)."""
+    reconciler = TimedReconciler(outcome)
+    memo = _memo(reconciler)  # type: ignore[arg-type]
+    setter: FlagSetter[kopf.DaemonStoppingReason] = FlagSetter()
+    daemon = asyncio.create_task(
+        job_loop(  # type: ignore[call-arg]
+            namespace="ns",
+            name="job",
+            stopped=AsyncFlagWaiter(setter),
+            memo=memo,
+            logger=logging.getLogger("test"),
+        )
+    )
+    deadline = time.monotonic() + 5
+    while not reconciler.passes and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    for _ in range(3):  # the job's pods change one after another
+        memo.wakeups[("ns", "job")].set()
+        await asyncio.sleep(0.02)
+    while len(reconciler.passes) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)  # a third pass would start at once
+    setter.set(reason=kopf.DaemonStoppingReason.OPERATOR_EXITING)
+    daemon.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await daemon
+    return reconciler
+
+
+def test_changes_right_after_a_status_only_pass_gather_into_one_pass(monkeypatch) -> None:
+    monkeypatch.setattr(handlers, "PASS_GAP_SECONDS", 0.3)
+    reconciler = asyncio.run(_woken_three_times(Outcome(only_status=True)))
+    assert len(reconciler.passes) == 2
+    (_, first_end), (second_start, _) = reconciler.passes
+    assert second_start - first_end >= 0.3
+
+
+def test_a_change_right_after_a_pass_that_acted_is_handled_at_once(monkeypatch) -> None:
+    # A gap the test would notice: a pod deleted by the pass is replaced as soon as its
+    # deletion is seen.
+    monkeypatch.setattr(handlers, "PASS_GAP_SECONDS", 5.0)
+    reconciler = asyncio.run(_woken_three_times(Outcome(only_status=False)))
+    assert len(reconciler.passes) >= 2
+    (_, first_end), (second_start, _) = reconciler.passes[:2]
+    assert second_start - first_end < 2.0
 
 
 def _pod(name: str, rv: str, job: str = "j") -> dict[str, Any]:

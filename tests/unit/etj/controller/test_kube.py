@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -48,28 +50,37 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace":
 
 
 class Answer:
-    """What ``ApiClient.call_api`` returns: a status and a JSON body."""
+    """An HTTP answer of the hot path (``Kube._send``): a status and a JSON body."""
 
     def __init__(self, status: int, body: dict[str, Any] | None = None) -> None:
         self.status = status
         self.reason = "OK" if status < 300 else "Error"
         self.data = json.dumps(body or {}).encode()
-        self.headers: dict[str, str] = {}
-
-    def read(self) -> bytes:
-        return self.data
 
 
-def answering(k: Kube, *answers: Answer) -> list[tuple[str, str, Any]]:
-    """``k``'s plain-JSON requests answered in turn; the (method, url, body) sent."""
-    sent: list[tuple[str, str, Any]] = []
+class Sent(list[tuple[str, str, Any]]):
+    """The (method, url with its query, JSON body) of each request, and its headers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers: list[dict[str, str]] = []
+
+
+def answering(k: Kube, *answers: Answer) -> Sent:
+    """``k``'s plain-JSON requests answered in turn (no connection is made)."""
+    sent = Sent()
     queue = list(answers)
 
-    def call_api(method: str, url: str, _headers: Any = None, body: Any = None, *_: Any) -> Any:
-        sent.append((method, url, body))
-        return queue.pop(0)
+    async def send(
+        method: str, url: str, headers: dict[str, str], data: bytes | None, query: dict[str, str]
+    ) -> tuple[int, str, bytes]:
+        full = url + ("?" + urllib.parse.urlencode(query) if query else "")
+        sent.append((method, full, json.loads(data) if data is not None else None))
+        sent.headers.append(headers)
+        answer = queue.pop(0)
+        return answer.status, answer.reason, answer.data
 
-    k.api_client.call_api = call_api  # type: ignore[method-assign]
+    k._send = send  # type: ignore[method-assign]
     return sent
 
 
@@ -117,15 +128,8 @@ def test_deleting_what_is_gone_is_done():
 def test_a_status_write_is_one_merge_patch_of_the_status_subresource():
     k = kube()
     stored = {"metadata": {"resourceVersion": "9"}, "status": {"phase": "Running"}}
-    headers: list[dict[str, str]] = []
     sent = answering(k, Answer(200, stored), Answer(500))
-    plain = k.api_client.call_api
-
-    def call_api(method: str, url: str, header_params: Any = None, *rest: Any) -> Any:
-        headers.append(dict(header_params or {}))
-        return plain(method, url, header_params, *rest)
-
-    k.api_client.call_api = call_api  # type: ignore[method-assign]
+    headers = sent.headers
     assert asyncio.run(k.patch_job_status("n", "j", {"phase": "Running"})) == stored
     ((method, url, body),) = sent
     assert method == "PATCH"
@@ -137,6 +141,26 @@ def test_a_status_write_is_one_merge_patch_of_the_status_subresource():
     assert k.custom.calls == []  # type: ignore[attr-defined]
     with pytest.raises(ApiException):
         asyncio.run(k.patch_job_status("n", "j", {"phase": "Running"}))
+
+
+def test_the_hot_path_sends_the_client_configurations_credentials_and_user_agent():
+    cfg = client.Configuration()
+    cfg.host = "https://api.example:6443"
+    cfg.api_key = {"BearerToken": "t0k"}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    api = client.ApiClient(cfg)
+    api.user_agent = "etj-operator/test"
+    k = Kube(api)
+    sent = answering(k, Answer(201, POD), Answer(403, {"message": "forbidden: no"}))
+    asyncio.run(k.create(POD))
+    assert sent[0][1] == "https://api.example:6443/api/v1/namespaces/n/pods"
+    assert sent.headers[0]["authorization"] == "Bearer t0k"
+    assert sent.headers[0]["User-Agent"] == "etj-operator/test"
+    assert sent.headers[0]["Content-Type"] == "application/json"
+    # An error carries the API server's answer, as the client's own errors do.
+    with pytest.raises(ApiException) as refused:
+        asyncio.run(k.create(POD))
+    assert refused.value.status == 403 and "forbidden: no" in str(refused.value.body)
 
 
 def test_a_missing_job_is_none_and_other_errors_are_raised():
@@ -266,3 +290,40 @@ def test_leaving_a_watch_ends_its_reading_thread():
     while any(t.name == "etj-pod-watch" for t in threading.enumerate()):
         assert time.monotonic() < deadline, "the watch's thread outlived it"
         time.sleep(0.01)  # polling a deadline-bounded wait
+
+
+def test_a_connection_lost_before_the_answer_is_tried_once_more_on_a_new_one():
+    """Over a real socket (a small HTTP/1.1 server on 127.0.0.1): the first connection is
+    closed without an answer, as a server that dropped a kept-alive one would; the create
+    goes through on the second."""
+    stored = json.dumps({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "3"}})
+    connections: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        await reader.readexactly(length)
+        connections.append(head.split(b"\r\n", 1)[0])
+        if len(connections) > 1:
+            writer.write(
+                b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(stored)}\r\n\r\n{stored}".encode()
+            )
+            await writer.drain()
+        writer.close()
+
+    async def scenario() -> Any:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        cfg = client.Configuration()
+        cfg.host = f"http://127.0.0.1:{port}"
+        k = Kube(client.ApiClient(cfg))
+        try:
+            return await k.create(POD)
+        finally:
+            await k.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(scenario()) == json.loads(stored)
+    assert connections == [b"POST /api/v1/namespaces/n/pods HTTP/1.1"] * 2

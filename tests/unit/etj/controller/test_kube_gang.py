@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
 from kubernetes.client.rest import ApiException
 
 from etj.controller.kube import ApiRefused
-from tests.unit.etj.controller.test_kube import Recorder, kube
+from tests.unit.etj.controller.test_kube import Answer, Recorder, answering, kube
 
 WORKLOAD = {
     "apiVersion": "scheduling.k8s.io/v1alpha1",
@@ -66,27 +65,12 @@ def test_other_errors_are_raised_as_they_are():
         asyncio.run(kube(custom=custom).apply_gang(WORKLOAD, None))
 
 
-class Response:
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        self.status = status
-        self.reason = "OK" if status < 300 else "Conflict"
-        self.data = json.dumps(body).encode()
-        self.headers: dict[str, str] = {}
-
-    def read(self) -> bytes:
-        return self.data
-
-
 def test_a_pod_with_a_workload_ref_is_posted_as_plain_json():
     core = Recorder()
     k = kube(core=core)
-    sent: list[Any] = []
-
-    def call_api(method: str, url: str, _headers: Any = None, body: Any = None, *_: Any) -> Any:
-        sent.append((method, url, body))
-        return Response(201, {"metadata": {"name": "p", "resourceVersion": "9"}})
-
-    k.api_client.call_api = call_api  # type: ignore[method-assign]
+    sent = answering(
+        k, Answer(201, {"metadata": {"name": "p", "resourceVersion": "9"}}), Answer(409)
+    )
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -99,5 +83,4 @@ def test_a_pod_with_a_workload_ref_is_posted_as_plain_json():
     assert (method, url.endswith("/api/v1/namespaces/n/pods")) == ("POST", True)
     assert body["spec"]["workloadRef"] == {"name": "j", "podGroup": "replicas"}
     # "Already exists" is done, as for any create.
-    k.api_client.call_api = lambda *a, **kw: Response(409, {})  # type: ignore[method-assign]
     assert asyncio.run(k.create(pod)) is None

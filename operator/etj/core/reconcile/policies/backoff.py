@@ -80,6 +80,16 @@ def recovered(pod: PodState, policy: RestartBackoff, now: datetime) -> bool:
     return pod.phase == "Running" and ran is not None and ran >= policy.reset_after_seconds
 
 
+def seconds_to_recovery(pod: PodState, policy: RestartBackoff, now: datetime) -> float | None:
+    """Seconds until ``recovered`` holds for ``pod`` with nothing else changing (0: it does);
+    None when time alone cannot make it hold (the pod is not running, or when it started
+    is unknown)."""
+    ran = pod.ran_seconds(now)
+    if pod.phase != "Running" or ran is None:
+        return None
+    return max(0.0, policy.reset_after_seconds - ran)
+
+
 def due_time(now: datetime, seconds: float) -> datetime:
     """``now + seconds``, rounded up to a whole second: status times are written without
     fractions, and the restart must not come before the time the Event names."""

@@ -13,6 +13,7 @@ from etj.core.reconcile.policies.backoff import (
     delay_seconds,
     due_time,
     replaced_at_once,
+    seconds_to_recovery,
     wait_for,
     waiting_seconds,
 )
@@ -76,6 +77,14 @@ def test_due_time_rounds_up_to_a_whole_second():
     assert waiting_seconds(None, T0) == 0
 
 
+def test_seconds_to_recovery_counts_down_while_the_replica_runs():
+    running = pod("worker", 1, started_at=T0)
+    assert seconds_to_recovery(running, DEFAULT, later(100)) == 500
+    assert seconds_to_recovery(running, DEFAULT, later(700)) == 0
+    assert seconds_to_recovery(pod("worker", 1, "Pending"), DEFAULT, later(100)) is None
+    assert seconds_to_recovery(pod("worker", 1), DEFAULT, later(100)) is None  # start unknown
+
+
 def _crash(t: datetime, started: datetime, job):
     """The worker crashed at ``t`` after running since ``started``; the first pass."""
     pods = [
@@ -132,6 +141,12 @@ def test_a_replica_that_then_runs_cleanly_is_forgotten_and_restarts_after_10_sec
     ]
     assert "j-worker-1" in run(job, running, now=later(599)).status.restart_backoff
     assert run(job, running, now=later(600)).status.restart_backoff == {}
+    # Only the time changes it: the decision asks to come back when the count goes (the
+    # operator decides again on an unchanged world only when a requeue is due).
+    assert run(job, running, now=later(590)).requeue_after == 10
+    # Not while the replica is not running: no time alone can make it recover.
+    pending = [p if p.key != ("worker", 1) else pod("worker", 1, "Pending") for p in running]
+    assert run(job, pending, now=later(590)).requeue_after is None
     d = _crash(later(700), T0, job)
     assert "in 10s" in next(e.message for e in d.events if e.reason == "Restarting")
 
