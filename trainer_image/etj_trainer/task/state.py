@@ -36,8 +36,11 @@ from etj_trainer.task.optim import (
 )
 from etj_trainer.task.rounding import key_of
 
-# Steps written out per loop iteration of ``train_chunk``.
+# Steps written out per loop iteration of ``train_chunk``: UNROLL, or LONG_UNROLL for a
+# job whose chunks are at least that long (``stepsPerExecution``: it chose long chunks for
+# speed, and pays the compile of more copies once).
 UNROLL = 10
+LONG_UNROLL = 25
 
 
 def histogram(predictions: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
@@ -426,10 +429,12 @@ class TrainingState:
         """``steps`` (an int64 tensor: no retracing for a short last chunk) training steps;
         the mean loss, the prediction histogram and the bad records the input skipped.
 
-        Steps run in blocks of ``UNROLL`` (at most ``stepsPerExecution``) written out in the
-        graph: each loop iteration costs control messages to every device the loop touches
-        (the ps under ParameterServerStrategy), so fewer iterations are measurably faster
-        (~10-15%).
+        Steps run in blocks of ``UNROLL`` (at most ``stepsPerExecution``; ``LONG_UNROLL``
+        for chunks that long) written out in the graph: each loop iteration costs control
+        messages to every device the loop touches (the ps under ParameterServerStrategy),
+        and under ParameterServer a block's first step sends its ids alone and its last
+        step its gradient alone, so fewer iterations are measurably faster (10 instead of
+        1: ~10-15 %; 25 instead of 10: 5-10 % in ``benchmarks/trainer_throughput.py``).
         """
         loss_sum = tf.constant(0.0)
         hist = tf.zeros([2, BINS])
@@ -437,7 +442,8 @@ class TrainingState:
         start = self.step.read_value()
         # Every copy of the step is traced and compiled (minutes for a wide model on a busy
         # machine): never more copies than a chunk can run (stepsPerExecution).
-        unroll = min(UNROLL, self.config.training.steps_per_execution)
+        spe = self.config.training.steps_per_execution
+        unroll = LONG_UNROLL if spe >= LONG_UNROLL else min(UNROLL, spe)
         blocks = steps // unroll
         for b in tf.range(blocks):
             ts = [tf.cast(start + b * unroll + j + 1, tf.float32) for j in range(unroll)]
