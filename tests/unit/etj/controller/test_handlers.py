@@ -55,9 +55,8 @@ def _memo(reconciler: SlowReconciler) -> Any:
     )
 
 
-async def _run(reason: kopf.DaemonStoppingReason) -> tuple[SlowReconciler, Any]:
-    reconciler = SlowReconciler()
-    memo = _memo(reconciler)
+def _start_loop(memo: Any) -> tuple[FlagSetter[kopf.DaemonStoppingReason], Any]:
+    """A job's loop as kopf runs it (in a task, with a stop flag its setter raises)."""
     setter: FlagSetter[kopf.DaemonStoppingReason] = FlagSetter()
     daemon = asyncio.create_task(
         job_loop(  # type: ignore[call-arg]
@@ -68,6 +67,13 @@ async def _run(reason: kopf.DaemonStoppingReason) -> tuple[SlowReconciler, Any]:
             logger=logging.getLogger("test"),
         )
     )
+    return setter, daemon
+
+
+async def _run(reason: kopf.DaemonStoppingReason) -> tuple[SlowReconciler, Any]:
+    reconciler = SlowReconciler()
+    memo = _memo(reconciler)
+    setter, daemon = _start_loop(memo)
     await asyncio.wait_for(reconciler.in_first_pass.wait(), 5)
     # What kopf's stop_daemons does for a daemon without cancellation_backoff.
     setter.set(reason=reason)
@@ -111,16 +117,7 @@ async def _woken_three_times(outcome: Outcome) -> TimedReconciler:
     is stopped once a second pass ran (or 5 s passed)."""
     reconciler = TimedReconciler(outcome)
     memo = _memo(reconciler)  # type: ignore[arg-type]
-    setter: FlagSetter[kopf.DaemonStoppingReason] = FlagSetter()
-    daemon = asyncio.create_task(
-        job_loop(  # type: ignore[call-arg]
-            namespace="ns",
-            name="job",
-            stopped=AsyncFlagWaiter(setter),
-            memo=memo,
-            logger=logging.getLogger("test"),
-        )
-    )
+    setter, daemon = _start_loop(memo)
     deadline = time.monotonic() + 5
     while not reconciler.passes and time.monotonic() < deadline:
         await asyncio.sleep(0.001)
