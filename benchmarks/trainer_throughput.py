@@ -144,6 +144,8 @@ Then (2026-11-26), four changes aimed at what was left, messages and threads:
   alone, and each loop iteration sends control messages to every ps. Two pairs (quiet,
   load 4.5-6): 272,862 / 272,547 vs 260,860 / 247,243 examples/s, 149,544 / 149,708 vs
   143,499 / 135,921 per CPU-second. Shorter chunks keep blocks of 10 (compile time).
+  Blocks of 50 (the whole chunk, no loop) were slower in three of three pairs (242k /
+  234k / 198k vs 269k / 247k / 254k examples/s, 108-133k vs 136-149k per CPU-second).
 
 Side by side, ps runs alternating (``--run ps --seconds 30``; load 7-12, an operator
 benchmark beside them at nice 10), examples per CPU-second: pipelined gradients alone
