@@ -23,10 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from etj.api.constants import CPUS_ENV, cpu_share
+from etj.api.constants import CPUS_ENV
 from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.planner import build_plan
+from etj.local.launch import cpu_share
 from etj_testcluster.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -111,16 +111,10 @@ METRICS_PORT_ENV = "ETJ_METRICS_PORT"
 # Seconds between the trainer's progress reports (its metrics and ``progress`` lines).
 PROGRESS_SECONDS_ENV = "ETJ_PROGRESS_SECONDS"
 # The CPUs a replica may use when its processes share one machine's cores (``etj run``:
-# the cores over the processes, ``cpu_share``): the trainer sizes its thread pools to it
-# and its servers stop spinning. In a pod the container's CPU limit says the same.
+# the cores over the processes, ``etj.local.launch.cpu_share``): the trainer sizes its
+# thread pools to it and its servers stop spinning. In a pod the container's CPU limit
+# says the same.
 CPUS_ENV = "ETJ_CPUS"
-
-
-def cpu_share(cores: int, processes: int) -> float:
-    """Each process's CPUs when ``processes`` share ``cores`` alike (at most all of them)."""
-    return round(min(float(cores), cores / max(1, processes)), 3)
-
-
 # The Pod volumes etj renders itself; a template may not define volumes of these names.
 VOLUME_TRAINER_CONFIG = "trainer-config"
 VOLUME_CHECKPOINTS = "checkpoints"

@@ -148,6 +148,11 @@ def start(
     return Proc(name=name, popen=popen, log_path=log_path, termination_path=termination)
 
 
+def cpu_share(cores: int, processes: int) -> float:
+    """Each process's CPUs when ``processes`` share ``cores`` alike (at most all of them)."""
+    return round(min(float(cores), cores / max(1, processes)), 3)
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -32,7 +32,6 @@ from etj.api.constants import (
     VOLUME_CHECKPOINTS,
     VOLUME_TMP,
     VOLUME_TRAINER_CONFIG,
-    cpu_share,
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
@@ -46,7 +45,7 @@ from etj.core.render import RenderSettings, build_config_map, build_pod, replica
 from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
 from etj.local.configmaps import write_files
-from etj.local.launch import Proc, free_port, start
+from etj.local.launch import Proc, cpu_share, free_port, start
 from etj.local.pod_process import pod_process
 
 POLL_SECONDS = 0.5

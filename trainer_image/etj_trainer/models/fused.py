@@ -257,13 +257,9 @@ class FusedTables:
                 packed = tf.concat([sent[g], tf.reshape(tf.bitcast(packed, tf.float32), [-1])], 0)
             with tf.device(device):
                 if pending is not None:
-                    # The ps knows the gradient's length from the ids it kept last step.
-                    before = pending.fetched.received[g]
-                    length = tf.add_n(
-                        [tf.size(i) * s.dimension for i, s in zip(before, segments, strict=True)]
-                    ) + (self.tower_size if g == self.tower_group else 0)
-                    self._apply_on_ps(g, before, packed[:length], pending)
-                    packed = tf.bitcast(tf.reshape(packed[length:], [-1, 2]), tf.int64)
+                    # The ps splits the gradient off by the ids it kept last step.
+                    rest = self._apply_on_ps(g, pending.fetched.received[g], packed, pending)
+                    packed = tf.bitcast(tf.reshape(rest, [-1, 2]), tf.int64)
                 parts = tf.split(packed[m:], packed[:m], num=m)
                 rows = [
                     tf.reshape(tf.cast(tf.gather(self._var(s), p), tf.float32), [-1])
@@ -312,18 +308,18 @@ class FusedTables:
 
     def _apply_on_ps(
         self, g: int, ids: list[tf.Tensor], packed: tf.Tensor, pending: Pending
-    ) -> None:
+    ) -> tf.Tensor:
         """On ps ``g`` (in its device scope): split its flat gradient rows by the ids it
         holds and update each shard once, with the rows of every lookup of it (and the
-        tower with the rest, on the tower's ps)."""
+        tower with the next values, on the tower's ps); returns what follows them in
+        ``packed`` (the next step's ids, or nothing)."""
         segments = self.groups[g][1]
         lengths = [tf.size(i) * s.dimension for i, s in zip(ids, segments, strict=True)]
-        if g == self.tower_group:
-            *values, tower_grad = tf.split(packed, [*lengths, self.tower_size])
-            assert pending.tower_update is not None
-            pending.tower_update(tf.reshape(tower_grad, self.tower.shape))  # type: ignore[union-attr]
-        else:
-            values = tf.split(packed, lengths, num=len(segments))
+        tower = [self.tower_size] if g == self.tower_group else []
+        *values, rest = tf.split(packed, [*lengths, *tower, -1], num=len(lengths) + len(tower) + 1)
+        if tower:
+            assert pending.tower_update is not None and self.tower is not None
+            pending.tower_update(tf.reshape(values.pop(), self.tower.shape))
         update = pending.update
         by_var: dict[tuple[int, int], list[tuple[tf.Tensor, tf.Tensor]]] = {}
         for s, i, v in zip(segments, ids, values, strict=True):
@@ -333,6 +329,7 @@ class FusedTables:
             indices = got[0][0] if len(got) == 1 else tf.concat([x[0] for x in got], 0)
             rows = got[0][1] if len(got) == 1 else tf.concat([x[1] for x in got], 0)
             update(table, shard, tf.IndexedSlices(rows, indices, tf.shape(var)))
+        return rest
 
     def apply(self, pending: Pending) -> None:
         """Send each ps the gradient ``grads[k]`` of ``fetched.rows[k]`` for its rows (and

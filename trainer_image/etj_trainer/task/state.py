@@ -300,12 +300,12 @@ class TrainingState:
                 unconnected_gradients=tf.UnconnectedGradients.ZERO,
             )
             n = len(fetched.rows)
-            row_grads = grads[:n]
-            pending = Pending(fetched, row_grads, self._table_update(t))
             if tower_item is not None:
-                pending.tower_grad = grads[n]
-                pending.tower_update = self._dense_update(tower_item, t)
+                pending = Pending(
+                    fetched, grads[:n], self._table_update(t), grads[n], _update_of(tower_item, t)
+                )
             else:
+                pending = Pending(fetched, grads[:n], self._table_update(t))
                 ctx.merge_call(self._apply_dense, args=(grads[n:], t))
             bad = batch.get(BAD_KEY, tf.constant(0, tf.int64))
             out.append((loss, histogram(tf.sigmoid(logits), labels), bad))
@@ -313,19 +313,11 @@ class TrainingState:
             fused.apply(pending)
         return out
 
-    @staticmethod
-    def _dense_update(item: Slotted, t: tf.Tensor) -> Any:
-        """The update of a dense variable with its gradient at step ``t`` (on its ps)."""
-        return lambda grad: apply_update(item, grad, t, deduplicate=False)(
-            item.var, grad, *item.slots
-        )
-
     def _table_update(self, t: tf.Tensor) -> Any:
         """The update of shard ``shard`` of table ``table`` at step ``t`` (on its ps)."""
 
         def update(table: int, shard: int, grad: tf.IndexedSlices) -> Any:
-            item = self.table_items[table][shard]
-            return apply_update(item, grad, t, deduplicate=False)(item.var, grad, *item.slots)
+            return _update_of(self.table_items[table][shard], t)(grad)
 
         return update
 
@@ -463,6 +455,12 @@ class TrainingState:
         # and counted once.
         self.step.assign_add(steps)
         return loss_sum / tf.cast(steps, tf.float32), hist, skipped
+
+
+def _update_of(item: Slotted, t: tf.Tensor) -> Any:
+    """The update of ``item``'s variable with a gradient at step ``t`` (call it in the
+    variable's device scope: on its ps under ParameterServer)."""
+    return lambda grad: apply_update(item, grad, t, deduplicate=False)(item.var, grad, *item.slots)
 
 
 def checkpoint_keys(root: tf.train.Checkpoint, variables: list[Any]) -> dict[str, list[Any]]:

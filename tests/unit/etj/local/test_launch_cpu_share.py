@@ -1,10 +1,10 @@
-"""The shared constants' one function: a process's share of a machine's cores."""
+"""etj run's split of the machine: a process's share of its cores."""
 
 from __future__ import annotations
 
 import pytest
 
-from etj.api.constants import cpu_share
+from etj.local.launch import cpu_share
 
 
 @pytest.mark.parametrize(
