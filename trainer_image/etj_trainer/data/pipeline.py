@@ -47,20 +47,36 @@ __all__ = [
     "validation_dataset",
 ]
 
-# Prime multiplier that scatters Zipf ranks over the id space (the popular ids would
-# otherwise all be in the first shard of every table).
-_SCATTER = 1_000_003
 _SHUFFLE_RECORDS = 10_000
+# 1 / golden ratio: consecutive multiples of ~0.618 x vocab modulo vocab fall evenly over
+# [0, vocab) (a Weyl sequence), so the popular ranks spread over every range of rows.
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def scatter_multiplier(vocab: int) -> int:
+    """The multiplier that maps Zipf ranks to ids (``rank * m mod vocab``): coprime with
+    ``vocab`` (a bijection: the law over distinct ids is kept) and near ``0.618 vocab``.
+
+    A table's shards hold contiguous ranges of rows, so popular ranks left at low ids would
+    all load its first shard and that shard's ps, where hashed real ids spread evenly. A
+    fixed prime does not do it: 1,000,003 is 3 modulo 1,000,000, 200,000 and 1,000 (ranks
+    below a third of the table at the low ids: 96 % of a 1M-row table's lookups on its
+    first half). Capped so ``rank * m`` stays within int64."""
+    m = max(1, min(round(vocab * _GOLDEN), (2**63 - 1) // max(vocab, 1)))
+    while math.gcd(m, vocab) != 1:
+        m += 1
+    return m
 
 
 def zipf_ids(shape: Any, vocab: int, exponent: float, seed: tf.Tensor, salt: int) -> tf.Tensor:
-    """Ids in ``[0, vocab)`` whose rank r has probability ~ r^-exponent (inverse CDF)."""
+    """Ids in ``[0, vocab)`` whose rank r has probability ~ r^-exponent (inverse CDF),
+    scattered over the table (``scatter_multiplier``)."""
     u = tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float64)
     one_minus_s = 1.0 - exponent
     top = math.pow(vocab + 1.0, one_minus_s)
     rank = tf.floor(tf.pow(u * (top - 1.0) + 1.0, 1.0 / one_minus_s)) - 1.0
     rank = tf.clip_by_value(tf.cast(rank, tf.int64), 0, vocab - 1)
-    return tf.math.floormod(rank * _SCATTER + salt * 7919, vocab)
+    return tf.math.floormod(rank * scatter_multiplier(vocab) + salt * 7919, vocab)
 
 
 def synthetic_ids(table: EmbeddingTable) -> int:
