@@ -77,6 +77,9 @@ ran beside it at nice 10): hashed 188,224 / 228,476 / 219,779, dynamic 150,033 /
 167,187 examples/s, medians 219,779 and 156,921: **dynamic/hashed 0.71** (pairs 0.80,
 0.69, 0.76); CPU-seconds per million examples, dynamic: chief 0.4, ps 2.4-2.8 + 1.3-1.6,
 workers 2.4-2.7 (hashed: ps 1.7-1.9 + 0.8-0.9, workers 2.1-2.3).
+With the synthetic ids scattered (below; the same command, quiet, load 4-6): hashed
+226,612 / 236,950 / 238,708, dynamic 180,662 / 191,082 / 184,256 examples/s: **0.78**
+(pairs 0.80, 0.81, 0.77).
 
 ``--quick`` on a quiet machine (2026-11-25, nothing else running, load 1-4 from the
 benchmark's own processes), three runs: ps/single 0.61, 0.56, 0.51 (median 0.56; CPU
@@ -153,6 +156,40 @@ benchmark beside them at nice 10), examples per CPU-second: pipelined gradients 
 messages too 133,809 / 130,320 (examples/s 184k / 146k, 186k / 208k, 219k / 225k).
 CPU-seconds per million examples went from ps 2.4-2.6 + 1.0-1.1, workers 2.9-3.2 each
 to ps 1.9 + 0.9, workers 2.2-2.4.
+
+Then (2026-11-26, later), a new profile (``perf record -F 199 -a -g``, 20 s of steady
+training, samples by process) and what came of it:
+
+- **The synthetic ids were not scattered.** The rank multiplier 1,000,003 is 3 modulo
+  1,000,000, 200,000 and 1,000, so the popular ranks sat at the low ids: 96 % of
+  ``user_id``'s lookups went to its shard 0 (ps 0), where hashed real ids spread evenly.
+  Now ``data.pipeline.scatter_multiplier`` (near 0.618 x rows, coprime with them;
+  ``tests/trainer/etj_trainer/data/test_pipeline.py``). ps 1 took 1.1-1.2 CPU-seconds per
+  million examples instead of 0.9-1.0; ps 0 stays at ~1.9 (``item_id``, 2 ids an example,
+  and the tower). The PS job's rate did not move (pairs: 235k either way).
+- **Half of ps 0's samples are the Adagrad row updates** (``ResourceSparseApplyAdagradV2``:
+  two Eigen expressions per row, ~500 ns a row alone, 2.5x a gather, compute and scatter
+  of the same rows, bitwise equal). That is arithmetic a single process pays too: the
+  gather/scatter form (float32 Adagrad through ``rowupdate``) made ``single`` 5-15 % faster
+  (374k / 360k -> 394k / 417k examples/s) and the PS job no faster (its scatters are
+  per-row loops as well, plus a dedup): not adopted here (it would lower ps/single while
+  speeding up one process); a candidate on its own merits.
+- Tried, no gain (pairs of ``--run ps --seconds 30``, quiet): the tower colocated with a
+  shard of ps 1 (232k vs 235k / 237k; ps 0 1.8, ps 1 1.2); ``item_id`` in two shards
+  (``ETJ_BENCH_MAX_SHARD=48Mi``: 215k / 208k vs 223k / 227k);
+  ``TF_GRPC_WORKER_CACHE_THREADS=1`` (237k / 210k vs 206k / 218k);
+  ``GRPC_POLL_STRATEGY=poll`` (246k / 223k / 251k vs 227k / 225k / 247k). The review
+  commit before this (Pending built whole) did not slow it (246k / 227k vs 232k / 237k).
+- What is left is talk between processes: gRPC ~24 % of all samples (four RecvTensor
+  calls a worker step, ~670 KB: the rows and their gradient ~250 KB each way, the flat
+  tower 81 KB each way), thread-pool stealing 4-6 %, malloc and copies ~5 %; oneDNN's JIT
+  matmuls are ~25 % of a worker's samples, as in ``single``.
+
+``--quick`` three times after that (quiet, load 3-3.5 from the benchmark's own processes):
+ps/single **0.62, 0.63, 0.57 (median 0.62)**, CPU efficiency 0.55, 0.55, 0.51; best single
+380,581 / 385,120 / 395,178, best PS 237,038 / 241,896 / 226,687 examples/s. The PS job ran
+at 210-242k all day (the day before: 242-272k, single 375-383k). Issue #23's goal (0.7) is
+not met.
 """
 
 from __future__ import annotations
