@@ -6,9 +6,10 @@ Three datasets, each written here (never downloaded), each with a per-id signal:
   many more distinct ids than any table here has rows (random 40-bit integers, so
   ``id mod rows`` scatters them as hashing does); every id has its own effect on the click
   probability, plus two dense columns; tables of 1,000 + 8,000 user and 500 + 4,000 ad rows;
-- ``long-tail-small``: the same click log, tables of a quarter the rows (500 + 2,000 and
-  250 + 1,000): the ids seen often enough to be learned outnumber the rows, so hashed ones
-  share rows with each other (collisions heavy), not only with rarely seen ones;
+- ``long-tail-small``: the same click log, pools of a quarter the rows, half the fallback
+  rows (500 + 2,000 and 250 + 1,000): the ids seen often enough to be learned outnumber
+  the rows, so hashed ones share rows with each other (collisions heavy), not only with
+  rarely seen ones;
 - ``movielens``: the MovieLens layout of ``etj_trainer.data.clicklogs`` (ratings joined with
   genres; 2,000 users, 1,500 movies; rating >= 4 is a click), tables of as many rows.
 
@@ -46,7 +47,7 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,29 +143,18 @@ class Dataset:
     evict_after_steps: int
 
 
-LONG_TAIL_FEATURES = (
-    {"name": "label", "kind": "label"},
-    {"name": "d0", "kind": "dense"},
-    {"name": "d1", "kind": "dense"},
-    {"name": "user_id", "kind": "categorical", "table": "user", "valueType": "int"},
-    {"name": "ad_id", "kind": "categorical", "table": "ad", "valueType": "int"},
-)
 DATASETS = {
     "long-tail": Dataset(
         "long-tail",
         (Varied("user", 1000, 8000, 16), Varied("ad", 500, 4000, 16)),
         (),
-        LONG_TAIL_FEATURES,
-        admit_after=2,
-        evict_after_steps=300,
-    ),
-    # The same click log, tables of a quarter the rows: the ids worth learning (seen
-    # often enough) outnumber the rows, so hashed ones share rows with each other.
-    "long-tail-small": Dataset(
-        "long-tail-small",
-        (Varied("user", 500, 2000, 16), Varied("ad", 250, 1000, 16)),
-        (),
-        LONG_TAIL_FEATURES,
+        (
+            {"name": "label", "kind": "label"},
+            {"name": "d0", "kind": "dense"},
+            {"name": "d1", "kind": "dense"},
+            {"name": "user_id", "kind": "categorical", "table": "user", "valueType": "int"},
+            {"name": "ad_id", "kind": "categorical", "table": "ad", "valueType": "int"},
+        ),
         admit_after=2,
         evict_after_steps=300,
     ),
@@ -189,6 +179,13 @@ DATASETS = {
         evict_after_steps=300,
     ),
 }
+# The same click log, pools of a quarter the rows: the ids worth learning (seen often
+# enough) outnumber the rows, so hashed ones share rows with each other.
+DATASETS["long-tail-small"] = replace(
+    DATASETS["long-tail"],
+    name="long-tail-small",
+    varied=(Varied("user", 500, 2000, 16), Varied("ad", 250, 1000, 16)),
+)
 VARIANTS = ("dynamic", "hashed, equal rows", "hashed, equal memory")
 MAINTAIN_EVERY = 10
 

@@ -61,10 +61,11 @@ def scatter_multiplier(vocab: int) -> int:
     all load its first shard and that shard's ps, where hashed real ids spread evenly. A
     fixed prime does not do it: 1,000,003 is 3 modulo 1,000,000, 200,000 and 1,000 (ranks
     below a third of the table at the low ids: 96 % of a 1M-row table's lookups on its
-    first half). Capped so ``rank * m`` stays within int64."""
+    first half). Capped so ``rank * m`` stays within int64: the search for a coprime goes
+    down from there (1 always is)."""
     m = max(1, min(round(vocab * _GOLDEN), (2**63 - 1) // max(vocab, 1)))
     while math.gcd(m, vocab) != 1:
-        m += 1
+        m -= 1
     return m
 
 
