@@ -27,7 +27,8 @@ from etj.api.constants import CPUS_ENV
 from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.planner import build_plan
-from etj.local.launch import cpu_share
+from etj.local.launch import bind_to, cpu_share, usable_cores
+from etj.local.placement import core_sets
 from etj_testcluster.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,9 +264,11 @@ class LocalJob:
             if role == "chief" or (role == "worker" and index == 0 and "chief" not in self.cluster)
             else 0
         )
-        # As ``etj run``: every task's share of this machine's cores.
-        tasks = sum(len(v) for v in self.cluster.values())
-        env.setdefault(CPUS_ENV, str(cpu_share(os.cpu_count() or 1, tasks)))
+        # As ``etj run``: every task's share of this machine's cores, and its own cores.
+        cores = usable_cores()
+        tasks = [(r, i) for r, hosts in self.cluster.items() for i in range(len(hosts))]
+        env.setdefault(CPUS_ENV, str(cpu_share(len(cores), len(tasks))))
+        bound = core_sets(cores, tasks).get((role, index), ())
         log = self.log_path(role, index).open("wb")
         proc = subprocess.Popen(
             [*wrapper, sys.executable, "-m", "etj_trainer"],
@@ -274,6 +277,7 @@ class LocalJob:
             stderr=subprocess.STDOUT,
             cwd=self.workdir,
             start_new_session=True,
+            preexec_fn=lambda: bind_to(bound),
         )
         log.close()
         self.procs[key] = proc

@@ -46,6 +46,12 @@ from etj.cli.files import file_argument
 @click.option(
     "--python", default=sys.executable, show_default=True, help="Interpreter for the replicas."
 )
+@click.option(
+    "--no-pin-cores",
+    is_flag=True,
+    help="Leave the replicas unbound (default: each bound to cores of its own, or to one "
+    "core with as few others as can be, as the kubelet's CPU manager would).",
+)
 def run(
     file: str,
     workdir: str | None,
@@ -53,6 +59,7 @@ def run(
     kill_worker_at: int | None,
     scale_workers: tuple[int, int] | None,
     python: str,
+    no_pin_cores: bool,
 ) -> None:
     """Run every replica of a job as a local process, with the operator's restart rules.
 
@@ -129,6 +136,7 @@ def run(
                 reporter=reporter,
                 fresh=not resume,
                 config_maps=config_maps,
+                pin_cores=not no_pin_cores,
             )
         except ValueError as e:
             click.echo(f"{display_name(file)}: {e}", err=True)

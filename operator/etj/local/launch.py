@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,13 +96,24 @@ def _last_capability() -> int:
         return 40  # CAP_CHECKPOINT_RESTORE, the last one of Linux 5.9+
 
 
-def _preexec(no_new_privs: bool, drop_capabilities: bool) -> Callable[[], None]:
-    """What runs in the child before exec: the death signal, then a container's limits.
-    An empty bounding set leaves even a root process no capabilities after exec."""
+def bind_to(cores: Sequence[int]) -> None:
+    """Bind the calling process (and every thread it starts later) to ``cores``; where
+    the system has no such call, or refuses those cores, it runs unbound."""
+    if cores and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cores)
+
+
+def _preexec(
+    no_new_privs: bool, drop_capabilities: bool, cores: Sequence[int] = ()
+) -> Callable[[], None]:
+    """What runs in the child before exec: the death signal, its cores, then a container's
+    limits. An empty bounding set leaves even a root process no capabilities after exec."""
     caps = range(_last_capability() + 1) if drop_capabilities else range(0)
 
     def run() -> None:
         _die_with_parent()
+        bind_to(cores)
         if not (no_new_privs or caps):
             return
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -123,9 +134,11 @@ def start(
     cwd: Path,
     no_new_privs: bool = False,
     drop_capabilities: bool = False,
+    cores: Sequence[int] = (),
 ) -> Proc:
     """Start ``command``; ``no_new_privs`` and ``drop_capabilities`` apply a container's
-    ``allowPrivilegeEscalation: false`` and ``capabilities.drop: [ALL]`` to the process."""
+    ``allowPrivilegeEscalation: false`` and ``capabilities.drop: [ALL]`` to the process,
+    ``cores`` binds it to those cores (``placement.core_sets``; none: unbound)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # A fresh termination log per start, as a container gets.
     termination = log_path.with_name(log_path.name + ".termination")
@@ -141,11 +154,18 @@ def start(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_preexec(no_new_privs, drop_capabilities),
+            preexec_fn=_preexec(no_new_privs, drop_capabilities, cores),
         )
     finally:
         log.close()
     return Proc(name=name, popen=popen, log_path=log_path, termination_path=termination)
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on (a run started under ``taskset`` keeps to them)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 def cpu_share(cores: int, processes: int) -> float:

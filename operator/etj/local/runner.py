@@ -45,7 +45,8 @@ from etj.core.render import RenderSettings, build_config_map, build_pod, replica
 from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
 from etj.local.configmaps import write_files
-from etj.local.launch import Proc, cpu_share, free_port, start
+from etj.local.launch import Proc, cpu_share, free_port, start, usable_cores
+from etj.local.placement import core_sets
 from etj.local.pod_process import pod_process
 
 POLL_SECONDS = 0.5
@@ -117,6 +118,7 @@ class LocalRunner:
         reporter: RunEvents | None = None,
         fresh: bool = True,
         config_maps: dict[str, dict[str, bytes]] | None = None,
+        pin_cores: bool = True,
     ):
         # The ConfigMaps the job file carries (etj.local.configmaps), by name: the job's
         # own tower code must be among them; others serve the template's volumes.
@@ -149,6 +151,7 @@ class LocalRunner:
         self.metrics_port = free_port()
         self.settings = RenderSettings(metrics_port=self.metrics_port)
         self.python = python
+        self.pin_cores = pin_cores
         self.kill_worker_at = kill_worker_at
         self.scale_workers_at = scale_workers_at
         # The worker count each running process's TF_CONFIG names (a pod's annotation).
@@ -225,10 +228,15 @@ class LocalRunner:
         spec = pod_process(pod, self._volume_dirs(pod), command=self._command(pod))
         env = {**os.environ, **spec.env, METRICS_PORT_ENV: str(self.metrics_port)}
         # Every replica runs on this machine's cores: each sizes its threads to its share
-        # (TensorFlow's default assumes a process has every core to itself).
-        env[CPUS_ENV] = str(cpu_share(os.cpu_count() or 1, len(self.replicas.tasks())))
+        # (TensorFlow's default assumes a process has every core to itself) and is bound
+        # to cores of its own, or one core with as few others as can be (``placement``).
+        cores, tasks = usable_cores(), self.replicas.tasks()
+        env[CPUS_ENV] = str(cpu_share(len(cores), len(tasks)))
+        bound = core_sets(cores, tasks).get((role, index), ()) if self.pin_cores else ()
         log = self.workdir / "logs" / f"{spec.name}.log"
-        self.procs[(role, index)] = start(spec.name, spec.command, env, log, self.workdir)
+        self.procs[(role, index)] = start(
+            spec.name, spec.command, env, log, self.workdir, cores=bound
+        )
         self._cluster_workers[spec.name] = self.replicas.worker
 
     # ---- observing ---------------------------------------------------------------------
