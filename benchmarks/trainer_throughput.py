@@ -190,6 +190,56 @@ ps/single **0.62, 0.63, 0.57 (median 0.62)**, CPU efficiency 0.55, 0.55, 0.51; b
 380,581 / 385,120 / 395,178, best PS 237,038 / 241,896 / 226,687 examples/s. The PS job ran
 at 210-242k all day (the day before: 242-272k, single 375-383k). Issue #23's goal (0.7) is
 not met.
+
+Then (2026-11-26, the next session), the PS job's samples side by side with ``single``'s
+(``perf record -F 199 -a -g``, 20 s each, samples per million examples; the machine slower
+than the days before: single 351k, PS 210k examples/s under perf):
+
+- The two workers alone (1002) took more than the whole single process (1008, 121 of them
+  idle): their arithmetic is the same (oneDNN's JIT matmuls 253 vs 250), the rest is
+  talk: gRPC 134, ``SendOp`` 67 (the reply written inline), thread-pool stealing 66,
+  malloc 47 (15), futex and scheduling 38.
+- The ps (701): the Adagrad row updates 292, where ``single`` pays ~170 for the same rows
+  (its kernel's 85 plus the half its second thread runs): the same rows cost 1.7x in a
+  process that shares its core with a worker (caches, and the rows it updates were read
+  one round trip before). gRPC 153, ``SendOp`` 66.
+- Of gRPC and ``SendOp``'s samples, the largest leaves are the kernel waking a thread on
+  the other core (``_raw_spin_unlock_irqrestore`` in ``try_to_wake_up``, 25 per million
+  on the workers alone) and switching tasks (``finish_task_switch``, 16): in a VM every
+  wake-up across cores is an inter-processor interrupt, an exit to the hypervisor.
+
+So each task is now bound to cores (``etj.local.placement``, for ``etj run`` and the
+harness's ``LocalJob`` alike: one core each here, workers on different cores, the first ps
+not with the first worker), as the kubelet's static CPU manager binds a pod: a process's
+threads hand work to each other on one core. Side by side (``--run ps --seconds 30``,
+alternating, load 6-7; the machine slower still): unbound 197,791 / 155,045 / 177,055,
+bound 202,906 / 194,190 / 230,115 examples/s; per CPU-second 108,459 / 87,186 / 97,274 vs
+114,699 / 110,025 / 130,860. An earlier set (pinned by ``taskset`` after start): unbound
+182k / 189k / 213k / 186k, bound 242k / 211k / 186k / 203k / 189k.
+
+Tried the same day, not adopted here: transparent huge pages for every process
+(``always`` vs ``madvise``, no difference within the noise); the Adagrad update as a
+gather, a compute and two writes (bitwise equal to the kernel for distinct rows: made
+``single`` 10-20 % faster and the PS job 8 %, ps 0 from 2.1 to 1.5 CPU-seconds per
+million examples; with overwrites, a row that two workers update at once loses a step,
+and the lock-free kernel's race is far narrower; a change of its own);
+one inter-op thread per server (deadlocks: the job made no step); gRPC without its
+EventEngine threads (``GRPC_EXPERIMENTS=-event_engine_client,-event_engine_listener,
+-event_engine_for_all_other_endpoints``, honoured: gRPC's log lists them off), seven pairs
+bound: 235k / 201k / 194k / 222k / 249k / 203k / 245k vs 187k / 220k / 169k / 247k / 210k /
+205k / 239k, within the noise; ``user_id`` in one shard (``ETJ_BENCH_MAX_SHARD=256Mi``:
+the ps even, 1.7-1.8 and 1.8-1.9 CPU-seconds per million examples instead of 2.1-2.4 and
+1.3-1.5) 198k / 201k / 210k vs 181k / 210k / 192k, within the noise too. Bound, the two
+cores' loads are those of their ps: worker + ps 0 ~4.1 CPU-seconds per million examples,
+worker + ps 1 + chief ~3.4; the busier core sets the pace. The plan balances bytes over
+the ps, not the rows they serve per step (``item_id``'s two ids an example sit on ps 0
+with a ``user_id`` shard): a plan that balanced both is the next step.
+
+``--quick`` three times, bound (load 4.1-4.7 from the benchmark's own processes; single
+at 345-356k where it ran at 375-395k the days before): ps/single **0.64, 0.64, 0.71
+(median 0.64)**, CPU efficiency 0.57, 0.57, 0.64; best single 356,141 / 348,311 /
+344,658, best PS 228,410 / 223,405 / 243,825 examples/s. Issue #23's goal (0.7) is not
+met.
 """
 
 from __future__ import annotations
