@@ -28,7 +28,7 @@ from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.planner import build_plan
 from etj.local.launch import bind_to, cpu_share, usable_cores
-from etj.local.placement import core_sets
+from etj.local.placement import bound_env, core_sets
 from etj_testcluster.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,6 +269,7 @@ class LocalJob:
         tasks = [(r, i) for r, hosts in self.cluster.items() for i in range(len(hosts))]
         env.setdefault(CPUS_ENV, str(cpu_share(len(cores), len(tasks))))
         bound = core_sets(cores, tasks).get((role, index), ())
+        env.update(bound_env(bound, env))
         log = self.log_path(role, index).open("wb")
         proc = subprocess.Popen(
             [*wrapper, sys.executable, "-m", "etj_trainer"],

@@ -14,6 +14,12 @@ the CPU manager would give); with more, one core each, workers first, then ps, t
 rest, dealt out back and forth (0, 1, 1, 0, 0, 1, ...) so that the busiest roles spread
 and the first ps does not land with the first worker.
 
+A process bound to one core still gets two inter-op threads (``TF_NUM_INTEROP_THREADS``,
+unless its environment names a number): TensorFlow sizes that pool by the cores a process
+may use, and a server with one inter-op thread deadlocks (its ops wait on each other) —
+a user's own program that starts ``tf.distribute.Server`` with TensorFlow's defaults
+(examples/own-program) made no step once bound.
+
 Pure: it sets no affinity (``launch.start`` does, in the child before it runs anything).
 """
 
@@ -27,6 +33,17 @@ from etj.api.roles import Role
 _DEAL_ORDER: dict[str, int] = {Role.WORKER: 0, Role.PS: 1, Role.CHIEF: 2, Role.EVALUATOR: 3}
 
 Task = tuple[str, int]
+
+# TensorFlow's own variable for its inter-op pool (read when the pool is made).
+TF_INTEROP_THREADS_ENV = "TF_NUM_INTEROP_THREADS"
+
+
+def bound_env(cores: Sequence[int], env: dict[str, str]) -> dict[str, str]:
+    """What a process bound to ``cores`` adds to its environment ``env``: at least two
+    inter-op threads for TensorFlow (see the module docstring); nothing when unbound."""
+    if not cores or env.get(TF_INTEROP_THREADS_ENV):
+        return {}
+    return {TF_INTEROP_THREADS_ENV: str(max(2, len(cores)))}
 
 
 def core_sets(cores: Sequence[int], tasks: Sequence[Task]) -> dict[Task, tuple[int, ...]]:

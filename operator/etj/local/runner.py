@@ -46,7 +46,7 @@ from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
 from etj.local.configmaps import write_files
 from etj.local.launch import Proc, cpu_share, free_port, start, usable_cores
-from etj.local.placement import core_sets
+from etj.local.placement import bound_env, core_sets
 from etj.local.pod_process import pod_process
 
 POLL_SECONDS = 0.5
@@ -233,6 +233,7 @@ class LocalRunner:
         cores, tasks = usable_cores(), self.replicas.tasks()
         env[CPUS_ENV] = str(cpu_share(len(cores), len(tasks)))
         bound = core_sets(cores, tasks).get((role, index), ()) if self.pin_cores else ()
+        env.update(bound_env(bound, env))
         log = self.workdir / "logs" / f"{spec.name}.log"
         self.procs[(role, index)] = start(
             spec.name, spec.command, env, log, self.workdir, cores=bound

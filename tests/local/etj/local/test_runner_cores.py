@@ -20,7 +20,8 @@ from etj.local.runner import LocalRunner, RunEvents
 STAND_IN = """#!{python}
 import json, os, sys, time
 task = json.loads(os.environ["TF_CONFIG"])["task"]
-line = {{"role": task["type"], "index": task["index"], "cores": sorted(os.sched_getaffinity(0))}}
+line = {{"role": task["type"], "index": task["index"], "cores": sorted(os.sched_getaffinity(0)),
+        "interop": os.environ.get("TF_NUM_INTEROP_THREADS")}}
 with open(os.path.join({out!r}, f"{{task['type']}}-{{task['index']}}.json"), "w") as f:
     json.dump(line, f)
 time.sleep(1 if task["type"] == "chief" else 60)
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _run(tmp_path: Path, pin: bool) -> dict[tuple[str, int], list[int]]:
+def _run(tmp_path: Path, pin: bool) -> dict[tuple[str, int], dict]:
     out = tmp_path / "cores"
     out.mkdir()
     stand_in = tmp_path / "stand-in-python"
@@ -64,20 +65,22 @@ def _run(tmp_path: Path, pin: bool) -> dict[tuple[str, int], list[int]]:
     assert runner.run().status.phase == "Succeeded"
     assert processes_under(tmp_path / "run") == []
     seen = [json.loads(p.read_text()) for p in out.glob("*.json")]
-    return {(s["role"], s["index"]): s["cores"] for s in seen}
+    return {(s["role"], s["index"]): s for s in seen}
 
 
 def test_each_replica_runs_on_the_cores_placement_gives_it(tmp_path: Path):
-    cores = _run(tmp_path, pin=True)
+    seen = _run(tmp_path, pin=True)
     tasks = [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("ps", 1)]
-    assert set(cores) == set(tasks)
+    assert set(seen) == set(tasks)
     expected = core_sets(usable_cores(), tasks)
-    assert {t: tuple(c) for t, c in cores.items()} == expected
+    assert {t: tuple(s["cores"]) for t, s in seen.items()} == expected
     # Bound for real: the two workers never share a core.
-    assert cores[("worker", 0)] != cores[("worker", 1)]
+    assert seen[("worker", 0)]["cores"] != seen[("worker", 1)]["cores"]
+    # However few its cores, TensorFlow gets two inter-op threads at least (one deadlocks).
+    assert all(int(s["interop"]) >= max(2, len(s["cores"])) for s in seen.values())
 
 
 def test_no_pin_cores_leaves_every_replica_every_core(tmp_path: Path):
-    cores = _run(tmp_path, pin=False)
-    assert len(cores) == 5
-    assert all(c == usable_cores() for c in cores.values())
+    seen = _run(tmp_path, pin=False)
+    assert len(seen) == 5
+    assert all(s["cores"] == usable_cores() and s["interop"] is None for s in seen.values())

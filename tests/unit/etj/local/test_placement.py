@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from etj.local.placement import core_sets
+from etj.local.placement import bound_env, core_sets
 
 PS_JOB = [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("ps", 1)]
 
@@ -73,3 +73,12 @@ def test_every_process_gets_cores_of_the_run_and_the_load_is_even(
             - min([worker_cores.get(c, 0) for c in cores] if workers >= len(cores) else [0])
             <= 1
         )
+
+
+def test_a_bound_process_gets_two_inter_op_threads_at_least_unless_its_env_says() -> None:
+    # One inter-op thread deadlocks a TensorFlow server; TensorFlow would size the pool
+    # by the one core the process may use.
+    assert bound_env((1,), {}) == {"TF_NUM_INTEROP_THREADS": "2"}
+    assert bound_env((0, 1, 2), {}) == {"TF_NUM_INTEROP_THREADS": "3"}
+    assert bound_env((1,), {"TF_NUM_INTEROP_THREADS": "4"}) == {}
+    assert bound_env((), {}) == {}
