@@ -23,12 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from etj.api.constants import CPUS_ENV
 from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.planner import build_plan
-from etj.local.launch import bind_to, cpu_share, usable_cores
-from etj.local.placement import bound_env, core_sets
+from etj.local.launch import bind_to, machine_share
 from etj_testcluster.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -264,12 +262,11 @@ class LocalJob:
             if role == "chief" or (role == "worker" and index == 0 and "chief" not in self.cluster)
             else 0
         )
-        # As ``etj run``: every task's share of this machine's cores, and its own cores.
-        cores = usable_cores()
+        # As ``etj run``: every task's share of this machine's cores, and its own cores
+        # (what a test's environment already says stays).
         tasks = [(r, i) for r, hosts in self.cluster.items() for i in range(len(hosts))]
-        env.setdefault(CPUS_ENV, str(cpu_share(len(cores), len(tasks))))
-        bound = core_sets(cores, tasks).get((role, index), ())
-        env.update(bound_env(bound, env))
+        extra, bound = machine_share((role, index), tasks, env)
+        env = {**extra, **env}
         log = self.log_path(role, index).open("wb")
         proc = subprocess.Popen(
             [*wrapper, sys.executable, "-m", "etj_trainer"],

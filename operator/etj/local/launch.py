@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from etj.api.constants import TERMINATION_LOG_ENV
+from etj.api.constants import CPUS_ENV, TERMINATION_LOG_ENV
+from etj.local.placement import Task, bound_env, core_sets
 
 _PR_SET_PDEATHSIG = 1
 _PR_CAPBSET_DROP = 24
@@ -166,6 +167,17 @@ def usable_cores() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+def machine_share(
+    task: Task, tasks: Sequence[Task], env: dict[str, str], pin: bool = True
+) -> tuple[dict[str, str], tuple[int, ...]]:
+    """A local replica's part of this machine, ``etj run``'s rule: what its environment
+    ``env`` gains (``ETJ_CPUS``, its share of the cores this run may use, and
+    ``placement.bound_env``) and the cores it is bound to (none unless ``pin``)."""
+    cores = usable_cores()
+    bound = core_sets(cores, tasks).get(task, ()) if pin else ()
+    return {CPUS_ENV: str(cpu_share(len(cores), len(tasks))), **bound_env(bound, env)}, bound
 
 
 def cpu_share(cores: int, processes: int) -> float:

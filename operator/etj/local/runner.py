@@ -27,7 +27,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from etj.api.constants import (
-    CPUS_ENV,
     METRICS_PORT_ENV,
     VOLUME_CHECKPOINTS,
     VOLUME_TMP,
@@ -45,8 +44,7 @@ from etj.core.render import RenderSettings, build_config_map, build_pod, replica
 from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
 from etj.local.configmaps import write_files
-from etj.local.launch import Proc, cpu_share, free_port, start, usable_cores
-from etj.local.placement import bound_env, core_sets
+from etj.local.launch import Proc, free_port, machine_share, start
 from etj.local.pod_process import pod_process
 
 POLL_SECONDS = 0.5
@@ -230,10 +228,8 @@ class LocalRunner:
         # Every replica runs on this machine's cores: each sizes its threads to its share
         # (TensorFlow's default assumes a process has every core to itself) and is bound
         # to cores of its own, or one core with as few others as can be (``placement``).
-        cores, tasks = usable_cores(), self.replicas.tasks()
-        env[CPUS_ENV] = str(cpu_share(len(cores), len(tasks)))
-        bound = core_sets(cores, tasks).get((role, index), ()) if self.pin_cores else ()
-        env.update(bound_env(bound, env))
+        extra, bound = machine_share((role, index), self.replicas.tasks(), env, self.pin_cores)
+        env.update(extra)
         log = self.workdir / "logs" / f"{spec.name}.log"
         self.procs[(role, index)] = start(
             spec.name, spec.command, env, log, self.workdir, cores=bound
