@@ -240,6 +240,44 @@ at 345-356k where it ran at 375-395k the days before): ps/single **0.64, 0.64, 0
 (median 0.64)**, CPU efficiency 0.57, 0.57, 0.64; best single 356,141 / 348,311 /
 344,658, best PS 228,410 / 223,405 / 243,825 examples/s. Issue #23's goal (0.7) is not
 met.
+
+Then (2026-11-26, a third session; the host slower still: single at 293-343k), what was
+left to try, side by side (``--run ps --seconds 30`` alternating, or single and PS in
+pairs), none adopted:
+
+- **The Adagrad rows with additive writes** (gather the accumulator, add ``g * g``, step;
+  ``scatter_add`` the ``g * g`` and ``scatter_sub`` the step: bitwise the kernel's for
+  distinct rows, and two workers updating a row at once lose nothing, unlike an
+  overwrite). Pairs single + PS: kernel 305k + 203k, 296k + 194k, 296k + 201k (ratios 0.66,
+  0.66, 0.68); additive 323k + 218k, 293k + 147k (a slow run), 343k + 227k (0.68, 0.50,
+  0.66). Both sped up alike; ps 0 took 2.0 CPU-seconds per million examples instead of
+  2.1-2.3 (``scatter_add``/``scatter_sub`` are per-row Eigen loops as the kernel is; only
+  the overwrite form, which loses steps under a race, was much cheaper).
+- **A plan that balances lookups as well as bytes** (``item_id``, two ids an example, over
+  both ps): the ps even (1.6-1.7 and 1.6 CPU-seconds per million examples instead of
+  1.8-2.0 and 1.1-1.3) but the job's total CPU rose (7.9-8.2 vs 7.2-8.2: one more segment
+  to partition, stitch and update each step): 228k / 228k / 220k vs 233k / 245k / 215k
+  examples/s.
+- **Binding only some tasks**: ps and chief free (workers bound) 181k / 206k / 220k vs
+  201k / 223k / 203k bound; workers free (ps bound) 177k / 184k / 177k vs 170k / 223k /
+  218k. Binding every task stays.
+- Checked, nothing to gain: the loopback interface carried 624 bytes per example (639 KB a
+  worker step, 125 MB/s at 200k examples/s, ~26 packets a step), what the messages above
+  predict; no hidden transfer. Minor page faults 0-28 a second per process: no
+  allocation churn (glibc's mmap threshold is not the cost).
+- **Steps per scheduled function**: ``--spe 50`` (this benchmark's) vs 200 alternating, six
+  runs each: 184k / 216k / 174k / 201k / 245k / 244k vs 218k / 225k / 218k / 252k / 225k / 239k
+  (medians 208k and 225k, +8 %; every task's CPU per example lower, the slow runs all at
+  50), ``--spe 10`` 179k in one run beside 239k / 244k at 200 / 50 (blocks of 10 steps,
+  five times the closures). Not adopted as this benchmark's setting: its PS job stays as
+  first measured.
+
+``--quick`` three times after them (quiet; load 2.3-5.4 from the benchmark's own
+processes; the host fast again, single at 334-374k): ps/single **0.75, 0.67, 0.59 (median
+0.67)**, CPU efficiency 0.64, 0.61, 0.53; best single 371,319 / 371,988 / 374,285, best PS
+279,516 / 250,612 / 221,602 examples/s. The single process is steady, the PS job is not:
+208-280k examples/s within half an hour, 117-157k per CPU-second (the same work costing up
+to a third more CPU in one run than in another). Issue #23's goal (0.7) is not met.
 """
 
 from __future__ import annotations
