@@ -103,6 +103,9 @@ load_or_build_1() {
   local archive="$IMAGES/$name-$key.tar"
   if [ "$(image_label "$tag" "$LABEL")" = "$key" ]; then
     say "$tag: up to date ($key)"
+    # kind's nodes load the archives (kind-load-images.sh): a cleared cache beside an
+    # engine that still holds the image must get its archive back, not be passed over.
+    [ -f "$archive" ] || save_archive "$tag" "$name" "$archive"
     return
   fi
   if [ -f "$archive" ]; then
@@ -117,14 +120,19 @@ load_or_build_1() {
   local start=$SECONDS
   "$@"
   say "$tag: built in $((SECONDS - start)) s; saving"
-  rm -f "$IMAGES/$name"-*.tar
+  save_archive "$tag" "$name" "$archive"
+}
+
+save_archive() {  # tag name archive: the image as the one archive of its name
+  local start=$SECONDS
+  rm -f "$IMAGES/$2"-*.tar
   if [ "$ENGINE" = docker ]; then
-    docker save -o "$archive.tmp" "$tag"
+    docker save -o "$3.tmp" "$1"
   else
-    podman save -q --format docker-archive -o "$archive.tmp" "$tag"
+    podman save -q --format docker-archive -o "$3.tmp" "$1"
   fi
-  mv "$archive.tmp" "$archive"
-  say "$tag: saved $(du -h "$archive" | cut -f1) to $archive ($((SECONDS - start)) s)"
+  mv "$3.tmp" "$3"
+  say "$1: saved $(du -h "$3" | cut -f1) to $3 ($((SECONDS - start)) s)"
 }
 
 # ---- base image -------------------------------------------------------------------------

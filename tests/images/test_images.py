@@ -202,3 +202,29 @@ def test_trainer_image_trains_quickstart_single_process(engine: str, tmp_path: P
     assert any(e["event"] == "progress" for e in events), out[-4000:]
     checkpoints = list((ckpt / "quickstart").glob("ckpt-*.index"))
     assert checkpoints, f"no checkpoint written: {sorted(p.name for p in ckpt.rglob('*'))}"
+
+
+def test_an_up_to_date_image_whose_archive_is_gone_is_saved_again(engine: str) -> None:
+    """kind's nodes get the images from their archives (tests/cluster/kind-load-images.sh):
+    an image the engine already holds, its archive deleted with a cleared cache, is saved
+    again rather than passed over as up to date (a cold CI run found no archive to load and
+    every kind e2e test timed out waiting for the operator's pod)."""
+    images = Path(os.environ.get("ETJ_CACHE", Path.home() / ".cache" / "etj")) / "images"
+    archives = sorted(images.glob("etj-pause-*.tar"))
+    assert len(archives) == 1, f"the pause image's archive in {images}: {archives}"
+    archive = archives[0]
+    aside = archive.with_name(archive.name + ".aside")
+    archive.rename(aside)
+    try:
+        env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+        got = subprocess.run(
+            ["bash", str(BUILD), "pause"], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert got.returncode == 0, got.stdout + got.stderr
+        assert archive.is_file(), f"{archive} not saved again:\n{got.stdout}"
+        assert "up to date" in got.stdout, got.stdout  # not rebuilt: only saved
+    finally:
+        if archive.exists():
+            aside.unlink()
+        else:
+            aside.rename(archive)

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -75,10 +74,11 @@ def test_a_warm_run_rebuilds_nothing():
     if bin_dir != cache_dir() / "bin" / k8s_version():
         pytest.skip(f"binaries come from {bin_dir}, not the build's cache")
     before = {p.name: p.stat().st_mtime_ns for p in bin_dir.iterdir() if p.is_file()}
-    started = time.monotonic()
     run = run_script({})
     assert run.returncode == 0, run.stderr
-    assert time.monotonic() - started < 10
+    # Nothing rebuilt is what the messages and the unchanged files show; how long the
+    # cache checks take depends on the machine's load (a cold CI run, with the kind cluster
+    # building beside it, took 13 s), and timings belong in benchmarks/.
     for name in (*CONTROL_PLANE_BINARIES, "helm"):
         assert f"{name}: cached" in run.stdout
     after = {p.name: p.stat().st_mtime_ns for p in bin_dir.iterdir() if p.is_file()}
