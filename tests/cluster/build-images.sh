@@ -18,7 +18,8 @@
 #
 # Cache: every built image is saved as a docker archive under $ETJ_CACHE/images, keyed by
 # the sha256 of its inputs (Dockerfile, the files it copies, the base image's id, $RECIPE)
-# and labelled with that key. A warm run whose images carry the right key does nothing;
+# and labelled with that key. A warm run whose images carry the right key does nothing
+# (but save an archive that is gone: kind loads the archives);
 # a fresh engine storage with a cached archive loads it; only a change of inputs rebuilds.
 #
 # Layers: buildah builds with --layers (docker's BuildKit caches by itself), and both
