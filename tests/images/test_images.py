@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from etj_testcluster.cluster import cache_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tests" / "cluster" / "build-images.sh"
 # The tags build-images.sh gives the images (it reads the same variables).
@@ -29,6 +31,11 @@ OPERATOR = os.environ.get("ETJ_OPERATOR_IMAGE", "etj-operator:dev")
 TRAINER = os.environ.get("ETJ_TRAINER_IMAGE", "etj-trainer:dev")
 STEPS = 200  # a short run of the quickstart's model: what matters is that it trains and ends
 CONTAINERS_CONF = ROOT / "tests" / "cluster" / "containers.conf"
+
+
+def _engine_env() -> dict[str, str]:
+    """The environment the engine runs in: the project's registries and storage settings."""
+    return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
 
 
 def _engine() -> tuple[str | None, str]:
@@ -48,7 +55,7 @@ def engine() -> Iterator[str]:
         if os.environ.get("CI"):
             pytest.fail(f"CI must build the images: {why}")
         pytest.skip(f"images not built: {why}")
-    env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+    env = _engine_env()
     # Cached by the hash of the inputs: cold ~5 min, warm under a few seconds.
     build = subprocess.run(
         ["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=3600
@@ -63,7 +70,7 @@ def run(engine: str, *args: str, timeout: float = 300) -> subprocess.CompletedPr
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)},
+        env=_engine_env(),
     )
 
 
@@ -209,16 +216,19 @@ def test_an_up_to_date_image_whose_archive_is_gone_is_saved_again(engine: str) -
     an image the engine already holds, its archive deleted with a cleared cache, is saved
     again rather than passed over as up to date (a cold CI run found no archive to load and
     every kind e2e test timed out waiting for the operator's pod)."""
-    images = Path(os.environ.get("ETJ_CACHE", Path.home() / ".cache" / "etj")) / "images"
+    images = cache_dir() / "images"
     archives = sorted(images.glob("etj-pause-*.tar"))
     assert len(archives) == 1, f"the pause image's archive in {images}: {archives}"
     archive = archives[0]
     aside = archive.with_name(archive.name + ".aside")
     archive.rename(aside)
     try:
-        env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
         got = subprocess.run(
-            ["bash", str(BUILD), "pause"], capture_output=True, text=True, env=env, timeout=600
+            ["bash", str(BUILD), "pause"],
+            capture_output=True,
+            text=True,
+            env=_engine_env(),
+            timeout=600,
         )
         assert got.returncode == 0, got.stdout + got.stderr
         assert archive.is_file(), f"{archive} not saved again:\n{got.stdout}"
