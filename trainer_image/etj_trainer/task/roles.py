@@ -38,7 +38,7 @@ from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.cluster import Task
 from etj_trainer.task.loop import LoopParts, StopFlag, train_loop
 from etj_trainer.task.progress import emit
-from etj_trainer.task.state import TrainingState
+from etj_trainer.task.state import TrainingState, unpack_chunk
 
 
 @dataclass(frozen=True)
@@ -193,17 +193,18 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     parts = LoopParts(
+        # One packed value per closure: the coordinator fetches each value on its own.
         schedule=lambda n: coordinator.schedule(
-            state.train_chunk, args=(iterator, tf.constant(n, tf.int64))
+            state.train_chunk_packed, args=(iterator, tf.constant(n, tf.int64))
         ),
-        result=lambda rv: _numpy(rv.fetch()),
+        result=lambda rv: unpack_chunk(rv.fetch()),
         barrier=coordinator.join,
         # Enough to keep every worker busy while the chief handles results.
         max_inflight=2 * task.num_workers + 2,
         examples_per_step=batch,
         # Traced here on the chief; the zero-step closure runs on some worker, unawaited.
         warm_up=lambda: coordinator.schedule(
-            state.train_chunk, args=(iterator, tf.constant(0, tf.int64))
+            state.train_chunk_packed, args=(iterator, tf.constant(0, tf.int64))
         ),
         pause_every=state.maintain_every(),
         pause=state.maintain_between_steps,

@@ -1,0 +1,41 @@
+"""A chunk's results in one value (``train_chunk_packed``, what the ParameterServer chief
+schedules) are ``train_chunk``'s three, unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from harness import job_spec, trainer_config
+
+from etj_trainer.data.pipeline import make_dataset
+from etj_trainer.task.auc import BINS
+from etj_trainer.task.state import TrainingState, unpack_chunk
+
+
+def _state_and_input() -> tuple[TrainingState, object]:
+    config = trainer_config(job_spec())
+    state = TrainingState(config, tf.distribute.get_strategy())
+    return state, iter(make_dataset(config.model, config.data, 64))
+
+
+def test_the_packed_chunk_carries_the_same_loss_histogram_and_bad_records() -> None:
+    plain, plain_input = _state_and_input()
+    packed, packed_input = _state_and_input()
+    for steps in (3, 5):  # two chunks: the second starts from the first's state
+        loss, hist, bad = plain.train_chunk(plain_input, tf.constant(steps, tf.int64))
+        got_loss, got_hist, got_bad = unpack_chunk(
+            packed.train_chunk_packed(packed_input, tf.constant(steps, tf.int64))
+        )
+        assert got_loss == float(loss.numpy())
+        np.testing.assert_array_equal(got_hist, hist.numpy())
+        assert got_hist.shape == (2, BINS) and got_hist.dtype == np.float32
+        assert got_bad == int(bad.numpy())
+    assert int(packed.step.numpy()) == int(plain.step.numpy()) == 8
+
+
+def test_unpacking_keeps_large_counts_exact() -> None:
+    hist = np.arange(2 * BINS, dtype=np.float64) * 1000
+    vector = np.concatenate([[0.25, 2.0**40 + 1], hist])
+    loss, got_hist, bad = unpack_chunk(vector)
+    assert (loss, bad) == (0.25, 2**40 + 1)
+    np.testing.assert_array_equal(got_hist, hist.reshape(2, BINS))
