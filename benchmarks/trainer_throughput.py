@@ -278,6 +278,27 @@ processes; the host fast again, single at 334-374k): ps/single **0.75, 0.67, 0.5
 279,516 / 250,612 / 221,602 examples/s. The single process is steady, the PS job is not:
 208-280k examples/s within half an hour, 117-157k per CPU-second (the same work costing up
 to a third more CPU in one run than in another). Issue #23's goal (0.7) is not met.
+
+Then (2026-11-26, a fourth session, on a freshly booted and much faster host: single at
+418-522k, the PS job at 286-379k), the cost of each scheduled function, timed in the chief
+(each ``ClusterCoordinator`` worker thread: the call, the copy of its results to the chief,
+the wait for the next closure; ``--run ps --seconds 30`` per ``--spe``). A closure costs a
+worker ~25 ms of wall time besides its steps: the results' copy 5-9 ms (three values, one
+round trip each), the chief's pause before the next call 1-3 ms, and ~17 ms inside the
+call (a call of 25 steps took 140 ms, one of 100 steps 510 ms, in a pair of runs), the
+dispatch of the function's parts to the ps and their set-up. At ``--spe 50`` that is
+~10 % of a worker's time (~5 % at 100: 378k / 382k examples/s vs 254k / 327k at 25 in
+alternating runs). Now the chunk's three results travel as one packed value
+(``TrainingState.train_chunk_packed``): the copy took 2-3 ms instead of 5-9, the time
+between closures 1-2 % of the wall time instead of 2-4 %. Too little to see in a
+throughput that varies by a quarter from run to run.
+
+``--quick`` six times that day (load 1.8-5.1 from the benchmark's own processes): before
+the packed results 0.71, 0.74, 0.67 (median 0.71), with them 0.76, 0.62, 0.58 (median
+0.62); all six: median 0.69. CPU efficiency 0.64, 0.66, 0.60, 0.68, 0.56, 0.53. The
+single process is now the noisier: its best of two was 418-422k in some runs and
+494-522k in others (262k vs 315k examples per CPU-second), the PS job's best 297-379k.
+Issue #23's goal (0.7) is met by the median of one set of three, not by the other's.
 """
 
 from __future__ import annotations
