@@ -293,7 +293,7 @@ alternating runs). Now the chunk's three results travel as one packed value
 between closures 1-2 % of the wall time instead of 2-4 %. Too little to see in a
 throughput that varies by a quarter from run to run.
 
-``--quick`` six times that day (load 1.8-5.1 from the benchmark's own processes): before
+``--quick`` six times that day (load 1.8-6.6, from the benchmark's own processes): before
 the packed results 0.71, 0.74, 0.67 (median 0.71), with them 0.76, 0.62, 0.58 (median
 0.62); all six: median 0.69. CPU efficiency 0.64, 0.66, 0.60, 0.68, 0.56, 0.53. The
 single process is now the noisier: its best of two was 418-422k in some runs and
