@@ -286,9 +286,13 @@ the wait for the next closure; ``--run ps --seconds 30`` per ``--spe``). A closu
 worker ~25 ms of wall time besides its steps: the results' copy 5-9 ms (three values, one
 round trip each), the chief's pause before the next call 1-3 ms, and ~17 ms inside the
 call (a call of 25 steps took 140 ms, one of 100 steps 510 ms, in a pair of runs), the
-dispatch of the function's parts to the ps and their set-up. At ``--spe 50`` that is
-~10 % of a worker's time (~5 % at 100: 378k / 382k examples/s vs 254k / 327k at 25 in
-alternating runs). Now the chunk's three results travel as one packed value
+dispatch of the function's parts to the ps and their set-up. At ``--spe 50`` that would
+be ~10 % of a worker's time (~5 % at 100: 378k / 382k examples/s vs 254k / 327k at 25 in
+alternating runs) — an estimate across runs, which vary by as much: ``perf record -a -g``
+of a run at 25 and one at 100 (285k and 374k examples/s, 6.1 and 4.7 CPU-seconds per
+million examples) showed no set-up function of its own in the first, the extra CPU spread
+over the same kernels, executor and rendezvous symbols as in the second. Only the two
+costs the chief times are sure. Now the chunk's three results travel as one packed value
 (``TrainingState.train_chunk_packed``): the copy took 2-3 ms instead of 5-9, the time
 between closures 1-2 % of the wall time instead of 2-4 %. Too little to see in a
 throughput that varies by a quarter from run to run.
