@@ -32,6 +32,9 @@ class FakeKube:
         self.fail_status_patch = False
         # What apply_gang raises (e.g. etj.controller.kube.ApiRefused), if anything.
         self.gang_refusal: Exception | None = None
+        # Kueue's Workloads by (namespace, name): the uids of the pods that own each.
+        self.queue_workloads: dict[tuple[str, str], set[str]] = {}
+        self._uids = itertools.count(1)
 
     # ---- test set-up -------------------------------------------------------------------
 
@@ -89,6 +92,7 @@ class FakeKube:
         if key in self.objects:
             return None
         stored = stamp(obj)
+        stored["metadata"]["uid"] = f"uid-{next(self._uids)}"
         self.objects[key] = stored
         return copy.deepcopy(stored)
 
@@ -129,6 +133,11 @@ class FakeKube:
         else:
             self.objects[("Pod", namespace, name)] = stamp(pod)
         return True
+
+    async def queue_workload_owners(self, namespace: str, name: str) -> frozenset[str] | None:
+        self.log.append(("get", "queue-workload", name))
+        owners = self.queue_workloads.get((namespace, name))
+        return None if owners is None else frozenset(owners)
 
     async def patch_job_status(
         self, namespace: str, name: str, status: dict[str, Any]

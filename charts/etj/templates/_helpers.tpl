@@ -63,6 +63,12 @@ app.kubernetes.io/component: operator
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create]
+{{- /* get: a Kueue-queued job's group Workload, whose owners (its pods) say whether Kueue
+     has adopted a requeued group's new pods before etj lets go of the last old one
+     (etj.core.reconcile.policies.queue). */}}
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get]
 {{- if .Values.networkPolicy.enabled }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

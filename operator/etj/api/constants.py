@@ -82,6 +82,10 @@ KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 # The pod condition Kueue sets on the pods of a group it stops; its message says why
 # ("Preempted to accommodate a workload ...").
 KUEUE_TERMINATION_CONDITION = "TerminationTarget"
+# Kueue's API group and the version of it etj reads a group's Workload at (served from
+# v0.9 to v0.15, its storage version there): only its owner references are read.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_WORKLOAD_VERSION = "v1beta1"
 # The pod conditions that say a pod was taken away rather than failed: Kubernetes'
 # DisruptionTarget (preemption, eviction, taint manager, PodGC) and the condition Kueue
 # sets on the pods of a group it stops (an evicted or preempted Workload). As batch/v1 Job

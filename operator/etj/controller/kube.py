@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
@@ -31,8 +32,10 @@ from kubernetes.client.rest import ApiException
 from etj import __version__
 from etj.api.constants import (
     GROUP,
+    KUEUE_GROUP,
     KUEUE_POD_FINALIZER,
     KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
+    KUEUE_WORKLOAD_VERSION,
     LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
     PLURAL,
@@ -61,6 +64,8 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
     api.user_agent = USER_AGENT
     return api
 
+
+log = logging.getLogger(__name__)
 
 USER_AGENT = f"etj-operator/{__version__}"
 
@@ -168,6 +173,8 @@ class Kube:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ssl: ssl.SSLContext | bool | None = None
+        # Said once: Kueue's Workloads are not readable (queue_workload_owners).
+        self._warned_workload_access = False
 
     async def close(self) -> None:
         """Close the hot path's connections (the operator's cleanup)."""
@@ -315,6 +322,32 @@ class Kube:
         path = _CREATE_PATHS["PersistentVolumeClaim"].format(namespace=namespace) + f"/{name}"
         found, claim = await _tolerate(404, self._request("GET", path))
         return claim if found else None
+
+    async def queue_workload_owners(self, namespace: str, name: str) -> frozenset[str] | None:
+        """The uids of the owners of Kueue's Workload ``name`` (a pod group's: its pods);
+        None when it does not exist, or Kueue's API is not served or not readable (the
+        chart grants ``get``; an older install may not: a warning, once)."""
+        api = f"/apis/{KUEUE_GROUP}/{KUEUE_WORKLOAD_VERSION}"
+        path = f"{api}/namespaces/{namespace}/workloads/{name}"
+        try:
+            found, workload = await _tolerate(404, self._request("GET", path))
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            if not self._warned_workload_access:
+                self._warned_workload_access = True
+                log.warning(
+                    "cannot read Kueue Workloads (%s): a requeued group's last old pod is let "
+                    "go without waiting for Kueue to adopt its new pods; grant get on "
+                    "workloads.%s",
+                    exc.reason,
+                    KUEUE_GROUP,
+                )
+            return None
+        if not found:
+            return None
+        refs = workload["metadata"].get("ownerReferences") or []
+        return frozenset(r["uid"] for r in refs if r.get("kind") == "Pod" and r.get("uid"))
 
     # ---- writes ------------------------------------------------------------------------
 

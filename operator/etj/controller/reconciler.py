@@ -33,7 +33,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from etj.api.constants import ANNOTATION_METRICS_ADDRESS, METRICS_PORT_NAME
+from etj.api.constants import (
+    ANNOTATION_METRICS_ADDRESS,
+    KUEUE_POD_GROUP_NAME_LABEL,
+    METRICS_PORT_NAME,
+)
 from etj.api.conventions import trainer_config_map_name
 from etj.api.job import EmbeddingTrainingJob, ObjectMeta
 from etj.api.plan import ShardPlan
@@ -49,6 +53,7 @@ from etj.core.reconcile.decide import Event, failed_status, gang_unavailable, is
 from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.policies.claim import claim_wait
 from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
+from etj.core.reconcile.policies.queue import owners_wanted
 from etj.core.reconcile.progress import parse_evaluation, parse_progress
 from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
 from etj.core.render.networkpolicy import build_network_policy
@@ -155,6 +160,21 @@ class Reconciler:
             return self.cache.job_pods(namespace, name)
         return await self.kube.list_job_pods(namespace, name)
 
+    async def _queue_owners(
+        self, namespace: str, raw_pods: list[dict[str, Any]]
+    ) -> frozenset[str] | None:
+        """The uids of the pods that own the Kueue Workload of the job's pod group (named
+        by the pods' group label); None when there is none or it cannot be read."""
+        group = next(
+            (
+                g
+                for pod in raw_pods
+                if (g := (pod["metadata"].get("labels") or {}).get(KUEUE_POD_GROUP_NAME_LABEL))
+            ),
+            None,
+        )
+        return None if group is None else await self.kube.queue_workload_owners(namespace, group)
+
     async def _has(self, kind: str, namespace: str, job: str) -> bool:
         if self.cache is not None:
             return self.cache.has(kind, namespace, job)
@@ -221,6 +241,10 @@ class Reconciler:
         gang = build_gang_object(job, plan, render) if plan is not None else None
         backend = gang_scheduler(job, self.settings.gang_scheduler)
         existing_gang, gang_current = await self._gang(gang)
+        # Who owns the job's Kueue Workload: read from the API (Kueue's update of it is no
+        # pod event), and only in the pass that may let go of a group's last old pod.
+        owners_read = owners_wanted(pods)
+        owners = await self._queue_owners(namespace, raw_pods) if owners_read else None
         world = World(
             job=job,
             plan=plan,
@@ -234,6 +258,7 @@ class Reconciler:
             default_max_memory=self.settings.max_memory_on_oom,
             gang=backend.value if gang is not None and backend is not None else None,
             gang_current=gang_current,
+            queue_owners=owners,
         )
         decision = decide(world)
         if decision.skipped:
@@ -247,7 +272,13 @@ class Reconciler:
             return Outcome(requeue_after=self.settings.resync_seconds)
         wrote = await self._apply(obj, job, plan, decision)
         finished = decision.status is not None and decision.status.phase in FINISHED_PHASES
-        if fingerprint is not None and not claims_read and not wrote and not _acts(decision):
+        if (
+            fingerprint is not None
+            and not claims_read
+            and not owners_read
+            and not wrote
+            and not _acts(decision)
+        ):
             # From the clock the decision read (``now``): a time-only change is never late.
             until = clock + (
                 decision.requeue_after if decision.requeue_after is not None else float("inf")

@@ -106,6 +106,8 @@ def test_lint_and_template(locked: LocalCluster):
     # a job names; the cluster-wide class and the node-loss seconds as operator settings.
     role = next(d for d in cluster_wide if d and d["kind"] == "ClusterRole")
     assert {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create"]} in role["rules"]  # fmt: skip
+    # Kueue: a queued group's Workload is read (its owners), never written.
+    assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get"]} in role["rules"]  # fmt: skip
     assert "--node-loss-seconds=30" in _args(single)
     assert not any(a.startswith("--checkpoint-storage-class") for a in _args(single))
     classed = yaml.safe_load_all(

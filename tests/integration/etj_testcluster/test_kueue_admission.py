@@ -289,6 +289,10 @@ def test_a_preempted_job_is_requeued_and_admitted_again(
             )
             finish("low", kubelet)
             assert job_status(c, namespace, "low").get("restarts", 0) == 0
+            # The same Workload throughout: etj let go of the last old pod only once Kueue
+            # named the new ones its owners (else the garbage collector deletes it).
+            final = workload_of(c, namespace, "low")
+            assert final is not None and final["metadata"]["uid"] == w["metadata"]["uid"]
     finally:
         op.stop()
 

@@ -50,6 +50,7 @@ from etj.core.reconcile.policies.gang import (
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
 from etj.core.reconcile.policies.queue import (
+    ADOPTION_RECHECK_SECONDS,
     QUEUE_REASONS,
     REASON_PREEMPTED,
     pods_to_mark_unretriable,
@@ -107,6 +108,9 @@ class World:
     # The Failed condition's reason when the job cannot run (plan is None): InvalidSpec,
     # or StorageNotShared when the pods cannot share the claims the job names.
     refusal_reason: str = "InvalidSpec"
+    # The uids of the pods Kueue's Workload for the job's group names as its owners, read
+    # when a pass needs them (policies.queue.owners_wanted); None: not read or unknown.
+    queue_owners: frozenset[str] | None = None
 
 
 @dataclass
@@ -284,7 +288,10 @@ def decide(world: World) -> Decision:
     p.d.force_delete_pods = pods_to_force_delete(world.pods)
     if _handle_failures(p, replicas):
         return p.done(replicas)
-    p.d.release_pods = pods_to_release(world.pods, len(replicas.tasks()))
+    release = pods_to_release(world.pods, len(replicas.tasks()), world.queue_owners)
+    p.d.release_pods = release.pods
+    if release.awaiting_adoption:
+        p.requeue(ADOPTION_RECHECK_SECONDS)
     _create_missing(p, replicas, _scale(p, replicas))
     _gang(p, replicas)
     _summarise(p, replicas)

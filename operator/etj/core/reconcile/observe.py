@@ -65,6 +65,9 @@ class PodState:
     # How many workers its TF_CONFIG names (ANNOTATION_CLUSTER_WORKERS); None: not said
     # (a pod made before etj said it, or not by etj).
     cluster_workers: int | None = None
+    # The API server's uid for it: a replacement keeps the name, not the uid (Kueue's
+    # Workload names its owner pods by uid: etj.core.reconcile.policies.queue).
+    uid: str | None = None
 
     def ran_seconds(self, now: datetime) -> float | None:
         """How long the container ran (until now if it still runs); None if unknown."""
@@ -258,6 +261,7 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
         cluster_workers=_int_or_none(
             (meta.get("annotations") or {}).get(ANNOTATION_CLUSTER_WORKERS)
         ),
+        uid=meta.get("uid"),
     )
 
 

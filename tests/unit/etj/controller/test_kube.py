@@ -125,6 +125,33 @@ def test_deleting_what_is_gone_is_done():
         asyncio.run(k.delete_pod("n", "p"))
 
 
+def test_a_kueue_workloads_owners_are_its_pods_uids_and_none_when_unknown(caplog):
+    k = kube()
+    workload = {
+        "metadata": {
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "j-chief-0", "uid": "u1"},
+                {"apiVersion": "v1", "kind": "Pod", "name": "j-ps-0", "uid": "u2"},
+                {"apiVersion": "x/v1", "kind": "Other", "name": "o", "uid": "u3"},
+            ]
+        }
+    }
+    sent = answering(k, Answer(200, workload), Answer(404), Answer(403), Answer(403), Answer(500))
+    assert asyncio.run(k.queue_workload_owners("n", "j-1")) == frozenset({"u1", "u2"})
+    assert sent[0][0] == "GET"
+    assert sent[0][1].endswith("/apis/kueue.x-k8s.io/v1beta1/namespaces/n/workloads/j-1")
+    # No Workload (not yet, or no more), or no right to read it: not known.
+    assert asyncio.run(k.queue_workload_owners("n", "j-1")) is None
+    with caplog.at_level("WARNING"):
+        assert asyncio.run(k.queue_workload_owners("n", "j-1")) is None
+        assert asyncio.run(k.queue_workload_owners("n", "j-1")) is None
+    # Said once, with the rule that would mend it.
+    said = [r.getMessage() for r in caplog.records if "Kueue Workloads" in r.getMessage()]
+    assert len(said) == 1 and "workloads.kueue.x-k8s.io" in said[0]
+    with pytest.raises(ApiException):
+        asyncio.run(k.queue_workload_owners("n", "j-1"))
+
+
 def test_a_status_write_is_one_merge_patch_of_the_status_subresource():
     k = kube()
     stored = {"metadata": {"resourceVersion": "9"}, "status": {"phase": "Running"}}

@@ -17,7 +17,13 @@ the group finished once none is active and frees its quota. etj's replicas keep 
 names, so a replacement cannot stand beside the pod it replaces: etj itself lets go of its
 own failed pods being replaced (``pods_to_release``), all but one while no pod of the group
 is alive, so the group — and its Workload, which its pods own (the garbage collector
-deletes it with the last of them) — never has no pod at all.
+deletes it with the last of them) — never has no pod at all. That last one goes only once
+Kueue names every new pod among the Workload's owners (it adds them on its next pass over
+the group, which on a busy control plane comes seconds later): let go before, it takes
+the Workload's last owner with it, the garbage collector deletes the Workload, and Kueue
+— finding running pods and no Workload — neither counts the group again nor finishes it.
+The operator reads the owners (``owners_wanted`` says when) and asks to look again soon
+while they are not all there (``ADOPTION_RECHECK_SECONDS``).
 
 Pure: pods in, pod names out.
 """
@@ -25,6 +31,7 @@ Pure: pods in, pod names out.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from etj.core.reconcile.observe import PodState
 
@@ -36,25 +43,57 @@ REASON_EVICTED = "EvictedByQueue"
 QUEUE_REASONS = frozenset({REASON_PREEMPTED, REASON_EVICTED})
 
 
-def pods_to_release(pods: Iterable[PodState], group_size: int) -> list[str]:
-    """Pods whose Kueue finalizer etj removes: its own pods that ended (or never ran) and
-    are being deleted (replaced, or stopped by Kueue). While the group's other replicas
-    are not all alive (not being deleted) the first of them stays, so the group is never
-    empty; its turn comes once they are. A group of one pod has no other to wait for: its
-    pod goes, Kueue's Workload with it, and the replacement is queued as a new Workload."""
-    pods = list(pods)
+# How soon to look again at a group whose new pods Kueue has not all adopted yet: Kueue's
+# update of its Workload is no pod event, so nothing else would wake the reconcile.
+ADOPTION_RECHECK_SECONDS = 1.0
+
+
+def _ended_and_deleted(pods: list[PodState]) -> list[str]:
     # Ended, or deleted before it was ever scheduled (nothing more will happen to it).
-    done = sorted(
+    return sorted(
         p.name
         for p in pods
         if p.queue_held and p.terminating and (p.finished or p.node_name is None)
     )
-    alive = sum(1 for p in pods if not p.terminating)
-    # Kueue adds each new pod to its Workload's owners as it sees it: the last old pod
-    # goes once every other replica has its new pod, the longest the group can wait.
-    if group_size <= 1 or (alive > 0 and alive >= group_size - len(done)):
-        return done
-    return done[1:]
+
+
+def owners_wanted(pods: Iterable[PodState]) -> bool:
+    """Whether a pass must know the Workload's owners (``pods_to_release``'s ``owners``):
+    a held pod is ready to go while others of the group are alive — perhaps the group's
+    last pod from before them."""
+    pods = list(pods)
+    return bool(_ended_and_deleted(pods)) and any(not p.terminating for p in pods)
+
+
+class Release(NamedTuple):
+    """``pods``: to let go now; ``awaiting_adoption``: one is held only until Kueue's
+    Workload names the new pods among its owners (look again soon)."""
+
+    pods: list[str]
+    awaiting_adoption: bool = False
+
+
+def pods_to_release(
+    pods: Iterable[PodState], group_size: int, owners: frozenset[str] | None = None
+) -> Release:
+    """Pods whose Kueue finalizer etj removes: its own pods that ended (or never ran) and
+    are being deleted (replaced, or stopped by Kueue), and whether one is held back only
+    until Kueue adopts the new pods. While the group's other replicas are not all alive
+    (not being deleted), or Kueue's Workload does not yet name every one of them (uids in
+    ``owners``; None: not known, e.g. no Workload or no right to read it) among its owners,
+    the first of them stays, so the Workload always has an owner; its turn comes once they
+    are. A group of one pod has no other to wait for: its pod goes, Kueue's Workload with
+    it, and the replacement is queued as a new Workload."""
+    pods = list(pods)
+    done = _ended_and_deleted(pods)
+    alive = [p for p in pods if not p.terminating]
+    if group_size <= 1:
+        return Release(done)
+    if not alive or len(alive) < group_size - len(done):
+        return Release(done[1:])
+    if owners is None or all(p.uid in owners for p in alive):
+        return Release(done)
+    return Release(done[1:], awaiting_adoption=bool(done))
 
 
 def pods_to_mark_unretriable(pods: Iterable[PodState]) -> list[str]:

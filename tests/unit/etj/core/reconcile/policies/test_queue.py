@@ -19,11 +19,14 @@ from etj.api.constants import (
 )
 from etj.api.status import Phase
 from etj.controller.cache import WatchCache
-from etj.controller.reconciler import Reconciler
+from etj.controller.reconciler import Outcome, Reconciler
 from etj.controller.settings import OperatorSettings
 from etj.core.reconcile.decide import Event
 from etj.core.reconcile.observe import PodState, observe_pod
 from etj.core.reconcile.policies.queue import (
+    ADOPTION_RECHECK_SECONDS,
+    Release,
+    owners_wanted,
     pods_to_mark_unretriable,
     pods_to_release,
     queue_eviction,
@@ -101,15 +104,38 @@ def test_released_are_the_ended_deleted_pods_kueue_holds_but_one_while_none_is_a
     old = [stopped(pod("chief", 0)), stopped(pod("ps", 0)), stopped(pod("worker", 0))]
     # Nothing of the group alive: the first stays so the group (and the Workload its pods
     # own) is never empty.
-    assert pods_to_release(old, 3) == ["j-ps-0", "j-worker-0"]
+    assert pods_to_release(old, 3) == Release(["j-ps-0", "j-worker-0"])
     # Once every other replica has its new pod the last one goes too; not before.
     new = [grouped(pod("ps", 0), phase="Pending"), grouped(pod("worker", 0), phase="Pending")]
-    assert pods_to_release([old[0], new[0]], 3) == []
-    assert pods_to_release([old[0], *new], 3) == ["j-chief-0"]
+    assert pods_to_release([old[0], new[0]], 3) == Release([])
+    assert pods_to_release([old[0], *new], 3) == Release(["j-chief-0"])
     # One replica replaced while the others run: it goes at once.
-    assert pods_to_release([old[2], grouped(pod("chief", 0)), new[0]], 3) == ["j-worker-0"]
+    assert pods_to_release([old[2], grouped(pod("chief", 0)), new[0]], 3).pods == ["j-worker-0"]
     # A group of one pod cannot keep it: it goes (and Kueue's Workload with it).
-    assert pods_to_release(old[:1], 1) == ["j-chief-0"]
+    assert pods_to_release(old[:1], 1) == Release(["j-chief-0"])
+
+
+def test_the_last_old_pod_waits_until_kueues_workload_names_the_new_pods_its_owners():
+    """Let go before, it takes the Workload's last owner with it: the garbage collector
+    deletes the Workload and Kueue never counts the group again (seen on a busy host)."""
+    old = stopped(PodState(**{**pod("chief", 0).__dict__, "uid": "old-chief"}))
+    new = [
+        grouped(pod("ps", 0), phase="Pending", uid="new-ps"),
+        grouped(pod("worker", 0), phase="Pending", uid="new-worker"),
+    ]
+    assert owners_wanted([old, *new])
+    # Kueue has not seen the new pods yet: its Workload is owned by the old ones only.
+    before = frozenset({"old-chief", "old-ps", "old-worker"})
+    assert pods_to_release([old, *new], 3, before) == Release([], awaiting_adoption=True)
+    # One of two adopted: still held.
+    one = before | {"new-ps"}
+    assert pods_to_release([old, *new], 3, one) == Release([], awaiting_adoption=True)
+    both = one | {"new-worker"}
+    assert pods_to_release([old, *new], 3, both) == Release(["j-chief-0"])
+    # Owners not known (no Workload, or no right to read it): as before, it goes.
+    assert pods_to_release([old, *new], 3, None) == Release(["j-chief-0"])
+    # Nothing alive beside it, or nothing held to let go: no need to ask.
+    assert not owners_wanted([old]) and not owners_wanted(new)
 
 
 def test_nothing_is_released_that_kueue_does_not_hold_or_that_has_not_ended():
@@ -117,7 +143,7 @@ def test_nothing_is_released_that_kueue_does_not_hold_or_that_has_not_ended():
     not_held = PodState(**{**stopped(pod("worker", 1)).__dict__, "queue_held": False})
     failed_not_deleted = grouped(pod("worker", 2), phase="Failed")
     alive = grouped(pod("chief", 0))
-    assert pods_to_release([running_deleted, not_held, failed_not_deleted, alive], 4) == []
+    assert pods_to_release([running_deleted, not_held, failed_not_deleted, alive], 4) == Release([])
 
 
 def test_marked_unretriable_are_the_group_pods_not_marked_yet():
@@ -236,15 +262,16 @@ class KueueSetup:
         )
         self.cache.on_job_event(None, self.api.add_job(_queued_manifest()))
 
-    def run(self) -> None:
+    def run(self) -> Outcome:
         """One pass, then the watch delivers what it changed (pods gone included)."""
-        asyncio.run(self.reconciler.reconcile(NS, "ctr"))
+        outcome = asyncio.run(self.reconciler.reconcile(NS, "ctr"))
         there = {p["metadata"]["name"] for p in self.api.pods(NS)}
         for cached in self.cache.job_pods(NS, "ctr"):
             if cached["metadata"]["name"] not in there:
                 self.cache.on_pod_event("DELETED", cached)
         for p in self.api.pods(NS):
             self.cache.on_pod_event("MODIFIED", p)
+        return outcome
 
     def _change(self, name: str, **fields: Any) -> None:
         pod = self.api.objects[("Pod", NS, name)]
@@ -310,6 +337,42 @@ def test_the_reconciler_replaces_a_preempted_group_without_ever_emptying_it():
     assert [e.reason for e in s.events].count("Preempted") == 1
 
 
+def test_the_reconciler_keeps_the_last_old_pod_until_kueue_adopts_the_new_ones():
+    s = KueueSetup()
+    s.run()
+    s.kueue_webhook()
+    workload = s.api.queue_workloads[(NS, group_name(s))] = {
+        p["metadata"]["uid"] for p in s.api.pods(NS)
+    }
+    names = {p["metadata"]["name"] for p in s.api.pods(NS)}
+    s.kueue_stops_the_group()
+    for _ in range(3):
+        outcome = s.run()
+        s.kueue_webhook()
+    # Every replica but one has its new pod; the first old one waits for Kueue, and the
+    # reconciler looks again soon (Kueue's update of its Workload wakes nothing).
+    held = [p for p in s.api.pods(NS) if p["metadata"].get("deletionTimestamp")]
+    assert [p["metadata"]["name"] for p in held] == ["ctr-chief-0"]
+    assert outcome.requeue_after is not None and outcome.requeue_after <= ADOPTION_RECHECK_SECONDS
+    assert s.api.calls("get")[-1] == ("get", "queue-workload", group_name(s))
+    # Kueue adopts the new pods: the old one goes, and its replacement is made.
+    workload |= {p["metadata"]["uid"] for p in s.api.pods(NS) if p not in held}
+    for _ in range(2):
+        s.run()
+        s.kueue_webhook()
+    assert {p["metadata"]["name"] for p in s.api.pods(NS)} == names
+    assert not [p for p in s.api.pods(NS) if p["metadata"].get("deletionTimestamp")]
+    # A running group, nothing held: the Workload is not read.
+    before = len(s.api.log)
+    s.run()
+    assert not [c for c in s.api.log[before:] if c[1:2] == ("queue-workload",)]
+
+
+def group_name(s: KueueSetup) -> str:
+    (name,) = {p["metadata"]["labels"][KUEUE_POD_GROUP_NAME_LABEL] for p in s.api.pods(NS)}
+    return name
+
+
 def test_the_reconciler_marks_before_it_deletes_when_the_job_succeeds():
     s = KueueSetup()
     s.run()
@@ -345,7 +408,7 @@ def test_a_pod_deleted_while_held_at_kueues_gate_was_taken_by_the_queue_not_fail
     p = observe_pod({"metadata": meta, "spec": spec, "status": {"phase": "Pending"}})
     assert p is not None and p.disrupted and p.stopped_by_queue
     # Nothing more will happen to it: etj lets it go (others of the group are alive).
-    assert pods_to_release([p, grouped(pod("chief", 0))], 2) == ["j-worker-1"]
+    assert pods_to_release([p, grouped(pod("chief", 0))], 2).pods == ["j-worker-1"]
     # Not deleted, or already scheduled: an ordinary pod.
     waiting = observe_pod(
         {"metadata": {**meta, "deletionTimestamp": None}, "spec": spec, "status": {}}
