@@ -25,7 +25,7 @@ the Workload's last owner with it, the garbage collector deletes the Workload, a
 The operator reads the owners (``owners_wanted`` says when) and asks to look again soon
 while they are not all there (``ADOPTION_RECHECK_SECONDS``).
 
-Pure: pods in, pod names out.
+Pure: pods (and the uids owning the Workload) in, pod names out.
 """
 
 from __future__ import annotations
