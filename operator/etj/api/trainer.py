@@ -13,7 +13,13 @@ from pydantic import Field
 
 from etj.api.base import ApiModel
 from etj.api.plan import ShardPlan
-from etj.api.spec import DataSpec, ModelSpec, TrainingSpec
+from etj.api.spec import (
+    DEFAULT_STEPS_PER_EXECUTION,
+    DataSpec,
+    ModelSpec,
+    Strategy,
+    TrainingSpec,
+)
 
 
 class TrainerCheckpoint(ApiModel):
@@ -41,3 +47,10 @@ class TrainerConfig(ApiModel):
     watchdog_seconds: int = Field(
         default=600, ge=10, description="The chief fails if no step completes for this long."
     )
+
+    @property
+    def steps_per_execution(self) -> int:
+        """``training.stepsPerExecution``, or the strategy's default when the job left it
+        out (``DEFAULT_STEPS_PER_EXECUTION``)."""
+        given = self.training.steps_per_execution
+        return given if given is not None else DEFAULT_STEPS_PER_EXECUTION[Strategy(self.strategy)]

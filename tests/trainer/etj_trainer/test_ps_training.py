@@ -164,7 +164,7 @@ def worker_killed_training_continues_and_it_rejoins(job: LocalJob) -> None:
     _wait_checkpoint_after(job, job.step())
     since = [s for s in _checkpoint_steps(job) if s > at_kill]
     assert len(since) >= 2, since
-    spe, inflight = job.config.training.steps_per_execution, 2 * 2 + 2
+    spe, inflight = job.config.steps_per_execution, 2 * 2 + 2
     reruns = [e for e in job.events() if e["event"] == "rerun"]
     for s in since:
         over = s % EVERY

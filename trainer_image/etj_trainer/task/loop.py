@@ -110,7 +110,7 @@ def train_loop(
 ) -> int:
     """Train from the restored step to ``training.steps``; the exit code."""
     total = config.training.steps
-    spe = config.training.steps_per_execution
+    spe = config.steps_per_execution
     every = config.checkpoint.every_steps if config.checkpoint else None
     start = restored or 0
     reporter = _reporter(config, parts, metrics_port, is_chief)

@@ -38,10 +38,19 @@ from etj_trainer.task.optim import (
 from etj_trainer.task.rounding import key_of
 
 # Steps written out per loop iteration of ``train_chunk``: UNROLL, or LONG_UNROLL for a
-# job whose chunks are at least that long (``stepsPerExecution``: it chose long chunks for
-# speed, and pays the compile of more copies once).
+# job whose chunks are at least that long (``stepsPerExecution``) and that trains long
+# enough (LONG_UNROLL_MIN_STEPS, or by epochs) to repay compiling more copies once.
 UNROLL = 10
 LONG_UNROLL = 25
+LONG_UNROLL_MIN_STEPS = 5000
+
+
+def block_steps(config: TrainerConfig) -> int:
+    """Steps written out per loop iteration of a chunk: never more than a chunk runs."""
+    spe = config.steps_per_execution
+    training = config.training
+    long_job = training.epochs is not None or training.steps >= LONG_UNROLL_MIN_STEPS
+    return LONG_UNROLL if spe >= LONG_UNROLL and long_job else min(UNROLL, spe)
 
 
 def histogram(predictions: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
@@ -457,8 +466,7 @@ class TrainingState:
         start = self.step.read_value()
         # Every copy of the step is traced and compiled (minutes for a wide model on a busy
         # machine): never more copies than a chunk can run (stepsPerExecution).
-        spe = self.config.training.steps_per_execution
-        unroll = LONG_UNROLL if spe >= LONG_UNROLL else min(UNROLL, spe)
+        unroll = block_steps(self.config)
         blocks = steps // unroll
         for b in tf.range(blocks):
             ts = [tf.cast(start + b * unroll + j + 1, tf.float32) for j in range(unroll)]

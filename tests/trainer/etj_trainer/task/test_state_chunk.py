@@ -1,5 +1,6 @@
 """A chunk's results in one value (``train_chunk_packed``, what the ParameterServer chief
-schedules) are ``train_chunk``'s three, unchanged."""
+schedules) are ``train_chunk``'s three, unchanged; how many steps a chunk writes out per
+loop iteration (``block_steps``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from harness import job_spec, trainer_config
 
 from etj_trainer.data.pipeline import make_dataset
 from etj_trainer.task.auc import BINS
-from etj_trainer.task.state import TrainingState, unpack_chunk
+from etj_trainer.task.state import (
+    LONG_UNROLL,
+    LONG_UNROLL_MIN_STEPS,
+    UNROLL,
+    TrainingState,
+    block_steps,
+    unpack_chunk,
+)
 
 
 def _state_and_input() -> tuple[TrainingState, object]:
@@ -39,3 +47,23 @@ def test_unpacking_keeps_large_counts_exact() -> None:
     loss, got_hist, bad = unpack_chunk(vector)
     assert (loss, bad) == (0.25, 2**40 + 1)
     np.testing.assert_array_equal(got_hist, hist.reshape(2, BINS))
+
+
+def test_long_blocks_only_for_long_chunks_of_a_long_job() -> None:
+    def blocks(**training: object) -> int:
+        return block_steps(trainer_config(job_spec(training={**BASE, **training})))
+
+    assert blocks(stepsPerExecution=10) == UNROLL
+    assert blocks(stepsPerExecution=4) == 4  # never more copies than a chunk runs
+    # Long chunks: long blocks once the job runs long enough to repay their compile.
+    assert blocks(stepsPerExecution=50, steps=400) == UNROLL
+    assert blocks(stepsPerExecution=50, steps=LONG_UNROLL_MIN_STEPS) == LONG_UNROLL
+    by_epochs = trainer_config(job_spec(training={**BASE, "stepsPerExecution": 50}))
+    by_epochs.training.epochs = 1  # (files only: its length is not known in steps)
+    assert block_steps(by_epochs) == LONG_UNROLL
+    assert blocks(stepsPerExecution=20, steps=LONG_UNROLL_MIN_STEPS) == UNROLL
+    # Left out under ParameterServer: its default (50).
+    assert blocks(stepsPerExecution=None, steps=LONG_UNROLL_MIN_STEPS) == LONG_UNROLL
+
+
+BASE = {"batchSizePerReplica": 256, "steps": 400, "optimizer": "adagrad", "learningRate": 0.1}
