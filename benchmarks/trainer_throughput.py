@@ -303,6 +303,21 @@ the packed results 0.71, 0.74, 0.67 (median 0.71), with them 0.76, 0.62, 0.58 (m
 single process is now the noisier: its best of two was 418-422k in some runs and
 494-522k in others (262k vs 315k examples per CPU-second), the PS job's best 297-379k.
 Issue #23's goal (0.7) is met by the median of one set of three, not by the other's.
+
+Then (2026-11-26, a fifth session, the host faster still: single at 469-583k), ``--quick``
+three times (load 2.6-5.6 from the benchmark's own processes): ps/single **0.67, 0.71,
+0.66 (median 0.67)**, CPU efficiency 0.59, 0.64, 0.59; best single 583,181 / 556,028 /
+559,363, best PS 390,477 / 397,430 / 371,891 examples/s. The single process again in two
+modes (469-483k at 297-305k per CPU-second, 556-583k at 352-373k), the PS job at 327-397k
+(184-224k per CPU-second). Issue #23's goal (0.7) is not met.
+
+What a user without a ``stepsPerExecution`` gets moved instead: the schema's default was
+10 for every strategy, and under ParameterServer each scheduled function costs its worker
+its dispatch (above). Now a job that leaves it out runs 50 under ParameterServer and 10
+otherwise (``etj.api.trainer.TrainerConfig.steps_per_execution``). Side by side (``--run ps
+--seconds 30``, alternating, load 0.6-8.9): ``--spe 10`` 282,425 / 258,207 examples/s
+(159,165 / 146,507 per CPU-second), ``--spe 50`` 315,473 / 324,020 (180,385 / 182,343).
+This benchmark's PS job sets 50 itself, as it always did: its ratio does not move.
 """
 
 from __future__ import annotations
