@@ -318,6 +318,14 @@ otherwise (``etj.api.trainer.TrainerConfig.steps_per_execution``). Side by side 
 --seconds 30``, alternating, load 0.6-8.9): ``--spe 10`` 282,425 / 258,207 examples/s
 (159,165 / 146,507 per CPU-second), ``--spe 50`` 315,473 / 324,020 (180,385 / 182,343).
 This benchmark's PS job sets 50 itself, as it always did: its ratio does not move.
+
+Tried the same day, not adopted: another allocator for every process (``LD_PRELOAD`` of
+Debian's ``libtcmalloc-minimal4`` or ``libjemalloc2``; malloc was 47-77 samples per million
+examples in the PS job's profile). ``--run ps --seconds 30``, alternating, load 6.9-8.9:
+glibc 366,576 / 354,756 / 327,488, tcmalloc 336,006 / 370,143 / 356,396, jemalloc 368,377 /
+371,861 / 341,052 examples/s (medians 355k, 356k, 368k; every task's CPU per example the
+same to 0.1 CPU-second per million); ``single`` in pairs 475,731 / 516,878 (glibc) vs
+516,717 / 463,003 (tcmalloc). Within the noise.
 """
 
 from __future__ import annotations
