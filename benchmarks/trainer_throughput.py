@@ -332,7 +332,7 @@ same to 0.1 CPU-second per million); ``single`` in pairs 475,731 / 516,878 (glib
 ``--quick --sets 3`` once more, later (load 3.1-7.2): ps/single 0.75, 0.70, 0.59 (exactly
 0.748, 0.696, 0.593: median 0.696), CPU efficiency 0.66, 0.64, 0.54; best single 544,500 /
 438,352 / 505,892, best PS 407,633 / 305,277 / 300,106 examples/s (the host slowed between
-the first set and the others). With the morning's three: six sets, median 0.68. Issue
+the first set and the others). With the morning's three: six comparisons, median 0.68. Issue
 #23's goal (0.7) is not met.
 """
 
