@@ -1,37 +1,22 @@
-"""The trainer's configuration (etj.api.trainer): what the trainer reads that the job may
-leave out resolves the same on every side."""
+"""The trainer's configuration (etj.api.trainer): what a job may leave out resolves the
+same for the trainer whichever side built the configuration (here, the operator's)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from etj.api.spec import EmbeddingTrainingJobSpec, Strategy
+from etj.api.spec import Strategy
 from etj.api.trainer import TrainerConfig
 from etj.core.planner import build_plan
+from etj.core.render.objects import RenderSettings, build_trainer_config
+from tests.unit.reconcile_helpers import make_job
 
 
-def config(strategy: str, **training: int) -> TrainerConfig:
-    spec = EmbeddingTrainingJobSpec.model_validate(
-        {
-            "strategy": strategy,
-            "model": {
-                "embeddings": [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}],
-                "hiddenUnits": [8],
-            },
-            "data": {"source": "synthetic"},
-            "training": training,
-        }
-    )
-    plan = build_plan(spec)
-    return TrainerConfig(
-        job_name="j",
-        strategy=plan.strategy,
-        model=spec.model,
-        data=spec.data,
-        training=spec.training,
-        shard_plan=plan,
-        metrics_port=9090,
-    )
+def config(strategy: Strategy, **training: Any) -> TrainerConfig:
+    job = make_job(strategy.value, checkpoint={"uri": "/shared/ckpt"}, training=training)
+    return build_trainer_config(job, build_plan(job.spec), RenderSettings())
 
 
 @pytest.mark.parametrize(
@@ -39,6 +24,9 @@ def config(strategy: str, **training: int) -> TrainerConfig:
     [(Strategy.PARAMETER_SERVER, 50), (Strategy.MULTI_WORKER_MIRRORED, 10)],
 )
 def test_steps_per_execution_left_out_is_the_strategys_and_given_is_kept(strategy, steps):
-    assert config(strategy.value).training.steps_per_execution is None
-    assert config(strategy.value).steps_per_execution == steps
-    assert config(strategy.value, stepsPerExecution=7).steps_per_execution == 7
+    assert config(strategy).training.steps_per_execution is None
+    assert config(strategy).steps_per_execution == steps
+    assert config(strategy, stepsPerExecution=7).steps_per_execution == 7
+    # What the pods read: the resolved value survives the trip through JSON.
+    sent = TrainerConfig.model_validate_json(config(strategy).model_dump_json(by_alias=True))
+    assert sent.steps_per_execution == steps
