@@ -453,8 +453,8 @@ class TrainingState:
     def _chunk(self, iterator: Any, steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The body of ``train_chunk`` (traced by it and by ``train_chunk_packed``).
 
-        Steps run in blocks of ``UNROLL`` (at most ``stepsPerExecution``; ``LONG_UNROLL``
-        for chunks that long) written out in the graph: each loop iteration costs control
+        Steps run in blocks (``block_steps``: ``UNROLL``, at most ``stepsPerExecution``;
+        ``LONG_UNROLL`` for long chunks of a long job) written out in the graph: each loop iteration costs control
         messages to every device the loop touches (the ps under ParameterServerStrategy),
         and under ParameterServer a block's first step sends its ids alone and its last
         step its gradient alone, so fewer iterations are measurably faster (10 instead of
