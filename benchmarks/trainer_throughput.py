@@ -2,12 +2,15 @@
 
 Three runs of the same CTR model and synthetic data (Zipf ids, batch 1024 per worker):
 
-- ``single``: one process, no strategy, the trainer's own raw-TF training function — the
-  practical limit of this machine;
+- ``single``: one process, no strategy, the trainer's own raw-TF training function in
+  calls of 50 steps — the practical limit of this machine (calls of 400 were no faster:
+  466k / 499k / 467k vs 508k / 438k / 510k examples/s, alternating);
 - ``naive``: Keras 3 ``Embedding`` layers + ``fit`` (the approach the project started
   from; it reads whole tables every step);
 - ``ps``: etj's ParameterServer trainer, chief + 2 workers + 2 ps as real processes on
-  127.0.0.1 (``python -m etj_trainer``), tables sharded per the operator's plan.
+  127.0.0.1 (``python -m etj_trainer``), tables sharded per the operator's plan, the job's
+  ``stepsPerExecution`` left out as a user would (chunks sized by time; ``--spe N`` sets
+  it; it was 50 here before 2026-11-26's last session).
 
 Prints examples/s of each and ``ps/single=<ratio> ps/naive=<ratio>``. ``--quick`` keeps
 the whole run within ~10 minutes here; ``--quick --sets 3`` is issue #23's measurement:
@@ -389,7 +392,9 @@ def model_doc(dynamic: bool = False) -> dict[str, Any]:
     }
 
 
-def job_spec(steps: int, spe: int, dynamic: bool = False) -> EmbeddingTrainingJobSpec:
+def job_spec(steps: int, spe: int | None, dynamic: bool = False) -> EmbeddingTrainingJobSpec:
+    """The benchmark's job; ``spe`` None leaves ``stepsPerExecution`` out (the product's
+    default: under ParameterServer, chunks sized by time)."""
     return EmbeddingTrainingJobSpec.model_validate(
         {
             "strategy": "ParameterServer",
@@ -405,7 +410,7 @@ def job_spec(steps: int, spe: int, dynamic: bool = False) -> EmbeddingTrainingJo
                 "steps": steps,
                 "optimizer": "adagrad",
                 "learningRate": 0.05,
-                "stepsPerExecution": spe,
+                **({} if spe is None else {"stepsPerExecution": spe}),
             },
             "sharding": {"maxShardBytes": os.environ.get("ETJ_BENCH_MAX_SHARD", "128Mi")},
         }
@@ -501,7 +506,7 @@ def run_naive(seconds: float) -> float:
     return steps * BATCH / (time.perf_counter() - start)
 
 
-def run_ps(seconds: float, spe: int, dynamic: bool = False) -> tuple[float, dict[str, Any]]:
+def run_ps(seconds: float, spe: int | None, dynamic: bool = False) -> tuple[float, dict[str, Any]]:
     """etj's PS trainer on chief + 2 workers + 2 ps; examples/s of the steady state."""
     workdir = Path(tempfile.mkdtemp(prefix="etj-bench-ps-"))
     config = trainer_config(job_spec(10**9, spe, dynamic))
@@ -668,13 +673,17 @@ def _in_subprocess(mode: str, seconds: float, extra: list[str], env: dict[str, s
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def dynamic_vs_hashed(seconds: float, spe: int, repeat: int) -> int:
+def _spe_args(spe: int | None) -> list[str]:
+    return [] if spe is None else ["--spe", str(spe)]
+
+
+def dynamic_vs_hashed(seconds: float, spe: int | None, repeat: int) -> int:
     """The PS run with hashed tables and with dynamic ones, alternating, ``repeat`` times:
     the median examples/s of each and their ratio (goal: dynamic / hashed >= 0.7)."""
     rates: dict[str, list[float]] = {"hashed": [], "dynamic": []}
     for _ in range(repeat):
         for kind in rates:
-            extra = ["--spe", str(spe)] + (["--dynamic"] if kind == "dynamic" else [])
+            extra = _spe_args(spe) + (["--dynamic"] if kind == "dynamic" else [])
             eps, info = _in_subprocess("ps", seconds, extra, {})
             rates[kind].append(eps)
             print(
@@ -700,7 +709,9 @@ def main() -> int:
         "--quick", action="store_true", help="shorter measurements (~10 min in all)"
     )
     parser.add_argument("--seconds", type=float, default=None, help="measurement time per run")
-    parser.add_argument("--spe", type=int, default=50, help="stepsPerExecution of the PS run")
+    parser.add_argument(
+        "--spe", type=int, default=None, help="stepsPerExecution of the PS run (default: left out)"
+    )
     parser.add_argument(
         "--repeat", type=int, default=2, help="alternating single/ps runs (best kept)"
     )
@@ -751,7 +762,7 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def compare(seconds: float, spe: int, repeat: int, naive: bool) -> float:
+def compare(seconds: float, spe: int | None, repeat: int, naive: bool) -> float:
     """``single`` and ``ps`` alternating ``repeat`` times (and ``naive`` once): prints the
     best of each and returns ps/single."""
     # Best of ``repeat`` alternating runs: other load on the machine only ever slows a run.
@@ -765,7 +776,7 @@ def compare(seconds: float, spe: int, repeat: int, naive: bool) -> float:
             f"single-process raw TF : {eps:12,.0f} examples/s ({per_cpu:,.0f} per CPU-second)",
             flush=True,
         )
-        eps, info = _in_subprocess("ps", seconds, ["--spe", str(spe)], {})
+        eps, info = _in_subprocess("ps", seconds, _spe_args(spe), {})
         pss.append(eps)
         cpu_ps.append(info["per_cpu_second"])
         print(

@@ -595,7 +595,8 @@ class DataSpec(ApiModel):
 
 # stepsPerExecution when a job leaves it out, by resolved strategy: under ParameterServer
 # each scheduled function costs its worker ~25 ms of dispatch besides its steps (timed in
-# benchmarks/trainer_throughput.py): 10 steps a closure ran ~a fifth slower than 50 there.
+# benchmarks/trainer_throughput.py): 10 steps a closure ran ~a fifth slower than 50 there,
+# and 50 is only where its chunks start (TrainerConfig.sized_by_time: then sized by time).
 # MultiWorkerMirrored runs its chunks in the workers' own loop: nothing to amortise.
 DEFAULT_STEPS_PER_EXECUTION = {Strategy.PARAMETER_SERVER: 50, Strategy.MULTI_WORKER_MIRRORED: 10}
 
@@ -635,9 +636,10 @@ class TrainingSpec(ApiModel):
         ge=1,
         le=10000,
         description=(
-            "Steps run per scheduled function (fewer round-trips to the workers). Default: "
-            "50 under ParameterServer, where each scheduled function costs its worker a "
-            "dispatch to the ps (~25 ms), 10 otherwise."
+            "Steps run per scheduled function (fewer round-trips to the workers). Default "
+            "under ParameterServer, where each scheduled function costs its worker a "
+            "dispatch to the ps (~25 ms): sized as training goes so each takes about a "
+            "second on its worker (50 steps until the first are timed); 10 otherwise."
         ),
     )
     seed: int = Field(default=0, ge=0, description="Seed for initialisers and the data order.")

@@ -54,3 +54,12 @@ class TrainerConfig(ApiModel):
         out (``DEFAULT_STEPS_PER_EXECUTION``)."""
         given = self.training.steps_per_execution
         return given if given is not None else DEFAULT_STEPS_PER_EXECUTION[Strategy(self.strategy)]
+
+    @property
+    def sized_by_time(self) -> bool:
+        """Left out under ParameterServer: the chief sizes each chunk by its time on the
+        worker (``etj_trainer.task.chunk_size``), starting at ``steps_per_execution``."""
+        return (
+            self.training.steps_per_execution is None
+            and Strategy(self.strategy) is Strategy.PARAMETER_SERVER
+        )

@@ -1,7 +1,8 @@
 """The training loop every training role shares, and what ends it.
 
 ``train_loop`` trains from the restored step to ``training.steps`` in chunks of
-``stepsPerExecution`` steps (``LoopParts`` says how a role runs and waits for a chunk),
+``stepsPerExecution`` steps or sized by their time (``chunk_size``; ``LoopParts`` says how
+a role runs and waits for a chunk),
 checkpoints every ``everySteps`` and on SIGTERM, evaluates held-out data after each
 checkpoint, reports progress, feeds the watchdog, exports at the end, and returns the
 exit code (``etj_trainer.exitcodes``). ``classify`` maps an error that escaped training
@@ -22,17 +23,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from etj.api.progress import EVENT_EVALUATION
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
+from etj_trainer.task.chunk_size import TARGET_SECONDS, ChunkSizer
 from etj_trainer.task.evaluate import Scorer, held_out
 from etj_trainer.task.export import export_to
 from etj_trainer.task.progress import ProgressReporter, emit
-from etj_trainer.task.state import TrainingState
+from etj_trainer.task.state import ChunkResult, TrainingState, block_steps
 from etj_trainer.task.supervisor import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class LoopParts:
     """What the loop needs beyond the training state."""
 
     schedule: Callable[[int], Any]  # run a chunk of n steps (maybe asynchronously)
-    result: Callable[[Any], tuple[float, np.ndarray, int]]  # wait for a chunk's result
+    result: Callable[[Any], ChunkResult]  # wait for a chunk's result
     barrier: Callable[[], None]  # wait until every scheduled chunk is done
     max_inflight: int
     examples_per_step: int
@@ -110,7 +111,11 @@ def train_loop(
 ) -> int:
     """Train from the restored step to ``training.steps``; the exit code."""
     total = config.training.steps
-    spe = config.steps_per_execution
+    sizer = ChunkSizer(
+        config.steps_per_execution,
+        multiple=block_steps(config),
+        target_seconds=TARGET_SECONDS if config.sized_by_time else None,
+    )
     every = config.checkpoint.every_steps if config.checkpoint else None
     start = restored or 0
     reporter = _reporter(config, parts, metrics_port, is_chief)
@@ -139,7 +144,7 @@ def train_loop(
     try:
         step = start
         for boundary in _boundaries(start, total, every):
-            step = _run_round(state, parts, reporter, watchdog, step, boundary, spe, stop)
+            step = _run_round(state, parts, reporter, watchdog, step, boundary, sizer, stop)
             # Boundaries are the checkpoint steps (and the last step), or where SIGTERM cut.
             if checkpoints.enabled:
                 reporter.checkpointed(checkpoints.save())
@@ -173,16 +178,17 @@ def _run_round(
     watchdog: Heartbeat,
     step: int,
     boundary: int,
-    spe: int,
+    sizer: ChunkSizer,
     stop: StopFlag,
 ) -> int:
-    """Chunks from ``step`` to ``boundary`` (fewer on SIGTERM); the exact step after."""
+    """Chunks from ``step`` to ``boundary`` (fewer on SIGTERM), of the sizes ``sizer``
+    gives; the exact step after."""
     pending: deque[tuple[int, Any]] = deque()
 
     def drain_one() -> None:
         n, handle = pending.popleft()
         try:
-            loss, hist, bad = parts.result(handle)
+            done = parts.result(handle)
         except RETRYABLE_ERRORS as e:
             # The chunk ran (its updates and step count are on the ps) but its worker went
             # away before its loss was fetched. A real ps failure still surfaces from the
@@ -192,12 +198,18 @@ def _run_round(
             reporter.chunk_done(n, None, None)
             return
         watchdog.beat()
-        reporter.chunk_done(n, loss, hist, bad)
+        reporter.chunk_done(n, done.loss, done.hist, done.bad)
+        before = sizer.next()
+        after = sizer.observe(n, done.seconds)
+        if after >= 2 * before or 2 * after <= before:  # not each small correction
+            log.info(
+                "chunks of %d steps now, were %d (%d took %.3f s)", after, before, n, done.seconds
+            )
 
     scheduled = step
     every = parts.pause_every
     while scheduled < boundary and not stop:
-        n = min(spe, boundary - scheduled)
+        n = min(sizer.next(), boundary - scheduled)
         if every:
             # A chunk never runs across a pause.
             n = min(n, every - scheduled % every)

@@ -38,7 +38,7 @@ from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.cluster import Task
 from etj_trainer.task.loop import LoopParts, StopFlag, train_loop
 from etj_trainer.task.progress import emit
-from etj_trainer.task.state import TrainingState, unpack_chunk
+from etj_trainer.task.state import ChunkResult, TrainingState, unpack_chunk
 
 
 @dataclass(frozen=True)
@@ -279,9 +279,9 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
     )
 
 
-def _numpy(result: Any) -> tuple[float, np.ndarray, int]:
+def _numpy(result: Any) -> ChunkResult:
     loss, hist, bad = result
-    return float(np.asarray(loss)), np.asarray(hist), int(np.asarray(bad))
+    return ChunkResult(float(np.asarray(loss)), np.asarray(hist), int(np.asarray(bad)))
 
 
 def resolve_epochs(config: TrainerConfig, replicas: int) -> TrainerConfig:

@@ -14,7 +14,7 @@ strategy (one process). It does not schedule, checkpoint to disk or report.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -434,17 +434,26 @@ class TrainingState:
 
     @tf.function
     def train_chunk_packed(self, iterator: Any, steps: tf.Tensor) -> tf.Tensor:
-        """``train_chunk``'s three results in one float64 vector (``unpack_chunk`` reads it).
+        """``train_chunk``'s three results and the chunk's seconds on the device that ran
+        it, in one float64 vector (``unpack_chunk`` reads it).
 
         For ClusterCoordinator, which copies each value a closure returns to the chief with
         its own round trip while the worker waits for its next closure: one value instead
         of three took the fetch from 5-9 ms to 2-3 ms a closure (``benchmarks/
-        trainer_throughput.py``). float64 holds the counts exactly (a chunk's examples)."""
+        trainer_throughput.py``). float64 holds the counts exactly (a chunk's examples).
+        The seconds size the next chunks (``etj_trainer.task.chunk_size``): timed here, on
+        the worker, they are the steps' own, not the chief's queue."""
+        began = tf.timestamp()
+        with tf.control_dependencies([began]):  # the steps start after it
+            steps = tf.identity(steps)
         loss, hist, skipped = self._chunk(iterator, steps)
+        with tf.control_dependencies([loss, hist, skipped]):  # and end before this
+            seconds = tf.timestamp() - began
         return tf.concat(
             [
                 tf.cast(tf.reshape(loss, [1]), tf.float64),
                 tf.cast(tf.reshape(skipped, [1]), tf.float64),
+                tf.reshape(seconds, [1]),
                 tf.cast(tf.reshape(hist, [-1]), tf.float64),
             ],
             axis=0,
@@ -488,10 +497,24 @@ class TrainingState:
         return loss_sum / tf.cast(steps, tf.float32), hist, skipped
 
 
-def unpack_chunk(packed: Any) -> tuple[float, np.ndarray, int]:
-    """``train_chunk_packed``'s vector as ``(mean loss, [2, BINS] histogram, bad records)``."""
+class ChunkResult(NamedTuple):
+    """A chunk's results as the training loop reads them."""
+
+    loss: float  # the mean over its steps
+    hist: np.ndarray  # [2, BINS] predictions by label
+    bad: int  # records the input skipped
+    seconds: float | None = None  # its time on its worker (``train_chunk_packed`` only)
+
+
+def unpack_chunk(packed: Any) -> ChunkResult:
+    """``train_chunk_packed``'s vector as a ``ChunkResult``."""
     values = np.asarray(packed, dtype=np.float64)
-    return float(values[0]), values[2:].reshape(2, BINS).astype(np.float32), int(values[1])
+    return ChunkResult(
+        float(values[0]),
+        values[3:].reshape(2, BINS).astype(np.float32),
+        int(values[1]),
+        float(values[2]),
+    )
 
 
 def _update_of(item: Slotted, t: tf.Tensor) -> Any:

@@ -1,6 +1,7 @@
 """task/loop: the pause the dynamic tables' one writer needs under ParameterServer. Every
 ``pause_every`` scheduled steps the loop drains every chunk in flight and waits for them
-all before ``pause`` runs, and no chunk runs across a pause."""
+all before ``pause`` runs, and no chunk runs across a pause. Chunks sized by time take
+their sizes from the chunks done, and a boundary still cuts them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from etj_trainer.task.chunk_size import ChunkSizer
 from etj_trainer.task.loop import LoopParts, _run_round
+from etj_trainer.task.state import ChunkResult
 
 
 class _Step:
@@ -45,10 +48,10 @@ def test_chunks_never_cross_a_pause_and_none_is_in_flight_during_it():
         log.append(("chunk", n))
         return n
 
-    def result(n: int) -> tuple[float, np.ndarray, int]:
+    def result(n: int) -> ChunkResult:
         in_flight.remove(n)
         state.step.value += n
-        return 0.5, np.zeros([2, 1]), 0
+        return ChunkResult(0.5, np.zeros([2, 1]), 0)
 
     def pause(step: int) -> None:
         assert not in_flight
@@ -65,10 +68,34 @@ def test_chunks_never_cross_a_pause_and_none_is_in_flight_during_it():
         pause=pause,
     )
     quiet = _Quiet()
-    end = _run_round(state, parts, quiet, quiet, 0, 60, 10, False)  # type: ignore[arg-type]
+    end = _run_round(state, parts, quiet, quiet, 0, 60, ChunkSizer(10), False)  # type: ignore[arg-type]
     assert end == 60
     assert log == [
         ("chunk", 10), ("chunk", 10), ("chunk", 5), ("pause", 25),
         ("chunk", 10), ("chunk", 10), ("chunk", 5), ("pause", 50),
         ("chunk", 10),
     ]  # fmt: skip
+
+
+def test_chunks_sized_by_time_grow_from_the_results_and_stop_at_the_boundary():
+    state = _State()
+    sizes: list[int] = []
+
+    def result(n: int) -> ChunkResult:
+        state.step.value += n
+        return ChunkResult(0.5, np.zeros([2, 1]), 0, seconds=n * 0.01)  # 10 ms a step
+
+    parts = LoopParts(
+        schedule=lambda n: sizes.append(n) or n,
+        result=result,
+        barrier=lambda: None,
+        max_inflight=1,  # one chunk waits while the next is scheduled
+        examples_per_step=1,
+        warm_up=lambda: None,
+    )
+    quiet = _Quiet()
+    sizer = ChunkSizer(10, multiple=5, target_seconds=1.0)
+    end = _run_round(state, parts, quiet, quiet, 0, 500, sizer, False)  # type: ignore[arg-type]
+    assert end == 500
+    # 10 and 10 in flight before the first result; then x4 a result up to 1 s (100 steps).
+    assert sizes == [10, 10, 40, 100, 100, 100, 100, 40]

@@ -1,8 +1,10 @@
 """A chunk's results in one value (``train_chunk_packed``, what the ParameterServer chief
-schedules) are ``train_chunk``'s three, unchanged; how many steps a chunk writes out per
-loop iteration (``block_steps``)."""
+schedules) are ``train_chunk``'s three, unchanged, with the chunk's own seconds; how many
+steps a chunk writes out per loop iteration (``block_steps``)."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -31,9 +33,12 @@ def test_the_packed_chunk_carries_the_same_loss_histogram_and_bad_records() -> N
     packed, packed_input = _state_and_input()
     for steps in (3, 5):  # two chunks: the second starts from the first's state
         loss, hist, bad = plain.train_chunk(plain_input, tf.constant(steps, tf.int64))
-        got_loss, got_hist, got_bad = unpack_chunk(
-            packed.train_chunk_packed(packed_input, tf.constant(steps, tf.int64))
-        )
+        began = time.monotonic()
+        got = packed.train_chunk_packed(packed_input, tf.constant(steps, tf.int64))
+        wall = time.monotonic() - began
+        got_loss, got_hist, got_bad, seconds = unpack_chunk(got)
+        # Timed inside the call, around its steps: more than nothing, less than the call.
+        assert seconds is not None and 0 < seconds <= wall
         assert got_loss == float(loss.numpy())
         np.testing.assert_array_equal(got_hist, hist.numpy())
         assert got_hist.shape == (2, BINS) and got_hist.dtype == np.float32
@@ -43,9 +48,9 @@ def test_the_packed_chunk_carries_the_same_loss_histogram_and_bad_records() -> N
 
 def test_unpacking_keeps_large_counts_exact() -> None:
     hist = np.arange(2 * BINS, dtype=np.float64) * 1000
-    vector = np.concatenate([[0.25, 2.0**40 + 1], hist])
-    loss, got_hist, bad = unpack_chunk(vector)
-    assert (loss, bad) == (0.25, 2**40 + 1)
+    vector = np.concatenate([[0.25, 2.0**40 + 1, 1.5], hist])
+    loss, got_hist, bad, seconds = unpack_chunk(vector)
+    assert (loss, bad, seconds) == (0.25, 2**40 + 1, 1.5)
     np.testing.assert_array_equal(got_hist, hist.reshape(2, BINS))
 
 

@@ -30,3 +30,13 @@ def test_steps_per_execution_left_out_is_the_strategys_and_given_is_kept(strateg
     # What the pods read: the resolved value survives the trip through JSON.
     sent = TrainerConfig.model_validate_json(config(strategy).model_dump_json(by_alias=True))
     assert sent.steps_per_execution == steps
+
+
+def test_only_a_parameter_server_job_that_leaves_the_count_out_sizes_its_chunks_by_time():
+    assert config(Strategy.PARAMETER_SERVER).sized_by_time
+    assert not config(Strategy.PARAMETER_SERVER, stepsPerExecution=50).sized_by_time
+    assert not config(Strategy.MULTI_WORKER_MIRRORED).sized_by_time
+    sent = TrainerConfig.model_validate_json(
+        config(Strategy.PARAMETER_SERVER).model_dump_json(by_alias=True)
+    )
+    assert sent.sized_by_time
