@@ -6,8 +6,8 @@ that leaves it out (``TrainerConfig.sized_by_time``) gets chunks sized so each t
 the ps and the chief a round trip (~25 ms, ``benchmarks/trainer_throughput.py``), worth
 amortising over a second of steps, while a chunk much longer than that delays a stop on
 SIGTERM (the chief drains every chunk in flight first) and a worker's lost chunk is re-run
-whole. A fixed count cannot be right for every model: 50 steps are 0.25 s of a small CTR
-model here and a minute of a wide one. Keras's ``steps_per_execution="auto"`` tunes its
+whole. A fixed count cannot be right for every model: 50 steps are ~0.3 s of the small CTR
+model of that benchmark here and can be minutes of a wide one. Keras's ``steps_per_execution="auto"`` tunes its
 count by probing throughput; here the chunk's own seconds, timed on its worker
 (``TrainingState.train_chunk_packed``), say it directly.
 
@@ -44,10 +44,6 @@ class ChunkSizer:
         self.multiple = max(1, multiple)
         self.target_seconds = target_seconds
         self._per_step: deque[float] = deque(maxlen=WINDOW)
-
-    @property
-    def sized_by_time(self) -> bool:
-        return self.target_seconds is not None
 
     def next(self) -> int:
         return self.size

@@ -10,7 +10,6 @@ from etj_trainer.task.chunk_size import MAX_GROWTH, MAX_STEPS, WINDOW, ChunkSize
 
 def test_a_fixed_count_ignores_the_timings():
     sizer = ChunkSizer(50, multiple=25)
-    assert not sizer.sized_by_time
     for seconds in (0.01, 10.0, None):
         assert sizer.observe(50, seconds) == 50
     assert sizer.next() == 50
