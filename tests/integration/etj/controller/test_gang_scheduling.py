@@ -220,11 +220,14 @@ def test_a_second_job_does_not_deadlock_the_first(
     wait_for(lambda: len(job_pods(cluster, ns, "first")) == JOB_CPUS, 60, "first's pods")
     apply(cluster, ns, gang_job("second"))
 
+    def whole_or_none(job: str) -> int:
+        n = bound(cluster, ns, job)
+        assert n in (0, JOB_CPUS), f"a half-bound gang: {job} {n}"
+        return n
+
     def one_whole_job() -> str | None:
-        counts = {job: bound(cluster, ns, job) for job in ("first", "second")}
-        # At every look: each job all bound or not at all.
-        assert set(counts.values()) <= {0, JOB_CPUS}, f"a half-bound gang: {counts}"
-        placed = [job for job, n in counts.items() if n == JOB_CPUS]
+        # At every look while both wait to be placed: each job all bound or not at all.
+        placed = [job for job in ("first", "second") if whole_or_none(job) == JOB_CPUS]
         return placed[0] if placed else None
 
     winner = wait_for(one_whole_job, 90, "one job wholly bound")
@@ -240,11 +243,13 @@ def test_a_second_job_does_not_deadlock_the_first(
     assert bound(cluster, ns, other) == 0
 
     # The placed job finishes (its chief exits 0; the operator stops the rest): the
-    # other takes the node, every pod of it.
+    # other takes the node, every pod of it. The finished job's pods go one delete at a
+    # time (the other's gang may bind before its last one goes: there is room): only the
+    # gang being placed must be whole at every look.
     kubelet.terminate(f"{winner}-chief-0", 0, reason="Completed")
     wait_for(lambda: job_status(cluster, ns, winner).get("phase") == "Succeeded", 60, "winner done")
     wait_for(
-        lambda: (one_whole_job() == other) and bound(cluster, ns, winner) == 0,
+        lambda: whole_or_none(other) == JOB_CPUS and bound(cluster, ns, winner) == 0,
         120,
         f"{other} wholly bound once {winner} is done",
     )
