@@ -599,6 +599,8 @@ class DataSpec(ApiModel):
 # and 50 is only where its chunks start (TrainerConfig.sized_by_time: then sized by time).
 # MultiWorkerMirrored runs its chunks in the workers' own loop: nothing to amortise.
 DEFAULT_STEPS_PER_EXECUTION = {Strategy.PARAMETER_SERVER: 50, Strategy.MULTI_WORKER_MIRRORED: 10}
+# The most a chunk runs, given or sized by time.
+MAX_STEPS_PER_EXECUTION = 10_000
 
 
 class TrainingSpec(ApiModel):
@@ -634,7 +636,7 @@ class TrainingSpec(ApiModel):
     steps_per_execution: int | None = Field(
         default=None,
         ge=1,
-        le=10000,
+        le=MAX_STEPS_PER_EXECUTION,
         description=(
             "Steps run per scheduled function (fewer round-trips to the workers). Default "
             "under ParameterServer, where each scheduled function costs its worker a "

@@ -21,10 +21,10 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from etj.api.spec import MAX_STEPS_PER_EXECUTION
+
 # What a chunk sized by time aims at on its worker.
 TARGET_SECONDS = 1.0
-# The schema's bound on stepsPerExecution.
-MAX_STEPS = 10_000
 # A chunk grows at most this much over the one before: the first timings (a cold input
 # pipeline, a worker still starting) must not throw the size far off.
 MAX_GROWTH = 4
@@ -55,7 +55,7 @@ class ChunkSizer:
             return self.size
         self._per_step.append(seconds / steps)
         wanted = int(self.target_seconds / statistics.median(self._per_step))
-        wanted = min(wanted, self.size * MAX_GROWTH, MAX_STEPS)
+        wanted = min(wanted, self.size * MAX_GROWTH, MAX_STEPS_PER_EXECUTION)
         if wanted >= self.multiple:
             wanted -= wanted % self.multiple
         self.size = max(1, wanted)

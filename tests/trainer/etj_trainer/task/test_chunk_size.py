@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from etj_trainer.task.chunk_size import MAX_GROWTH, MAX_STEPS, WINDOW, ChunkSizer
+from etj.api.spec import MAX_STEPS_PER_EXECUTION as MAX_STEPS
+from etj_trainer.task.chunk_size import MAX_GROWTH, WINDOW, ChunkSizer
 
 
 def test_a_fixed_count_ignores_the_timings():
