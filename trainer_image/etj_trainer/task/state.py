@@ -463,8 +463,9 @@ class TrainingState:
         """The body of ``train_chunk`` (traced by it and by ``train_chunk_packed``).
 
         Steps run in blocks (``block_steps``: ``UNROLL``, at most ``stepsPerExecution``;
-        ``LONG_UNROLL`` for long chunks of a long job) written out in the graph: each loop iteration costs control
-        messages to every device the loop touches (the ps under ParameterServerStrategy),
+        ``LONG_UNROLL`` for long chunks of a long job) written out in the graph: each loop
+        iteration costs control messages to every device the loop touches (the ps under
+        ParameterServerStrategy),
         and under ParameterServer a block's first step sends its ids alone and its last
         step its gradient alone, so fewer iterations are measurably faster (10 instead of
         1: ~10-15 %; 25 instead of 10: 5-10 % in ``benchmarks/trainer_throughput.py``).

@@ -19,6 +19,11 @@ def config(strategy: Strategy, **training: Any) -> TrainerConfig:
     return build_trainer_config(job, build_plan(job.spec), RenderSettings())
 
 
+def sent(strategy: Strategy) -> TrainerConfig:
+    """What the pods read: the configuration after its trip through JSON."""
+    return TrainerConfig.model_validate_json(config(strategy).model_dump_json(by_alias=True))
+
+
 @pytest.mark.parametrize(
     ("strategy", "steps"),
     [(Strategy.PARAMETER_SERVER, 50), (Strategy.MULTI_WORKER_MIRRORED, 10)],
@@ -27,16 +32,11 @@ def test_steps_per_execution_left_out_is_the_strategys_and_given_is_kept(strateg
     assert config(strategy).training.steps_per_execution is None
     assert config(strategy).steps_per_execution == steps
     assert config(strategy, stepsPerExecution=7).steps_per_execution == 7
-    # What the pods read: the resolved value survives the trip through JSON.
-    sent = TrainerConfig.model_validate_json(config(strategy).model_dump_json(by_alias=True))
-    assert sent.steps_per_execution == steps
+    assert sent(strategy).steps_per_execution == steps
 
 
 def test_only_a_parameter_server_job_that_leaves_the_count_out_sizes_its_chunks_by_time():
     assert config(Strategy.PARAMETER_SERVER).sized_by_time
     assert not config(Strategy.PARAMETER_SERVER, stepsPerExecution=50).sized_by_time
     assert not config(Strategy.MULTI_WORKER_MIRRORED).sized_by_time
-    sent = TrainerConfig.model_validate_json(
-        config(Strategy.PARAMETER_SERVER).model_dump_json(by_alias=True)
-    )
-    assert sent.sized_by_time
+    assert sent(Strategy.PARAMETER_SERVER).sized_by_time
