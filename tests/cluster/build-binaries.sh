@@ -61,7 +61,24 @@ export GOTOOLCHAIN=local
 export CGO_ENABLED=0
 mkdir -p "$BIN" "$SRC"
 
-# Two `make binaries` at once (two checkouts) would race on the same files.
+# What this run would build. Every binary is moved into place whole (built aside, then
+# `mv`), so one that is there is complete: a warm run checks the files and takes no lock.
+# It must not wait on the lock, which kind-binaries.sh holds for minutes while it builds
+# the node's other binaries beside the test lanes (a cold CI run).
+wanted=(helm)
+if [ "$BUILD_CONTROL_PLANE" = 1 ]; then
+  wanted+=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  [ "${ETJ_WITH_KUBELET:-0}" = 1 ] && wanted+=(kubelet)
+fi
+all_cached=1
+for b in "${wanted[@]}"; do [ -x "$BIN/$b" ] || all_cached=0; done
+if [ "$all_cached" = 1 ]; then
+  for b in "${wanted[@]}"; do say "$b: cached"; done
+  say "binaries ready in $BIN (nothing to build)"
+  exit 0
+fi
+
+# Two builds at once (two checkouts, or kind-binaries.sh) would race on the same files.
 if command -v flock >/dev/null; then
   exec 9>"$CACHE/bin/.lock"
   flock 9

@@ -32,6 +32,8 @@ lane() {
   shift
   mkdir -p "/tmp/pytest-etj-lane-$name"
   local junit=()
+  # Every deadline-bounded wait of the lane, for the report of the tightest ones below.
+  export ETJ_WAIT_LOG="$logs/$name.waits"
   [ -z "${ETJ_JUNIT_DIR:-}" ] || junit=("--junitxml=$ETJ_JUNIT_DIR/$name.xml")
   # setsid: an interrupt kills each lane's whole process group (its clusters' fixtures
   # then stop what they started).
@@ -59,5 +61,8 @@ for name in "${names[@]}"; do
   # From pytest's durations / failures section to the end.
   sed -n '/= slowest\|= FAILURES\|= ERRORS\|= short test summary/,$p' "$logs/$name" | tail -80
 done
+echo
+echo "================ waits closest to their deadlines (both lanes) ================"
+"$PY" -m etj_testcluster.waiting "$logs"/*.waits
 rm -rf "$logs"
 exit "$rc"

@@ -27,7 +27,7 @@ from etj.api.spec import EmbeddingTrainingJobSpec
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
 from etj.core.planner import build_plan
 from etj.local.launch import bind_to, machine_share
-from etj_testcluster.waiting import wait_for
+from etj_testcluster.waiting import wait_exit, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # The product, then tests/trainer: the scripts zoo runs with `python -P` (not their own
@@ -311,8 +311,7 @@ class LocalJob:
         self.start_all()
 
     def wait_exit(self, role: str, index: int, timeout: float) -> int:
-        proc = self.procs[(role, index)]
-        return proc.wait(timeout=timeout)
+        return wait_exit(self.procs[(role, index)], timeout, f"{role} {index} to exit")
 
     def close(self) -> None:
         # The whole group: a supervised trainer's child goes too, whatever happened before.
@@ -388,6 +387,9 @@ class LocalJob:
         return "\n".join(out)
 
     def wait_done(self, timeout: float) -> dict[str, Any]:
+        """The leader's ``done`` event, within ``timeout``; then its exit 0 within a minute
+        (a leader that has written ``done`` leaves at once: etj_trainer.ending)."""
+
         def done() -> dict[str, Any] | None:
             self.check_chief_alive()
             return self.last("done")

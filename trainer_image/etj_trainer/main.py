@@ -18,6 +18,7 @@ from etj.api.constants import TF_CONFIG_ENV
 from etj.api.roles import Role
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, metrics_port
+from etj_trainer.ending import keep
 from etj_trainer.task.cluster import ClusterError, Task, check_strategy, parse_tf_config
 from etj_trainer.task.termination import report_failure, write_termination_message
 
@@ -106,9 +107,13 @@ def run(config: object, task: Task, port: int) -> int:
         if ps:
             return roles.run_ps_chief(config, task, port)
         return roles.run_synchronous(config, task, port if task.is_chief() else None)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        keep(e)
         return exitcodes.TERMINATED
     except BaseException as e:
+        # Its traceback holds the role's frames: kept, so that nothing they built is torn
+        # down while a peer is gone (etj_trainer.ending).
+        keep(e)
         return _failed(e, ps)
 
 

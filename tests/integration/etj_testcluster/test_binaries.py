@@ -3,6 +3,7 @@ directory of existing binaries, and a warm run rebuilds nothing."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -18,7 +19,9 @@ from tests.integration.conftest import ROOT, require_binaries
 SCRIPT = ROOT / "tests" / "cluster" / "build-binaries.sh"
 
 
-def run_script(env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+# A deadline against a hang, not a speed check: a warm run is file checks (seconds), a
+# cold one builds for minutes and is never run here.
+def run_script(env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
     clean = {
         k: v for k, v in os.environ.items() if k not in ("ETJ_K8S_BIN_DIR", "KUBEBUILDER_ASSETS")
     }
@@ -52,6 +55,24 @@ def test_a_complete_bin_dir_is_used_and_nothing_is_built(tmp_path: Path):
     assert run.returncode == 0, run.stderr
     assert "not building them" in run.stdout
     assert not cache.exists()
+
+
+def test_a_warm_run_takes_no_lock(tmp_path: Path):
+    """A cold CI run builds the kind node's binaries (kind-binaries.sh) under the build lock
+    for minutes beside the test lanes; a warm check waited for it and timed out."""
+    cache = tmp_path / "cache"
+    (cache / "bin").mkdir(parents=True)
+    bins = fake_bin_dir(cache / "bin" / K8S_VERSION, (*CONTROL_PLANE_BINARIES, "helm", "kubelet"))
+    with (cache / "bin" / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held until the script is done
+        run = run_script({"ETJ_CACHE": str(cache), "ETJ_WITH_KUBELET": "1"})
+    assert run.returncode == 0, run.stderr
+    for name in (*CONTROL_PLANE_BINARIES, "helm", "kubelet"):
+        assert f"{name}: cached" in run.stdout
+    assert "nothing to build" in run.stdout
+    assert sorted(p.name for p in bins.iterdir()) == sorted(
+        (*CONTROL_PLANE_BINARIES, "helm", "kubelet")
+    )
 
 
 def test_default_bin_dir_takes_only_a_complete_directory(

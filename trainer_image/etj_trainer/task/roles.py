@@ -33,6 +33,7 @@ from etj.api.constants import CPUS_ENV
 from etj.api.roles import Role
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.pipeline import count_records, make_dataset, ps_worker_dataset
+from etj_trainer.ending import keep
 from etj_trainer.models.ctr import TablePartitioner
 from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.cluster import Task
@@ -209,7 +210,9 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
         pause_every=state.maintain_every(),
         pause=state.maintain_between_steps,
     )
-    return train_loop(config, state, checkpoints, parts, restored, stop, metrics_port, True)
+    code = train_loop(config, state, checkpoints, parts, restored, stop, metrics_port, True)
+    keep(locals())  # the coordinator's threads and iterators are never torn down
+    return code
 
 
 def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
@@ -267,7 +270,7 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
         examples_per_step=batch * replicas,
         warm_up=lambda: state.train_chunk(iterator, tf.constant(0, tf.int64)),
     )
-    return train_loop(
+    code = train_loop(
         config,
         state,
         checkpoints,
@@ -277,6 +280,9 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
         metrics_port if is_chief else None,
         is_chief,
     )
+    # The iterators' and collectives' destructors can wait on peers (etj_trainer.ending).
+    keep(locals())
+    return code
 
 
 def _numpy(result: Any) -> ChunkResult:
