@@ -35,6 +35,11 @@ METRIC_EVAL_STEP = "etj_trainer_eval_step"
 METRIC_EVAL_AUC = "etj_trainer_eval_auc"
 METRIC_EVAL_LOGLOSS = "etj_trainer_eval_logloss"
 METRIC_EVAL_EXAMPLES = "etj_trainer_eval_examples"
+# Set once, when the leader has trained every step and written its last checkpoint, export
+# and completion record: the Unix time it did (status.progress.finishedTime). A leader's
+# process leaves right after; one that does not is stopped by the operator
+# (etj.core.reconcile.policies.completion.LEADER_EXIT_GRACE_SECONDS).
+METRIC_FINISHED_TIME = "etj_trainer_finished_time_seconds"
 
 # Metric name -> status.progress field (Progress, by Python name).
 PROGRESS_METRICS: dict[str, str] = {

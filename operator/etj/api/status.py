@@ -114,6 +114,14 @@ class Progress(ApiModel):
         default=None, description="Step of the newest checkpoint."
     )
     update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
+    finished_time: str | None = Field(
+        default=None,
+        description=(
+            "When the leader reported it had trained every step (RFC 3339, the leader's "
+            "clock). The job succeeds when its process exits 0, or is stopped and counted "
+            "succeeded if it has not exited a minute later."
+        ),
+    )
     bad_records: int | None = Field(
         default=None,
         ge=0,

@@ -5,7 +5,9 @@ termination message, parsed by the operator's own code)."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -166,11 +168,21 @@ def test_progress_reaches_the_operator(tmp_path: Path, monkeypatch, capsys):
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [d["step"] for d in lines if d["event"] == "progress"] == [10, 200]
     reporter.step(250, loss=0.4)
+    assert parse_progress(_page(port), NOW).finished_time is None
+    before = time.time()
     reporter.complete()
     message = termination.read_text()
     assert message.startswith(f"{REASON_COMPLETED}: ")
     final, _ = parse_completion(message, NOW)
     assert final is not None and final.step == 250 and final.loss == 0.4
+    # Set last, for the operator's stop of a leader that does not exit (whole seconds).
+    finished = parse_progress(_page(port), NOW).finished_time
+    assert finished is not None
+    assert int(before) <= datetime.fromisoformat(finished).timestamp() <= time.time()
+
+
+def _page(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 
 
 def test_progress_is_silent_off_the_leader(tmp_path: Path, monkeypatch, capsys):

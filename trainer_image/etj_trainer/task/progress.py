@@ -46,6 +46,7 @@ from etj.api.progress import (
     METRIC_EVAL_LOGLOSS,
     METRIC_EVAL_STEP,
     METRIC_EXAMPLES_PER_SECOND,
+    METRIC_FINISHED_TIME,
     METRIC_LAST_CHECKPOINT_STEP,
     METRIC_LOSS,
     METRIC_RESTARTS_SEEN,
@@ -101,6 +102,9 @@ class Metrics:
         self.eval_auc = gauge(METRIC_EVAL_AUC, "Held-out AUC (data.validation).")
         self.eval_logloss = gauge(METRIC_EVAL_LOGLOSS, "Held-out log-loss.")
         self.eval_examples = gauge(METRIC_EVAL_EXAMPLES, "Held-out examples scored.")
+        self.finished_time = gauge(
+            METRIC_FINISHED_TIME, "Unix time the leader trained its last step (0 until then)."
+        )
         # Dynamic tables (model.embeddings[].dynamic), one series per table.
         self.dynamic = {
             field: Gauge(name, doc, ["table"], registry=self.registry)
@@ -331,8 +335,10 @@ class ProgressReporter:
             return
         if self.last.get("step") != self.last_step:
             self.report()
-        emit("done", step=self.last_step)
         write_termination_message(REASON_COMPLETED, completion_json(**self.completion()))
+        # Last: the operator reads it as "the process leaves now" (and stops one that does not).
+        self.metrics.finished_time.set(time.time())
+        emit("done", step=self.last_step)
 
     def _write_summaries(
         self, step: int, loss: float | None, auc: float | None, eps: float

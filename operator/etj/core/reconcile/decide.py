@@ -20,6 +20,7 @@ from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.roles import ReplicaSet, Role
+from etj.api.spec import SuccessPolicy
 from etj.api.status import (
     FINISHED_PHASES,
     ConditionType,
@@ -38,7 +39,13 @@ from etj.core.reconcile.policies.backoff import (
     wait_for,
     waiting_seconds,
 )
-from etj.core.reconcile.policies.completion import job_succeeded, pods_to_clean, success_message
+from etj.core.reconcile.policies.completion import (
+    LEADER_EXIT_GRACE_SECONDS,
+    job_succeeded,
+    leader_exit_overdue,
+    pods_to_clean,
+    success_message,
+)
 from etj.core.reconcile.policies.deadline import deadline_exceeded, seconds_to_deadline
 from etj.core.reconcile.policies.gang import (
     CONDITION_SCHEDULED,
@@ -263,6 +270,14 @@ def decide(world: World) -> Decision:
         )
         return p.done(replicas)
     success = rp.success_policy
+    if success == SuccessPolicy.CHIEF:
+        reported = world.progress or p.st.progress
+        finished = parse_time(reported.finished_time if reported else None)
+        overdue = leader_exit_overdue(p.pods, replicas, finished, world.now)
+        if overdue == 0:
+            _leader_did_not_exit(p, replicas)
+            return p.done(replicas)
+        p.requeue(overdue)
     if job_succeeded(p.pods, replicas, success):
         # The chief exits 0 only once it has trained every step; its last metrics page
         # may not have been read before it exited, but its termination message has the
@@ -351,6 +366,23 @@ def _invalid(p: _Pass, error: str, reason: str = "InvalidSpec") -> Decision:
         p.finish(Phase.FAILED, reason, error)
         p.d.delete_pods = pods_to_suspend(p.w.pods)  # nothing may run for an invalid job
     return p.done()
+
+
+def _leader_did_not_exit(p: _Pass, replicas: ReplicaSet) -> None:
+    """The leader reported it trained every step (its checkpoint, export and completion
+    record written) and its process has not exited within the grace: the job succeeded
+    with the progress it reported; its pod is stopped with the others."""
+    leader = p.pods[replicas.leader()]
+    if p.w.progress is not None:
+        p.st.progress = p.w.progress
+    p.finish(
+        Phase.SUCCEEDED,
+        "JobSucceeded",
+        f"{success_message(replicas)}; its process had not exited "
+        f"{LEADER_EXIT_GRACE_SECONDS:.0f}s after it reported its last step, so it was stopped",
+    )
+    if leader.name not in p.d.delete_pods:
+        p.d.delete_pods = sorted([*p.d.delete_pods, leader.name])
 
 
 def _finished(p: _Pass, replicas: ReplicaSet) -> Decision:

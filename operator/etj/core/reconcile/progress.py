@@ -14,6 +14,7 @@ A chief that trained every step says the same once more in its termination messa
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +24,7 @@ from etj.api.progress import (
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
     EVALUATION_METRICS,
+    METRIC_FINISHED_TIME,
     PROGRESS_METRICS,
     completion_record,
 )
@@ -100,7 +102,19 @@ def parse_progress(text: str, now: str) -> Progress | None:
     if not values.get("bad_records"):
         values.pop("bad_records", None)
     tables = dynamic_tables(_dynamic_series(families))
-    return Progress(update_time=now, dynamic_tables=tables, **values)
+    return Progress(
+        update_time=now, dynamic_tables=tables, finished_time=_finished_time(families), **values
+    )
+
+
+def _finished_time(families: list[Any]) -> str | None:
+    """``METRIC_FINISHED_TIME`` (Unix seconds, 0 until set) as RFC 3339; None when unset."""
+    for family in families:
+        if family.name == METRIC_FINISHED_TIME and family.samples:
+            value = float(family.samples[0].value)
+            if math.isfinite(value) and value > 0:
+                return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None
 
 
 def parse_evaluation(text: str, now: str) -> Evaluation | None:

@@ -12,6 +12,7 @@ Pure.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from etj.api.roles import ReplicaSet, Role
 from etj.api.spec import CleanPodPolicy, SuccessPolicy
@@ -36,6 +37,28 @@ def job_succeeded(
     if policy == SuccessPolicy.ALL_WORKERS and replicas.chief == 0 and replicas.worker:
         return all(_succeeded(pods, (Role.WORKER, i)) for i in range(replicas.worker))
     return leader_succeeded(pods, replicas)
+
+
+# How long a leader that reported it trained every step (status.progress.finishedTime) may
+# take to exit before the operator stops it and counts the job succeeded. Its checkpoint,
+# export and completion record are written before it reports, and etj's trainer leaves at
+# once after (etj_trainer.ending): a minute is far beyond a healthy exit and short against
+# a job left Running for good (a program of the job's own, stuck in its teardown).
+LEADER_EXIT_GRACE_SECONDS = 60.0
+
+
+def leader_exit_overdue(
+    pods: dict[tuple[str, int], PodState],
+    replicas: ReplicaSet,
+    finished_time: datetime | None,
+    now: datetime,
+) -> float | None:
+    """For a leader that reported it finished and whose pod is still active: the seconds
+    until the operator stops it (0 once overdue); None otherwise."""
+    pod = pods.get(replicas.leader())
+    if finished_time is None or pod is None or not pod.active:
+        return None
+    return max(0.0, LEADER_EXIT_GRACE_SECONDS - (now - finished_time).total_seconds())
 
 
 def success_message(replicas: ReplicaSet, policy: SuccessPolicy | str = SuccessPolicy.CHIEF) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from etj.api.status import Evaluation, Phase, Progress
+from etj.api.status import EmbeddingTrainingJobStatus, Evaluation, Phase, Progress
 from etj.core.reconcile import World, decide
 from tests.unit.reconcile_helpers import T0, all_pods, later, make_job, pod, run, with_status
 
@@ -244,6 +244,28 @@ def test_clean_pod_policy_none_still_stops_ps():
     job = make_job(runPolicy={"cleanPodPolicy": "None"}, status={"phase": "Running"})
     pods = [p if p.key != ("chief", 0) else pod("chief", 0, "Succeeded") for p in all_pods(job)]
     assert run(job, pods).delete_pods == ["j-ps-0", "j-ps-1"]
+
+
+def test_a_leader_that_finished_and_does_not_exit_is_stopped_after_the_grace():
+    """Issue 36: worker 0 of a MultiWorkerMirrored job reported its last step (checkpoint,
+    export and completion record written) and its process stayed; the job must not stay
+    Running. Within the grace the operator waits (and looks again when it ends); after
+    it, the job Succeeded with the reported progress and the leader's pod is stopped
+    (under every cleanPodPolicy)."""
+    job = make_job("MultiWorkerMirrored", runPolicy={"cleanPodPolicy": "None"})
+    job = job.model_copy(update={"status": EmbeddingTrainingJobStatus(phase=Phase.RUNNING)})
+    pods = [pod("worker", 0, "Running"), pod("worker", 1, "Succeeded", exit_code=0)]
+    reported = Progress(step=job.spec.training.steps, finished_time="2026-11-22T12:00:00Z")
+    waiting = run(job, pods, now=later(20), progress=reported)
+    assert waiting.status.phase == Phase.RUNNING and waiting.delete_pods == []
+    assert waiting.requeue_after == 40
+    # A later pass without a fresh scrape reads the time from the status it wrote.
+    d = run(with_status(job, waiting), pods, now=later(61))
+    assert d.status.phase == Phase.SUCCEEDED
+    assert d.delete_pods == ["j-worker-0"]
+    assert d.status.progress.step == job.spec.training.steps
+    assert "had not exited 60s after it reported its last step" in d.status.message
+    assert [e.reason for e in d.events] == ["JobSucceeded"]
 
 
 def test_mirrored_without_chief_succeeds_with_worker_zero():

@@ -24,6 +24,15 @@ def test_parses_known_gauges_and_skips_nan():
     assert p.update_time == "2026-11-22T12:00:00Z"
 
 
+def test_the_finished_time_is_read_once_set():
+    """The leader's ``etj_trainer_finished_time_seconds`` (Unix time, 0 until it finished)."""
+    assert parse_progress(PAGE, "t").finished_time is None
+    unset = parse_progress(PAGE + "etj_trainer_finished_time_seconds 0.0\n", "t")
+    assert unset.finished_time is None
+    page = PAGE + "etj_trainer_finished_time_seconds 1795800000.0\n"  # 2026-11-27T17:20:00Z
+    assert parse_progress(page, "t").finished_time == "2026-11-27T17:20:00Z"
+
+
 def test_no_step_no_progress():
     assert parse_progress("etj_trainer_loss 1.0\n", "t") is None
     assert parse_progress("", "t") is None

@@ -2,13 +2,15 @@
 AllWorkers); cleanPodPolicy decides what goes."""
 
 from etj.core.reconcile.policies.completion import (
+    LEADER_EXIT_GRACE_SECONDS,
     job_succeeded,
+    leader_exit_overdue,
     leader_succeeded,
     pods_to_clean,
     success_message,
 )
 from etj.core.tfconfig import ReplicaSet
-from tests.unit.reconcile_helpers import pod
+from tests.unit.reconcile_helpers import T0, later, pod
 
 PODS = [
     pod("chief", 0, "Succeeded"),
@@ -69,3 +71,20 @@ def test_success_message_names_who_finished():
         "all 4 workers finished; parameter servers stopped"
     )
     assert success_message(ReplicaSet(chief=0, worker=2), "AllWorkers") == "all 2 workers finished"
+
+
+def test_a_leader_that_reported_finished_and_runs_on_is_overdue_after_the_grace():
+    replicas = ReplicaSet(chief=0, worker=2)
+    running = _by_key(pod("worker", 0, "Running"), pod("worker", 1, "Succeeded"))
+    assert leader_exit_overdue(running, replicas, None, later(600)) is None  # never reported
+    assert leader_exit_overdue(running, replicas, T0, later(10)) == LEADER_EXIT_GRACE_SECONDS - 10
+    assert leader_exit_overdue(running, replicas, T0, later(LEADER_EXIT_GRACE_SECONDS)) == 0
+    assert leader_exit_overdue(running, replicas, T0, later(3600)) == 0
+    # Exited, already going, or no pod: nothing to stop.
+    for leader in (
+        pod("worker", 0, "Succeeded"),
+        pod("worker", 0, "Failed"),
+        pod("worker", 0, "Running", terminating=True),
+    ):
+        assert leader_exit_overdue(_by_key(leader), replicas, T0, later(3600)) is None
+    assert leader_exit_overdue({}, replicas, T0, later(3600)) is None
