@@ -45,7 +45,7 @@ def kind_answers(kubeconfig: Path) -> str | None:
         return f"no kind cluster ({kubeconfig} is missing): run `make kind-up`"
     probe = subprocess.run(
         [str(KIND_BIN_DIR / "kubectl"), f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     if probe.returncode != 0:
         return f"the kind cluster does not answer ({probe.stderr.strip()[:200]})"

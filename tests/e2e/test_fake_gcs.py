@@ -167,7 +167,7 @@ def fake_gcs(
         return True
 
     try:
-        wait_for(listening, 30, "fake-gcs-server to listen", every=0.2)
+        wait_for(listening, 120, "fake-gcs-server to listen", every=0.2)
         env = {
             **os.environ,
             "https_proxy": f"http://127.0.0.1:{proxy.port}",
@@ -183,7 +183,7 @@ def fake_gcs(
         proxy.close()
         for name, proc in (("gcs-front", front), ("fake-gcs-server", server)):
             proc.terminate()
-            out, _ = proc.communicate(timeout=30)
+            out, _ = proc.communicate(timeout=120)
             if out.strip():
                 print(f"{name} log:\n" + out[-4000:])
 

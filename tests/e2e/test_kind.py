@@ -246,7 +246,7 @@ class PodWatch:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=120)
 
     def terminations(self) -> list[tuple[str, int, str]]:
         """(pod, exit code, reason) of every terminated container seen; stops the watch."""
@@ -334,7 +334,7 @@ def test_emptydir_checkpoints_are_lost_with_a_ps_then_such_a_job_is_refused(
         conds = k.status(name).get("conditions") or []
         return next((c for c in conds if c["type"] == "Failed" and c["status"] == "True"), None)
 
-    cond = wait_for(failed, 60, "the operator to refuse the emptyDir job")
+    cond = wait_for(failed, 120, "the operator to refuse the emptyDir job")
     assert cond["reason"] == "InvalidSpec" and "checkpoint.storage" in cond["message"], cond
     selector = f"training.etj.dev/job-name={name}"
     assert k.kubectl("get", "pods", "-l", selector, "-o", "name").stdout.strip() == ""

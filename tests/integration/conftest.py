@@ -97,7 +97,7 @@ def create_namespace(cluster: LocalCluster, labels: dict[str, str] | None = None
             cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
             == 0
         ),
-        30,
+        120,
         "the default ServiceAccount",
     )
     return name

@@ -81,7 +81,7 @@ class OperatorProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        wait_for(self._live, 60, "the operator's liveness endpoint")
+        wait_for(self._live, 120, "the operator's liveness endpoint")
         return self
 
     def _live(self) -> bool:
@@ -102,13 +102,13 @@ class OperatorProcess:
         """SIGKILL: the operator gets no chance to clean up (as when its pod is evicted)."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=120)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 self.kill()
 
@@ -161,11 +161,11 @@ def process_node(cluster: LocalCluster, state: Path, namespaces: list[str], log:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         # Nothing the node started outlives it: no process still works under its state dir.
-        wait_for(lambda: not processes_under(state), 30, "the node's processes to end")
+        wait_for(lambda: not processes_under(state), 120, "the node's processes to end")
 
 
 class KubeletStandIn:

@@ -300,8 +300,8 @@ class LocalJob:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         if sig == signal.SIGKILL:
-            proc.wait(timeout=60)
-            wait_for(lambda: not _group_alive(proc.pid), 30, f"{role}/{index} to be gone")
+            proc.wait(timeout=120)
+            wait_for(lambda: not _group_alive(proc.pid), 120, f"{role}/{index} to be gone")
 
     def restart_all(self) -> None:
         """Kill every task and start them all again: what the operator does when the
@@ -320,7 +320,7 @@ class LocalJob:
                 os.killpg(proc.pid, signal.SIGKILL)
         for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
+                proc.wait(timeout=120)
 
     def __enter__(self) -> LocalJob:
         return self

@@ -181,7 +181,7 @@ def service_account_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
 
 def lifecycle(cluster: LocalCluster, namespace: str, kubelet: KubeletStandIn) -> None:
     apply(cluster, namespace, job(ttlSecondsAfterFinished=2))
-    wait_for(lambda: phase(cluster, namespace) == "Running", 60, "Running")
+    wait_for(lambda: phase(cluster, namespace) == "Running", 120, "Running")
     before = live_pods(cluster, namespace)["ctr-worker-0"]["metadata"]["uid"]
     kubelet.terminate("ctr-worker-0", 137)
     wait_for(
@@ -189,13 +189,13 @@ def lifecycle(cluster: LocalCluster, namespace: str, kubelet: KubeletStandIn) ->
             (p := live_pods(cluster, namespace).get("ctr-worker-0")) is not None
             and p["metadata"]["uid"] != before
         ),
-        30,
+        120,
         "worker-0 replaced",
     )
-    wait_for(lambda: phase(cluster, namespace) == "Running", 60, "Running again")
+    wait_for(lambda: phase(cluster, namespace) == "Running", 120, "Running again")
     kubelet.terminate("ctr-chief-0", 0)
-    wait_for(lambda: phase(cluster, namespace) == "Succeeded", 30, "Succeeded")
-    wait_for(lambda: job_status(cluster, namespace, "ctr") == {}, 60, "the TTL deletion")
+    wait_for(lambda: phase(cluster, namespace) == "Succeeded", 120, "Succeeded")
+    wait_for(lambda: job_status(cluster, namespace, "ctr") == {}, 120, "the TTL deletion")
 
 
 def test_operator_under_the_chart_service_account_runs_a_whole_lifecycle(
@@ -287,7 +287,7 @@ def test_every_pod_of_the_chart_passes_restricted_pod_security(installed: LocalC
             )
             == 2
         ),
-        60,
+        120,
         "the operator's two pods",
     )
     # The `helm test` pod, admitted by the real server (a dry run stores nothing).

@@ -162,7 +162,7 @@ def _test_pod_command(cluster: LocalCluster) -> tuple[list[str], dict[str, str]]
 
 def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        command, env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+        command, env={**os.environ, **env}, capture_output=True, text=True, timeout=120
     )
 
 

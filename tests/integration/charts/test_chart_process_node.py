@@ -72,7 +72,7 @@ def test_helm_install_then_the_quickstart_succeeds_on_the_process_node(
     )
     pod = wait_for(
         lambda: (p := _operator_pod(crds)) and p["status"].get("phase") == "Running" and p,
-        60,
+        120,
         "the operator's pod Running",
     )
     doc = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
@@ -102,5 +102,5 @@ def test_helm_install_then_the_quickstart_succeeds_on_the_process_node(
     text = (node_for / "logs" / RELEASE_NS / f"{pod['metadata']['name']}.log").read_text()
     assert "Initial authentication has finished" in text and "orbidden" not in text
     helm(crds, "uninstall", "etj", "--namespace", RELEASE_NS)
-    wait_for(lambda: _operator_pod(crds) is None, 60, "the operator's pod gone")
-    wait_for(lambda: not processes_under(pod_dir), 30, "the operator's process to end")
+    wait_for(lambda: _operator_pod(crds) is None, 120, "the operator's pod gone")
+    wait_for(lambda: not processes_under(pod_dir), 120, "the operator's process to end")

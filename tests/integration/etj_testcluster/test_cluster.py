@@ -57,7 +57,7 @@ def test_scheduler_binds_a_pod_to_the_node(api_client, namespace: str):
     core.create_namespaced_pod(namespace, pod)
     node = wait_for(
         lambda: core.read_namespaced_pod("p", namespace).spec.node_name,
-        30,
+        120,
         "the scheduler to bind the pod",
     )
     assert node == "etj-local-node"
@@ -143,7 +143,7 @@ def test_get_prints_the_printer_columns(crds: LocalCluster, namespace: str):
 
 
 def test_explain_shows_field_descriptions(crds: LocalCluster):
-    out = wait_for(lambda: crds.kubectl("explain", "etj.spec", check=False).stdout, 30, "explain")
+    out = wait_for(lambda: crds.kubectl("explain", "etj.spec", check=False).stdout, 120, "explain")
     assert "The desired training job." in out
     assert "strategy" in out and "ParameterServer (tables sharded over ps)" in out
     deep = crds.kubectl("explain", "etj.spec.sharding.maxShardBytes").stdout
@@ -175,7 +175,7 @@ def test_owned_object_is_garbage_collected(crds: LocalCluster, namespace: str):
         lambda: (
             crds.kubectl("get", "configmap", "child", "-n", namespace, check=False).returncode != 0
         ),
-        60,
+        120,
         "the owned ConfigMap to be garbage-collected",
     )
 

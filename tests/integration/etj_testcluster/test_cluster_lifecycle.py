@@ -90,7 +90,7 @@ def test_killed_supervisor_takes_the_components_with_it(tmp_path: Path):
         os.kill(supervisor, signal.SIGKILL)  # no cleanup code runs
         wait_for(
             lambda: not any(process_alive(p) for p in [supervisor, *components]),
-            20,
+            120,
             "the components to die with their supervisor",
         )
         assert etj_cluster("status", "--state-dir", str(state)).returncode == 1
@@ -175,6 +175,6 @@ def test_no_process_survives_a_session_that_is_killed(tmp_path: Path):
     assert run.returncode == -signal.SIGKILL
     wait_for(
         lambda: not any(process_alive(p) for p in pids),
-        20,
+        120,
         "the cluster's processes to die with the killed session",
     )

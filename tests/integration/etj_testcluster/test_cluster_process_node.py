@@ -52,11 +52,11 @@ def test_default_up_runs_pods_on_the_process_node(tmp_path: Path) -> None:
             )
             return got.stdout if got.stdout in ("Succeeded", "Failed") else None
 
-        assert wait_for(phase, 60, "the pod to finish", every=0.5) == "Succeeded"
+        assert wait_for(phase, 120, "the pod to finish", every=0.5) == "Succeeded"
     finally:
         down = etj_cluster("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stderr
-    wait_for(lambda: not processes_naming(state), 20, "every node process to stop with `down`")
+    wait_for(lambda: not processes_naming(state), 120, "every node process to stop with `down`")
 
 
 def test_up_node_none_runs_no_node(tmp_path: Path) -> None:

@@ -135,29 +135,29 @@ def test_kueue_admits_the_group_and_counts_it_finished(kueue_cluster: LocalClust
             # No LocalQueue yet: Kueue holds every pod at its gate, unscheduled.
             gated = wait_for(
                 lambda: (p := live_pods(c, namespace)) and len(p) >= 4 and p,
-                60,
+                120,
                 "the group's pods",
             )
             for pod in gated.values():
                 assert pod["metadata"]["labels"][KUEUE_MANAGED_LABEL] == "true"
                 gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
                 assert KUEUE_ADMISSION_GATE in gates and not pod["spec"].get("nodeName")
-            (workload,) = wait_for(lambda: workloads(c, namespace), 30, "the group's Workload")
+            (workload,) = wait_for(lambda: workloads(c, namespace), 120, "the group's Workload")
             assert not condition(workload, "Admitted")
             create(c, kueue_object("LocalQueue", QUEUE, {"clusterQueue": "cq"}, namespace))
             wait_for(
                 lambda: any(condition(w, "Admitted") for w in workloads(c, namespace)),
-                60,
+                120,
                 "Kueue's admission",
             )
-            wait_for(lambda: phase(c, namespace) == "Running", 60, "Running")
+            wait_for(lambda: phase(c, namespace) == "Running", 120, "Running")
             kubelet.terminate("ctr-chief-0", 0)
             for i in range(2):
                 kubelet.terminate(f"ctr-worker-{i}", 0)
-            wait_for(lambda: phase(c, namespace) == "Succeeded", 30, "Succeeded")
+            wait_for(lambda: phase(c, namespace) == "Succeeded", 120, "Succeeded")
             wait_for(
                 lambda: all(condition(w, "Finished") for w in workloads(c, namespace)),
-                60,
+                120,
                 "the Workload Finished",
             )
     finally:
@@ -228,13 +228,13 @@ def test_a_preempted_job_is_requeued_and_admitted_again(
         apply(c, namespace, doc)
 
     def finish(name: str, kubelet: Kubelet) -> None:
-        wait_for(lambda: phase(c, namespace, name) == "Running", 60, f"{name} Running")
+        wait_for(lambda: phase(c, namespace, name) == "Running", 120, f"{name} Running")
         for pod in (f"{name}-chief-0", f"{name}-worker-0", f"{name}-worker-1"):
             kubelet.terminate(pod, 0)
-        wait_for(lambda: phase(c, namespace, name) == "Succeeded", 30, f"{name} Succeeded")
+        wait_for(lambda: phase(c, namespace, name) == "Succeeded", 120, f"{name} Succeeded")
         wait_for(
             lambda: (w := workload_of(c, namespace, name)) and condition(w, "Finished"),
-            60,
+            120,
             f"{name}'s Workload Finished",
         )
 
@@ -242,12 +242,12 @@ def test_a_preempted_job_is_requeued_and_admitted_again(
     try:
         with Kubelet(c, namespace) as kubelet:
             submit("low", "low")
-            wait_for(lambda: phase(c, namespace, "low") == "Running", 60, "low Running")
+            wait_for(lambda: phase(c, namespace, "low") == "Running", 120, "low Running")
             first = {n: p["metadata"]["uid"] for n, p in live_pods(c, namespace).items()}
             submit("high", "high")
             w = wait_for(
                 lambda: (w := workload_of(c, namespace, "low")) and requeued(w) and w,
-                60,
+                120,
                 "low's Workload requeued",
             )
             assert not condition(w, "Finished")
@@ -265,7 +265,7 @@ def test_a_preempted_job_is_requeued_and_admitted_again(
                     and all(x["metadata"]["uid"] != first[n] for n, x in p.items())
                     else None
                 ),
-                60,
+                120,
                 "low's pods made again",
             )
             for pod in again.values():
@@ -284,7 +284,7 @@ def test_a_preempted_job_is_requeued_and_admitted_again(
             # Capacity is back: Kueue admits the low job's group again.
             wait_for(
                 lambda: (w := workload_of(c, namespace, "low")) and condition(w, "Admitted"),
-                60,
+                120,
                 "low admitted again",
             )
             finish("low", kubelet)
@@ -309,12 +309,12 @@ def test_a_job_deleted_while_running_leaves_no_pod_and_no_quota_behind(
     try:
         with Kubelet(c, namespace):
             apply(c, namespace, queued_job())
-            wait_for(lambda: phase(c, namespace) == "Running", 60, "Running")
+            wait_for(lambda: phase(c, namespace) == "Running", 120, "Running")
             (w,) = workloads(c, namespace)
             c.kubectl("delete", "etj", "ctr", "-n", namespace, "--wait=false")
             wait_for(
                 lambda: not live_pods(c, namespace) and not _any_pod(c, namespace),
-                60,
+                120,
                 "no pod left",
             )
             wait_for(
@@ -322,7 +322,7 @@ def test_a_job_deleted_while_running_leaves_no_pod_and_no_quota_behind(
                     x["metadata"]["uid"] != w["metadata"]["uid"] or condition(x, "Finished")
                     for x in workloads(c, namespace)
                 ),
-                30,
+                120,
                 "the Workload finished or gone",
             )
     finally:

@@ -152,7 +152,7 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
                     e.get("reason") == "Preempted" and e["involvedObject"]["name"] == "low"
                     for e in events(c, namespace)
                 ),
-                60,
+                120,
                 "the Preempted Event",
             )
             gated = wait_for(
@@ -190,7 +190,7 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
             phases["high succeeded"] = time.monotonic() - started
             wait_for(
                 lambda: (w := workload_of(c, namespace, "high")) and condition(w, "Finished"),
-                60,
+                120,
                 "high's Workload Finished",
             )
             # Kueue admits the low job again; it resumes from its checkpoint and finishes.
@@ -216,7 +216,7 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
             assert restored[0]["step"] < LOW_STEPS
             wait_for(
                 lambda: (w := workload_of(c, namespace, "low")) and condition(w, "Finished"),
-                60,
+                120,
                 "low's Workload Finished",
             )
             print("kueue preemption phases (s):", {k: round(v) for k, v in phases.items()})

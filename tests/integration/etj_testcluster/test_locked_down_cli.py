@@ -26,7 +26,7 @@ def kubectl(
         input=input,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
 
 

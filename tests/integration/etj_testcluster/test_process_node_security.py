@@ -86,10 +86,10 @@ def node(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[None
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+            proc.wait(timeout=120)
 
 
 def create(cluster: LocalCluster, namespace: str, manifest: dict[str, Any]) -> None:
@@ -107,14 +107,14 @@ def test_a_restricted_pod_runs_without_capabilities_and_privilege_escalation(
     create(cluster, namespace, pod("open-chief-0", {}, {}))
     wait_for(
         lambda: phase(cluster, namespace, "locked-chief-0") in ("Succeeded", "Failed"),
-        60,
+        120,
         "the restricted pod's end",
     )
     assert phase(cluster, namespace, "locked-chief-0") == "Succeeded"
     # The control: a pod asking for nothing keeps the node's privileges (when it has any).
     wait_for(
         lambda: phase(cluster, namespace, "open-chief-0") in ("Succeeded", "Failed"),
-        60,
+        120,
         "the open pod's end",
     )
     expected = "Failed" if os.geteuid() == 0 else "Succeeded"
@@ -132,7 +132,7 @@ def test_run_as_non_root_as_root_is_refused_and_never_runs(
         ) or [{}]
         return dict(statuses[0].get("state", {}).get("waiting") or {})
 
-    state = wait_for(waiting, 30, "the refusal in the pod's status")
+    state = wait_for(waiting, 120, "the refusal in the pod's status")
     assert state["reason"] == "CreateContainerConfigError"
     assert "runAsUser breaks non-root policy" in state["message"]
     assert phase(cluster, namespace, "root-chief-0") == "Pending"

@@ -68,7 +68,7 @@ def test_criteo_job_survives_a_killed_worker_and_reports_held_out_auc(
             (p := live_pods(crds, namespace).get(f"{NAME}-worker-1"))
             and p["metadata"]["uid"] != old
         ),
-        60,
+        120,
         "worker-1 replaced",
     )
     wait_for(

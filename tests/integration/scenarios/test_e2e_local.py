@@ -108,14 +108,14 @@ def test_ps_job_survives_a_killed_worker(
         lambda: (
             (p := live_pods(crds, namespace).get("e2e-worker-1")) and p["metadata"]["uid"] != old
         ),
-        60,
+        120,
         "worker-1 replaced",
     )
     st = wait_succeeded(crds, namespace)
     assert st["progress"]["step"] == 4000
     assert st["replicaStatuses"]["worker"]["restarts"] == 1 and st["restarts"] == 1
     assert st["progress"]["loss"] < 0.69  # below the loss of a coin flip: it learned
-    wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 60, "ps stopped")
+    wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 120, "ps stopped")
 
 
 @pytest.mark.extended  # make test-all; CI kills the chief on the node in test_custom_tower_node (restore checked) and a ps on the kind cluster in tests/e2e
@@ -126,7 +126,7 @@ def test_ps_chief_kill_resumes_from_the_last_checkpoint(
     wait_checkpoint(crds, namespace, 800, timeout=240)
     before = job_status(crds, namespace, "e2e")["progress"]
     kill_replica(crds, namespace, "e2e-chief-0")
-    wait_for(lambda: job_status(crds, namespace, "e2e").get("restarts", 0) >= 1, 60, "the restart")
+    wait_for(lambda: job_status(crds, namespace, "e2e").get("restarts", 0) >= 1, 120, "the restart")
     log = node / "logs" / namespace / "e2e-chief-0.log"
 
     def restored_step() -> int | None:

@@ -130,7 +130,7 @@ def check_scaled(
     if connected:  # ParameterServer: the coordinator names its cluster
         assert len(connected[-1]["cluster"]["worker"]) == to
     phases = {"restored": time.monotonic() - started}
-    wait_for(lambda: len(workers(cluster, namespace, name)) == to, 60, f"{to} worker pods")
+    wait_for(lambda: len(workers(cluster, namespace, name)) == to, 120, f"{to} worker pods")
     # Training goes on past the restored step.
     wait_for(
         lambda: step(cluster, namespace, name) > restored["step"],
@@ -141,7 +141,7 @@ def check_scaled(
     phases["training again"] = time.monotonic() - started
     status = wait_for(
         lambda: (s := job_status(cluster, namespace, name))["phase"] == "Running" and s,
-        60,
+        120,
         "the job Running again",
     )
     assert status.get("restarts", 0) == 0
@@ -159,7 +159,7 @@ def check_scaled(
             == "False"
             else None
         ),
-        60,
+        120,
         "the Scaling condition to end",
     )
     assert scaled["reason"] == "Scaled"
@@ -167,12 +167,12 @@ def check_scaled(
     assert got["spec"]["replicas"] == to
     wait_for(
         lambda: scale_subresource(cluster, namespace, name)["status"].get("replicas") == to,
-        30,
+        120,
         "the scale's status.replicas",
     )
     assert "training.etj.dev/replica-type=worker" in got["status"]["selector"]
     said = wait_for(
-        lambda: len(s := scaled_events(cluster, namespace, name)) >= n and s, 30, "Scaled event"
+        lambda: len(s := scaled_events(cluster, namespace, name)) >= n and s, 120, "Scaled event"
     )
     assert len(said) == n  # one per change
     return phases
@@ -193,7 +193,7 @@ def change_without_trainers(c: LocalCluster, namespace: str, name: str, n: int, 
             and uids(c, namespace).get(chief) not in (None, before[chief])
             and job_status(c, namespace, name).get("phase") == "Running"
         ),
-        60,
+        120,
         f"{to} workers and a new chief",
     )
     after = uids(c, namespace)
@@ -210,7 +210,7 @@ def change_without_trainers(c: LocalCluster, namespace: str, name: str, n: int, 
         scaling = next((x for x in s.get("conditions", []) if x["type"] == "Scaling"), {})
         return s if s.get("workerReplicas") == to and scaling.get("status") == "False" else None
 
-    status = wait_for(changed, 30, "the status of the change")
+    status = wait_for(changed, 120, "the status of the change")
     assert status.get("restarts", 0) == 0
     assert all(r.get("restarts", 0) == 0 for r in status["replicaStatuses"].values())
     got = scale_subresource(c, namespace, name)
@@ -221,7 +221,7 @@ def change_without_trainers(c: LocalCluster, namespace: str, name: str, n: int, 
     )
     said = wait_for(
         lambda: e if len(e := scaled_events(c, namespace, name)) >= n else None,
-        30,
+        120,
         "the Scaled Event",
     )
     assert len(said) == n  # one per change (listed in no particular order)
@@ -235,7 +235,7 @@ def test_kubectl_scale_with_a_stand_in_kubelet(
     c, name = crds, "fast"
     with KubeletStandIn(c, namespace):
         c.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(ps_job(name)))
-        wait_for(lambda: job_status(c, namespace, name).get("phase") == "Running", 60, "Running")
+        wait_for(lambda: job_status(c, namespace, name).get("phase") == "Running", 120, "Running")
         change_without_trainers(c, namespace, name, 1, 4)
         change_without_trainers(c, namespace, name, 2, 1)
         # ParameterServer needs a worker: the API server says so, the job is untouched.

@@ -56,7 +56,7 @@ def test_own_program_survives_a_killed_worker(
         lambda: (
             (p := live_pods(crds, namespace).get("own-worker-1")) and p["metadata"]["uid"] != old
         ),
-        60,
+        120,
         "worker-1 replaced",
     )
     # The template's labels are on the new pod, beside etj's own.
@@ -72,4 +72,4 @@ def test_own_program_survives_a_killed_worker(
     assert st["phase"] == "Succeeded", st
     assert st["progress"]["step"] == STEPS
     assert st["replicaStatuses"]["worker"]["restarts"] == 1 and st["restarts"] == 1
-    wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 60, "ps stopped")
+    wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 120, "ps stopped")

@@ -85,7 +85,7 @@ def test_worker_0_is_the_chief_of_a_ps_job_without_one(
     # The ps and the running workers go (cleanPodPolicy Running); worker 0's pod stays.
     wait_for(
         lambda: set(live_pods(crds, namespace)) == {"dist-mnist-worker-0"},
-        60,
+        120,
         "the ps and the other workers deleted",
     )
 
@@ -100,7 +100,9 @@ def test_all_workers_success_policy_waits_for_every_worker(
     assert st["phase"] == "Succeeded", st
     assert st["message"] == "all 4 workers finished; parameter servers stopped"
     assert st["replicaStatuses"]["worker"]["succeeded"] == 4, st["replicaStatuses"]
-    wait_for(lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 60, "the ps deleted")
+    wait_for(
+        lambda: not any("-ps-" in n for n in live_pods(crds, namespace)), 120, "the ps deleted"
+    )
 
 
 def test_a_chiefless_ps_job_on_etjs_trainer_is_failed_by_the_operator(

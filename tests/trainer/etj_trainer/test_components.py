@@ -164,7 +164,7 @@ def test_watchdog_leaves_the_stacks_and_a_termination_message(tmp_path: Path) ->
         env=trainer_env({"ETJ_TERMINATION_LOG": str(termination)}),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
     assert result.returncode == exitcodes.RETRYABLE
     assert "in stuck_in_a_step" in result.stderr, result.stderr[-2000:]
@@ -244,7 +244,7 @@ def test_supervisor_passes_exit_codes_and_sigterm(tmp_path: Path) -> None:
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == exitcodes.TERMINATED
+    assert proc.wait(timeout=120) == exitcodes.TERMINATED
 
 
 def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> None:

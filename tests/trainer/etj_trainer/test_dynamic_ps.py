@@ -143,7 +143,7 @@ def test_ps_killed_restore_keeps_the_invariants_and_the_loss_goes_on(job: LocalJ
     _wait_checkpoint_after(job, job.step())
     before = _losses(job.events())
     job.kill("ps", 1, signal.SIGKILL)
-    assert job.wait_exit("chief", 0, timeout=90) == exitcodes.RETRYABLE
+    assert job.wait_exit("chief", 0, timeout=120) == exitcodes.RETRYABLE
     job.start("ps", 1)
     latest = max(_checkpoint_steps(job))
     total = latest + 2 * EVERY

@@ -190,7 +190,7 @@ def chief_killed_resumes_from_last_checkpoint(job: LocalJob) -> None:
 def sigterm_checkpoints_and_exits_143(job: LocalJob) -> None:
     job.wait_step(job.step() + 100, timeout=120)
     job.kill("chief", 0, signal.SIGTERM)
-    assert job.wait_exit("chief", 0, timeout=60) == exitcodes.TERMINATED
+    assert job.wait_exit("chief", 0, timeout=120) == exitcodes.TERMINATED
     events = job.events()
     last_ckpt = [e for e in events if e["event"] == "checkpoint"][-1]
     terminated = [e for e in events if e["event"] == "terminated"][-1]
@@ -203,7 +203,7 @@ def sigterm_checkpoints_and_exits_143(job: LocalJob) -> None:
 def ps_killed_chief_exits_retryable_then_resumes_and_finishes(job: LocalJob) -> None:
     _wait_checkpoint_after(job, job.step())
     job.kill("ps", 0, signal.SIGKILL)
-    assert job.wait_exit("chief", 0, timeout=60) == exitcodes.RETRYABLE
+    assert job.wait_exit("chief", 0, timeout=120) == exitcodes.RETRYABLE
     job.start("ps", 0)
     latest = max(_checkpoint_steps(job))
     # Finish 2 checkpoint intervals after the last one.

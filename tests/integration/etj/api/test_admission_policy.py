@@ -76,7 +76,7 @@ def policed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         # The API server loads a new policy within a moment; until then it admits all.
         wait_for(
             lambda: MESSAGES[hostile.refusals[0][0]] in create(c, hostile.manifest, probe, "probe"),
-            60,
+            120,
             "the admission policy in force",
         )
         yield c
@@ -133,7 +133,7 @@ def test_an_update_that_leaves_the_spec_alone_is_not_judged(policed: LocalCluste
             MESSAGES[HOSTILE[0].refusals[0][0]]
             in create(policed, HOSTILE[0].manifest, namespace, "new")
         ),
-        30,
+        120,
         "the namespace no longer exempt",
     )
     result = policed.kubectl(
@@ -221,14 +221,14 @@ def test_the_operator_creates_each_jobs_network_policy_under_the_charts_rbac(
                 == 0
                 and json.loads(r.stdout)
             ),
-            60,
+            120,
             "the job's NetworkPolicy",
         )
         pods = wait_for(
             lambda: json.loads(
                 policed.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
             )["items"],
-            60,
+            120,
             "the job's pods",
         )
     except AssertionError as exc:

@@ -97,7 +97,7 @@ def test_api_server_down_30s_mid_burst_every_job_ends_with_exactly_its_pods(
         apply(cluster, namespace, ps_job(names[0], runPolicy={"backoffLimit": 5}))
         wait_for(
             lambda: job_status(cluster, namespace, names[0]).get("phase") == "Running",
-            60,
+            120,
             "the first job Running",
         )
         # The rest of the burst, a replica failing, and the API server gone: the operator
@@ -127,11 +127,11 @@ def test_api_server_down_30s_mid_burst_every_job_ends_with_exactly_its_pods(
             120,
             "every job Running",
         )
-        wait_for(lambda: restarts(cluster, namespace, names[0]) == 1, 60, "one restart of b0")
+        wait_for(lambda: restarts(cluster, namespace, names[0]) == 1, 120, "one restart of b0")
         # Settled: further passes (resync every 5 s) create, delete and count nothing more.
         uids = {n: p["metadata"]["uid"] for n, p in live_pods(cluster, namespace).items()}
         baseline = _reconciles(op)
-        wait_for(lambda: _reconciles(op) >= baseline + 2 * BURST, 60, "two more passes a job")
+        wait_for(lambda: _reconciles(op) >= baseline + 2 * BURST, 120, "two more passes a job")
         assert {n: p["metadata"]["uid"] for n, p in live_pods(cluster, namespace).items()} == uids
         assert {n: restarts(cluster, namespace, n) for n in names} == {
             n: (1 if n == names[0] else 0) for n in names
@@ -161,9 +161,9 @@ def test_expired_watch_is_resumed_without_missing_a_pod_failure(
     op = OperatorProcess(cluster, namespace, tmp_path / "operator.log", extra=quiet).start()
     try:
         apply(cluster, namespace, ps_job("w"))
-        wait_for(lambda: set(live_pods(cluster, namespace)) == ps_job_pods("w"), 60, "pods")
+        wait_for(lambda: set(live_pods(cluster, namespace)) == ps_job_pods("w"), 120, "pods")
         wait_for(
-            lambda: job_status(cluster, namespace, "w").get("phase") == "Running", 60, "Running"
+            lambda: job_status(cluster, namespace, "w").get("phase") == "Running", 120, "Running"
         )
         before = pods(cluster, namespace)["w-worker-1"]["metadata"]["uid"]
         assert op.proc is not None
@@ -180,10 +180,10 @@ def test_expired_watch_is_resumed_without_missing_a_pod_failure(
                 (p := live_pods(cluster, namespace).get("w-worker-1"))
                 and p["metadata"]["uid"] != before
             ),
-            60,
+            120,
             "worker 1 replaced",
         )
-        wait_for(lambda: restarts(cluster, namespace, "w") == 1, 30, "one restart counted")
+        wait_for(lambda: restarts(cluster, namespace, "w") == 1, 120, "one restart counted")
         assert set(live_pods(cluster, namespace)) == ps_job_pods("w")
         # The resumed pod watch really expired (the operator's own pod watch logs it).
         log = op.log.read_text(errors="replace")
@@ -194,17 +194,17 @@ def test_expired_watch_is_resumed_without_missing_a_pod_failure(
 
 
 def _ready(cluster: LocalCluster) -> bool:
-    return cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=30).returncode == 0
+    return cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=120).returncode == 0
 
 
 def test_etcd_down_and_back_keeps_the_data(api_server_back: LocalCluster, namespace: str):
     cluster = api_server_back
     cluster.kubectl("create", "configmap", "kept", "-n", namespace, "--from-literal=k=v")
     cluster.stop_component("etcd")
-    wait_for(lambda: not _ready(cluster), 60, "the API server not ready without etcd")
+    wait_for(lambda: not _ready(cluster), 120, "the API server not ready without etcd")
     cluster.start_component("etcd")
     # The API server reconnects to etcd by itself; the data is the same.
-    wait_for(lambda: _ready(cluster), 60, "the API server ready again")
+    wait_for(lambda: _ready(cluster), 120, "the API server ready again")
     got = json.loads(
         cluster.kubectl("get", "configmap", "kept", "-n", namespace, "-o", "json").stdout
     )

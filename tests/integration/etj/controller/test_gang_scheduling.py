@@ -79,7 +79,7 @@ def gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
                 ).returncode
                 == 0
             ),
-            90,
+            120,
             "the CRDs Established",
         )
         yield c
@@ -98,7 +98,7 @@ def ns(gang_cluster: LocalCluster) -> Iterator[str]:
             ).returncode
             == 0
         ),
-        30,
+        120,
         "the default ServiceAccount",
     )
     yield name
@@ -164,7 +164,7 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_node_grows(
         c = scheduled(cluster, ns, "big")
         return c if c.get("reason") == "GangUnschedulable" else None
 
-    condition = wait_for(unschedulable, 90, "Scheduled=False/GangUnschedulable")
+    condition = wait_for(unschedulable, 120, "Scheduled=False/GangUnschedulable")
     assert condition["status"] == "False"
     assert "Insufficient cpu" in condition["message"], condition
     assert len(job_pods(cluster, ns, "big")) == JOB_CPUS
@@ -185,14 +185,14 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_node_grows(
         assert pod["spec"]["workloadRef"]["name"] == "big"
 
     cluster.resize_node({"cpu": str(JOB_CPUS)})
-    wait_for(lambda: bound(cluster, ns, "big") == JOB_CPUS, 90, "every pod bound")
+    wait_for(lambda: bound(cluster, ns, "big") == JOB_CPUS, 120, "every pod bound")
     placed = wait_for(
         lambda: (c := scheduled(cluster, ns, "big")).get("status") == "True" and c,
-        60,
+        120,
         "Scheduled=True",
     )
     assert placed["reason"] == "GangScheduled"
-    wait_for(lambda: job_status(cluster, ns, "big").get("phase") == "Running", 60, "Running")
+    wait_for(lambda: job_status(cluster, ns, "big").get("phase") == "Running", 120, "Running")
 
     # A worker fails and is replaced (ParameterServer: that pod alone): the new pod joins
     # the gang whose other members are bound, and binds at once.
@@ -204,7 +204,7 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_node_grows(
             and p["metadata"]["uid"] != before
             and p["spec"].get("nodeName")
         ),
-        60,
+        120,
         "the replaced worker bound",
     )
 
@@ -217,7 +217,7 @@ def test_a_second_job_does_not_deadlock_the_first(
     # places and both would hold half a job each.
     cluster.resize_node({"cpu": str(JOB_CPUS + JOB_CPUS // 2)})
     apply(cluster, ns, gang_job("first"))
-    wait_for(lambda: len(job_pods(cluster, ns, "first")) == JOB_CPUS, 60, "first's pods")
+    wait_for(lambda: len(job_pods(cluster, ns, "first")) == JOB_CPUS, 120, "first's pods")
     apply(cluster, ns, gang_job("second"))
 
     def whole_or_none(job: str) -> int:
@@ -230,14 +230,14 @@ def test_a_second_job_does_not_deadlock_the_first(
         placed = [job for job in ("first", "second") if whole_or_none(job) == JOB_CPUS]
         return placed[0] if placed else None
 
-    winner = wait_for(one_whole_job, 90, "one job wholly bound")
+    winner = wait_for(one_whole_job, 120, "one job wholly bound")
     other = "second" if winner == "first" else "first"
     wait_for(
         lambda: (
             len(job_pods(cluster, ns, other)) == JOB_CPUS
             and scheduled(cluster, ns, other).get("reason") == "GangUnschedulable"
         ),
-        90,
+        120,
         f"{other} waiting as a whole (GangUnschedulable)",
     )
     assert bound(cluster, ns, other) == 0
@@ -247,7 +247,9 @@ def test_a_second_job_does_not_deadlock_the_first(
     # time (the other's gang may bind before its last one goes: there is room): only the
     # gang being placed must be whole at every look.
     kubelet.terminate(f"{winner}-chief-0", 0, reason="Completed")
-    wait_for(lambda: job_status(cluster, ns, winner).get("phase") == "Succeeded", 60, "winner done")
+    wait_for(
+        lambda: job_status(cluster, ns, winner).get("phase") == "Succeeded", 120, "winner done"
+    )
     wait_for(
         lambda: whole_or_none(other) == JOB_CPUS and bound(cluster, ns, winner) == 0,
         120,
@@ -276,7 +278,7 @@ def test_the_charts_rbac_allows_exactly_the_workload_gang(
     try:
         with KubeletStandIn(cluster, ns):
             apply(cluster, ns, gang_job("ctr"))
-            wait_for(lambda: bound(cluster, ns, "ctr") == JOB_CPUS, 60, "every pod bound")
+            wait_for(lambda: bound(cluster, ns, "ctr") == JOB_CPUS, 120, "every pod bound")
 
             def min_count() -> int:
                 workload = json.loads(
@@ -293,8 +295,8 @@ def test_the_charts_rbac_allows_exactly_the_workload_gang(
             cluster.kubectl(
                 "patch", "etj", "ctr", "-n", ns, "--type=merge", "-p", json.dumps(patch)
             )
-            wait_for(lambda: min_count() == JOB_CPUS + 1, 60, "the Workload remade for 5")
-            wait_for(lambda: bound(cluster, ns, "ctr") == JOB_CPUS + 1, 60, "5 pods bound")
+            wait_for(lambda: min_count() == JOB_CPUS + 1, 120, "the Workload remade for 5")
+            wait_for(lambda: bound(cluster, ns, "ctr") == JOB_CPUS + 1, 120, "5 pods bound")
             assert "forbidden" not in op.tail(400).lower()
 
             # The chart's rule without delete: the next remake is refused, and said so.
@@ -313,7 +315,7 @@ def test_the_charts_rbac_allows_exactly_the_workload_gang(
                     (c := scheduled(cluster, ns, "ctr")).get("reason") == "GangSchedulerUnavailable"
                     and c
                 ),
-                60,
+                120,
                 "Scheduled=False/GangSchedulerUnavailable",
             )
             assert "not allowed" in refused["message"], refused
@@ -374,7 +376,7 @@ def test_a_volcano_gang_is_a_pod_group_the_pods_name_and_it_follows_the_plan(
         )
         return json.loads(got.stdout) if got.returncode == 0 else None
 
-    group = wait_for(pod_group, 60, "the PodGroup")
+    group = wait_for(pod_group, 120, "the PodGroup")
     assert group["spec"] == {
         "minMember": JOB_CPUS,
         "minResources": {
@@ -384,14 +386,14 @@ def test_a_volcano_gang_is_a_pod_group_the_pods_name_and_it_follows_the_plan(
         "queue": "research",
     }
     assert group["metadata"]["ownerReferences"][0]["name"] == "vc"
-    wait_for(lambda: len(job_pods(cluster, ns, "vc")) == JOB_CPUS, 60, "the pods")
+    wait_for(lambda: len(job_pods(cluster, ns, "vc")) == JOB_CPUS, 120, "the pods")
     for pod in job_pods(cluster, ns, "vc").values():
         assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "vc"
         assert pod["spec"]["schedulerName"] == "volcano"
     # Nobody is "volcano" here: the pods wait, and so does the job.
     waiting = wait_for(
         lambda: (c := scheduled(cluster, ns, "vc")).get("reason") == "GangWaiting" and c,
-        60,
+        120,
         "Scheduled=False/GangWaiting",
     )
     assert "Volcano gang of 4" in waiting["message"]
@@ -401,6 +403,6 @@ def test_a_volcano_gang_is_a_pod_group_the_pods_name_and_it_follows_the_plan(
     cluster.kubectl("patch", "etj", "vc", "-n", ns, "--type=merge", "-p", json.dumps(patch))
     wait_for(
         lambda: (g := pod_group()) is not None and g["spec"]["minMember"] == JOB_CPUS + 1,
-        60,
+        120,
         "minMember 5",
     )

@@ -64,17 +64,17 @@ def test_a_queued_job_resumes_as_one_kueue_pod_group_that_can_finish(
     try:
         with KubeletStandIn(crds, namespace) as kubelet:
             apply(crds, namespace, queued_job(suspend=True))
-            wait_for(lambda: phase(crds, namespace) == "Suspended", 30, "Suspended")
+            wait_for(lambda: phase(crds, namespace) == "Suspended", 120, "Suspended")
             assert pods(crds, namespace) == {}
             patch_suspend(crds, namespace, False)
             plan = wait_for(
-                lambda: job_status(crds, namespace, "ctr").get("shardPlan"), 30, "the plan"
+                lambda: job_status(crds, namespace, "ctr").get("shardPlan"), 120, "the plan"
             )
             assert plan["psReplicas"] > 1
             expected = 1 + 2 + int(plan["psReplicas"])  # chief, workers, the planned ps
             created = wait_for(
                 lambda: p if len(p := live_pods(crds, namespace)) == expected else None,
-                60,
+                120,
                 f"{expected} pods",
             )
             uid = json.loads(
@@ -89,18 +89,18 @@ def test_a_queued_job_resumes_as_one_kueue_pod_group_that_can_finish(
                 # Retriable while the job runs: a preempted group is requeued by Kueue.
                 assert KUEUE_RETRIABLE_IN_GROUP_ANNOTATION not in annotations
             assert groups == {f"ctr-{uid[:8]}"}
-            wait_for(lambda: phase(crds, namespace) == "Running", 60, "Running")
+            wait_for(lambda: phase(crds, namespace) == "Running", 120, "Running")
             kubelet.terminate("ctr-chief-0", 0)
             for i in range(2):
                 kubelet.terminate(f"ctr-worker-{i}", 0)
-            wait_for(lambda: phase(crds, namespace) == "Succeeded", 30, "Succeeded")
+            wait_for(lambda: phase(crds, namespace) == "Succeeded", 120, "Succeeded")
             # The ps were stopped by etj; no pod of the group is still active.
             wait_for(
                 lambda: all(
                     p["status"].get("phase") in ("Succeeded", "Failed")
                     for p in live_pods(crds, namespace).values()
                 ),
-                30,
+                120,
                 "no active pod in the group",
             )
             assert not any(
@@ -113,7 +113,7 @@ def test_a_queued_job_resumes_as_one_kueue_pod_group_that_can_finish(
                     p["metadata"]["annotations"].get(KUEUE_RETRIABLE_IN_GROUP_ANNOTATION) == "false"
                     for p in pods(crds, namespace).values()
                 ),
-                30,
+                120,
                 "the pods marked unretriable",
             )
     finally:

@@ -49,15 +49,15 @@ def test_one_leader_reconciles_and_the_standby_takes_over_when_it_is_killed(
 ):
     lease = ("--leader-election", f"{namespace}/etj")
     first = OperatorProcess(crds, namespace, tmp_path / "first.log", lease).start()
-    wait_for(lambda: is_leader(first), 30, "the first operator leads")
+    wait_for(lambda: is_leader(first), 120, "the first operator leads")
     second = OperatorProcess(crds, namespace, tmp_path / "second.log", lease).start()
     try:
         with KubeletStandIn(crds, namespace) as kubelet:
             apply(crds, namespace, named("a"))
-            wait_for(lambda: job_status(crds, namespace, "a").get("phase") == "Running", 60, "a")
+            wait_for(lambda: job_status(crds, namespace, "a").get("phase") == "Running", 120, "a")
             kubelet.terminate("a-worker-0", 137)
-            wait_for(lambda: job_status(crds, namespace, "a").get("restarts") == 1, 30, "restart")
-            wait_for(lambda: "a-worker-0" in live_pods(crds, namespace), 30, "a-worker-0 back")
+            wait_for(lambda: job_status(crds, namespace, "a").get("restarts") == 1, 120, "restart")
+            wait_for(lambda: "a-worker-0" in live_pods(crds, namespace), 120, "a-worker-0 back")
             # The standby has done nothing at all.
             assert not is_leader(second) and not reconciled(second)
 
@@ -65,24 +65,24 @@ def test_one_leader_reconciles_and_the_standby_takes_over_when_it_is_killed(
             burst = {"apiVersion": "v1", "kind": "List", "items": [named(n) for n in BURST]}
             apply(crds, namespace, burst)
             wait_for(
-                lambda: any(n.startswith("b") for n in pods(crds, namespace)), 60, "burst pods"
+                lambda: any(n.startswith("b") for n in pods(crds, namespace)), 120, "burst pods"
             )
             first.kill()
             killed = time.monotonic()
-            wait_for(lambda: reconciled(second), 30, "the standby reconciles")
+            wait_for(lambda: reconciled(second), 120, "the standby reconciles")
             takeover = time.monotonic() - killed
             assert is_leader(second)
 
             expected = {f"{job}-{role}" for job in ["a", *BURST] for role in ROLES}
             wait_for(
                 lambda: set(live_pods(crds, namespace)) == expected,
-                60,
+                120,
                 "every job with exactly its pods",
             )
             for job in ["a", *BURST]:
                 wait_for(
                     lambda job=job: job_status(crds, namespace, job).get("phase") == "Running",
-                    60,
+                    120,
                     f"{job} Running",
                 )
             # Not one pod more: nothing was created twice, nothing is left over.

@@ -65,7 +65,7 @@ def test_a_read_write_once_claim_fails_the_job_before_any_pod(
     apply(crds, namespace, rwo)
     volume = {"persistentVolumeClaim": {"claimName": "ckpt"}}
     apply(crds, namespace, ps_job("rwo", checkpoint={"volume": volume}))
-    cond = wait_for(lambda: failed(crds, namespace, "rwo"), 30, "the job Failed")
+    cond = wait_for(lambda: failed(crds, namespace, "rwo"), 120, "the job Failed")
     assert cond["reason"] == "StorageNotShared"
     assert cond["message"].startswith(
         "spec.checkpoint.volume: claim ckpt has accessModes ReadWriteOnce, so this job's 4 pods"
@@ -80,7 +80,7 @@ def test_a_ps_job_on_the_emptydir_default_is_failed_naming_the_choices(
     doc = ps_job("local")
     del doc["spec"]["checkpoint"]
     apply(crds, namespace, doc)  # the API server stores it: strategy and plan decide
-    cond = wait_for(lambda: failed(crds, namespace, "local"), 30, "the job Failed")
+    cond = wait_for(lambda: failed(crds, namespace, "local"), 120, "the job Failed")
     assert cond["reason"] == "InvalidSpec"
     assert cond["message"] == f"spec: {CHECKPOINT_NOT_SHARED}"
     assert live_pods(crds, namespace) == {}
@@ -91,8 +91,8 @@ def test_the_checkpoint_claim_is_read_write_many_and_goes_with_the_job_unless_re
 ):
     apply(crds, namespace, ps_job("owned", checkpoint={"storage": {"size": "1Gi"}}))
     apply(crds, namespace, ps_job("kept", checkpoint={"storage": {"size": "1Gi", "retain": True}}))
-    owned = wait_for(lambda: claim(crds, namespace, "owned-checkpoints"), 30, "the claim")
-    kept = wait_for(lambda: claim(crds, namespace, "kept-checkpoints"), 30, "the kept claim")
+    owned = wait_for(lambda: claim(crds, namespace, "owned-checkpoints"), 120, "the claim")
+    kept = wait_for(lambda: claim(crds, namespace, "kept-checkpoints"), 120, "the kept claim")
     assert owned["spec"]["accessModes"] == ["ReadWriteMany"]
     assert owned["spec"]["resources"]["requests"]["storage"] == "1Gi"
     (ref,) = owned["metadata"]["ownerReferences"]
@@ -100,13 +100,15 @@ def test_the_checkpoint_claim_is_read_write_many_and_goes_with_the_job_unless_re
     assert "ownerReferences" not in kept["metadata"]
     assert kept["metadata"]["labels"]["training.etj.dev/retained"] == "true"
     # Every pod mounts it (no provisioner here: they wait for it, unscheduled).
-    pods = wait_for(lambda: (p := live_pods(crds, namespace)) and len(p) == 8 and p, 30, "the pods")
+    pods = wait_for(
+        lambda: (p := live_pods(crds, namespace)) and len(p) == 8 and p, 120, "the pods"
+    )
     for name in ps_job_pods("owned"):
         vols = {v["name"]: v for v in pods[name]["spec"]["volumes"]}
         assert vols["checkpoints"]["persistentVolumeClaim"]["claimName"] == "owned-checkpoints"
     crds.kubectl("delete", "etj", "owned", "kept", "-n", namespace, "--wait=false")
-    wait_for(lambda: claim(crds, namespace, "owned-checkpoints") is None, 90, "the claim GC")
-    wait_for(lambda: live_pods(crds, namespace) == {}, 60, "every pod gone")
+    wait_for(lambda: claim(crds, namespace, "owned-checkpoints") is None, 120, "the claim GC")
+    wait_for(lambda: live_pods(crds, namespace) == {}, 120, "every pod gone")
     assert claim(crds, namespace, "kept-checkpoints") is not None
 
 
@@ -118,8 +120,8 @@ def test_a_job_deleted_and_applied_again_at_once_gets_a_claim_of_its_own(
     against it (they would wait for a claim that no longer exists, for good)."""
     job = ps_job("again", checkpoint={"storage": {"size": "1Gi"}})
     apply(crds, namespace, job)
-    old = wait_for(lambda: claim(crds, namespace, "again-checkpoints"), 30, "the claim")
-    wait_for(lambda: len(live_pods(crds, namespace)) == 4 or None, 30, "the pods")
+    old = wait_for(lambda: claim(crds, namespace, "again-checkpoints"), 120, "the claim")
+    wait_for(lambda: len(live_pods(crds, namespace)) == 4 or None, 120, "the pods")
     crds.kubectl("delete", "etj", "again", "-n", namespace, "--wait=false")
     apply(crds, namespace, job)
     uid = json.loads(crds.kubectl("get", "etj", "again", "-n", namespace, "-o", "json").stdout)[
@@ -132,14 +134,14 @@ def test_a_job_deleted_and_applied_again_at_once_gets_a_claim_of_its_own(
         ok = c and not c["metadata"].get("deletionTimestamp")
         return c if ok and c["metadata"]["ownerReferences"][0]["uid"] == uid else None
 
-    wait_for(own_claim, 90, "a claim owned by the new job")
+    wait_for(own_claim, 120, "a claim owned by the new job")
 
     def new_pods() -> dict[str, Any] | None:
         pods = live_pods(crds, namespace)
         mine = {n: p for n, p in pods.items() if p["metadata"]["ownerReferences"][0]["uid"] == uid}
         return mine if set(mine) == ps_job_pods("again") else None
 
-    for pod in wait_for(new_pods, 60, "the new job's pods").values():
+    for pod in wait_for(new_pods, 120, "the new job's pods").values():
         vols = {v["name"]: v for v in pod["spec"]["volumes"]}
         assert vols["checkpoints"]["persistentVolumeClaim"]["claimName"] == "again-checkpoints"
     # The claim they mount is the new job's, still there.
@@ -190,7 +192,7 @@ def test_a_replica_on_an_unreachable_node_is_replaced_soon_as_a_disruption(
         )
         apply(crds, namespace, doc)
         wait_for(
-            lambda: job_status(crds, namespace, "lost").get("phase") == "Running", 60, "Running"
+            lambda: job_status(crds, namespace, "lost").get("phase") == "Running", 120, "Running"
         )
         first = live_pods(crds, namespace)
         on_lost = {n for n, p in first.items() if p["spec"]["nodeName"] == LOST}
@@ -203,7 +205,7 @@ def test_a_replica_on_an_unreachable_node_is_replaced_soon_as_a_disruption(
             crds.kubectl("taint", "node", LOST, f"node.kubernetes.io/unreachable:{effect}")
         lost = wait_for(
             lambda: [e for e in events(crds, namespace) if e["reason"] == "NodeLost"],
-            60,
+            120,
             "a NodeLost event",
         )
         assert f"lost with its node {LOST}" in lost[0]["message"]
@@ -219,11 +221,11 @@ def test_a_replica_on_an_unreachable_node_is_replaced_soon_as_a_disruption(
                 for n in on_lost
             )
 
-        wait_for(replaced, 60, "the lost replicas made again on another node")
+        wait_for(replaced, 120, "the lost replicas made again on another node")
         assert (datetime.now(UTC) - lost_at).total_seconds() < 90
         wait_for(
             lambda: job_status(crds, namespace, "lost").get("phase") == "Running",
-            60,
+            120,
             "Running again",
         )
         st = job_status(crds, namespace, "lost")

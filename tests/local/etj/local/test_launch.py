@@ -28,7 +28,7 @@ def _run(tmp_path: Path, message: str, code: int) -> Proc:
         tmp_path / "logs" / "p.log",
         tmp_path,
     )
-    proc.popen.wait(timeout=60)
+    proc.popen.wait(timeout=120)
     return proc
 
 

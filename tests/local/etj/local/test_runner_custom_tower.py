@@ -44,7 +44,7 @@ def test_a_missing_config_map_is_refused_by_name(tmp_path: Path):
     job, _ = _docs()
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
-    out = _etj_run(path, tmp_path / "run", timeout=60)
+    out = _etj_run(path, tmp_path / "run", timeout=120)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "ConfigMap ctr-tower-code" in out.stderr and "job file does not hold" in out.stderr
     assert not (tmp_path / "run" / "logs").exists() or not any(

@@ -28,7 +28,7 @@ def _trainer_pid(launcher: int, wrapped: bool) -> int:
     if not wrapped:
         return launcher
     children = Path(f"/proc/{launcher}/task/{launcher}/children")
-    return int(wait_for(lambda: children.read_text().split(), 30, "unshare's child")[0])
+    return int(wait_for(lambda: children.read_text().split(), 120, "unshare's child")[0])
 
 
 @pytest.mark.parametrize("pid1", [False, True], ids=["process", "pid-1-of-a-namespace"])
