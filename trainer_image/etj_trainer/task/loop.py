@@ -126,13 +126,26 @@ def train_loop(
     validation = held_out(config) if is_chief else None
     scorer = Scorer(state.model, validation) if validation is not None else None
     if is_chief:
+        warm = checkpoints.warm_started
+        if warm is not None:
+            emit(
+                "warmStarted",
+                source=warm.source,
+                path=warm.path,
+                sourceStep=warm.source_step,
+                step=warm.step,
+                tables=[t.to_wire() for t in warm.tables],
+                tower=warm.tower,
+                lines=warm.lines(),
+            )
         if restored is not None:
             emit(
                 "restored",
                 step=restored,
-                path=checkpoints.latest(),
+                path=checkpoints.restored_path,
                 seconds=checkpoints.restore_seconds,
                 digest=state.digest(),
+                warmStart=warm is not None,
             )
         emit("start", step=start, restoredFrom=restored, steps=total)
     if start < total:

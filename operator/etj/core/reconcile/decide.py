@@ -66,6 +66,14 @@ from etj.core.reconcile.policies.scale import (
 )
 from etj.core.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
 from etj.core.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
+from etj.core.reconcile.policies.warmstart import (
+    REASON_NO_SOURCE,
+    REASON_REFUSED,
+    REASON_RESOLVED,
+    REASON_WAITING,
+    RECHECK_SECONDS,
+    resolve,
+)
 from etj.core.reconcile.progress import parse_completion
 from etj.core.reconcile.status import (
     all_running,
@@ -111,6 +119,9 @@ class World:
     # The uids of the pods Kueue's Workload for the job's group names as its owners, read
     # when a pass needs them (policies.queue.owners_wanted); None: not read or unknown.
     queue_owners: frozenset[str] | None = None
+    # The jobs of the job's namespace, listed while its warm start (spec.warmStart) is not
+    # resolved yet; None: not listed.
+    jobs: list[EmbeddingTrainingJob] | None = None
 
 
 @dataclass
@@ -262,6 +273,8 @@ def decide(world: World) -> Decision:
             f"the job ran longer than activeDeadlineSeconds ({rp.active_deadline_seconds})",
         )
         return p.done(replicas)
+    if _warm_start_pending(p) and _warm_start(p):
+        return p.done(replicas)
     success = rp.success_policy
     if job_succeeded(p.pods, replicas, success):
         # The chief exits 0 only once it has trained every step; its last metrics page
@@ -299,6 +312,45 @@ def decide(world: World) -> Decision:
         seconds_to_deadline(parse_time(p.st.start_time), rp.active_deadline_seconds, world.now)
     )
     return p.done(replicas)
+
+
+def _warm_start_pending(p: _Pass) -> bool:
+    """spec.warmStart is not pinned yet, and no pod was made (a warm start added to a job
+    that already runs changes nothing: its pods train from their own checkpoints)."""
+    return (
+        p.job.spec.warm_start is not None
+        and p.st.warm_start is None
+        and not p.w.pods
+        and not condition_true(p.st.conditions, ConditionType.CREATED)
+    )
+
+
+def _warm_start(p: _Pass) -> bool:
+    """Resolve the warm start's source (policies.warmstart); True when this pass makes no
+    pod: it waits for the source, refused it (the job failed), or pinned it (the status
+    write; the pods come in the next pass, from the pinned source)."""
+    r = resolve(p.job, p.w.jobs, p.now)
+    if r.refusal is not None:
+        p.finish(Phase.FAILED, REASON_REFUSED, r.refusal)
+        return True
+    if r.wait is not None:
+        old = next((c for c in p.st.conditions if c.type == ConditionType.WARM_STARTED), None)
+        if old is None or old.message != r.wait:
+            p.event("Normal", REASON_WAITING, r.wait)
+        p.condition(ConditionType.WARM_STARTED, False, REASON_WAITING, r.wait)
+        p.st.phase = Phase.PENDING
+        p.requeue(RECHECK_SECONDS)
+        return True
+    assert r.status is not None
+    p.st.warm_start = r.status
+    reason = REASON_RESOLVED if r.status.location else REASON_NO_SOURCE
+    p.condition(ConditionType.WARM_STARTED, r.status.location is not None, reason, r.lines[0])
+    for line in r.lines:
+        p.event("Normal", reason, line)
+    p.st.message = r.lines[0]
+    p.st.phase = p.st.phase or Phase.PENDING
+    p.requeue(0.5)
+    return True
 
 
 def failed_status(

@@ -1,0 +1,214 @@
+"""Warm start: restore another job's checkpoint into this job's model (``config.warm_start``).
+
+Only when the job has no checkpoint of its own (``Checkpoints.restore``: a restart resumes
+from its own, never from the source again). One restore, the one a restart uses
+(``restore_components``: every variable read as slices of the saved tensor on the device
+that holds it, so any ps count and shard layout; a bfloat16 table from a float32 one and
+back, cast), given a map from the *source's* checkpoint keys to this model's variables:
+
+- tables by name: the checkpoint keys tables by position, so the source's model comes from
+  the manifest beside its checkpoints (``CheckpointManifest``, written at every save);
+  ``table_decisions`` (``etj.api.warmstart``, the operator's rules too) says which are
+  restored, started fresh (not in the checkpoint, or in ``freshTables``) or left behind,
+  and refuses a table whose rows would mean other ids (``CheckpointMismatch``, exit 2,
+  naming it);
+- optimizer slots of a restored table when kept (same optimizer, ``optimizerState Keep``);
+- the tower when every one of its variables has the saved shape (else it starts fresh:
+  its inputs or layers changed), its optimizer slots with it when kept;
+- the step only under ``stepCount: Continue``; a dynamic table's index comes with its
+  pool (laid out anew for another shard count: ``restore_dynamic``), its rows' last-seen
+  steps moved back by the source's step under ``Restart`` so staleness keeps its meaning.
+
+The source's files are only read. One ``warmStarted`` line (and one per decision in the
+log) says what was done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+
+from etj.api.spec import ModelSpec
+from etj.api.trainer import TrainerConfig
+from etj.api.warmstart import (
+    CHECKPOINT_MANIFEST_FILE,
+    CheckpointManifest,
+    TableAction,
+    TrainerWarmStart,
+    WarmStartTable,
+    decision_line,
+    table_decisions,
+    table_infos,
+)
+from etj_trainer.models.dynamic import FREE
+from etj_trainer.models.dynamic_relayout import restore_dynamic
+from etj_trainer.task.checkpoint import CheckpointMismatch, restore_components
+from etj_trainer.task.optim import dense_optimizer
+from etj_trainer.task.state import TrainingState
+
+log = logging.getLogger(__name__)
+
+VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+@dataclass
+class WarmStartReport:
+    """What a warm start did: the source, its checkpoint and step, and every decision."""
+
+    source: str
+    path: str
+    source_step: int
+    step: int
+    tables: list[WarmStartTable] = field(default_factory=list)
+    tower: str = ""
+
+    def lines(self) -> list[str]:
+        return [decision_line(t) for t in self.tables] + [f"tower: {self.tower}"]
+
+
+def _parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0]
+
+
+def checkpoint_path(location: str) -> str | None:
+    """The checkpoint ``location`` names: itself (a prefix, ``.../ckpt-5000``) or the
+    newest in it (a directory); None when there is none."""
+    if tf.io.gfile.exists(f"{location}.index"):
+        return location
+    latest: str | None = tf.train.latest_checkpoint(location)
+    return latest
+
+
+def write_manifest(directory: str, config: TrainerConfig) -> None:
+    """The model the checkpoints of ``directory`` hold (written whole, then renamed)."""
+    manifest = CheckpointManifest(
+        model=config.model.to_wire(), optimizer=str(config.training.optimizer)
+    )
+    path = f"{directory}/{CHECKPOINT_MANIFEST_FILE}"
+    with tf.io.gfile.GFile(f"{path}.tmp", "w") as f:
+        f.write(json.dumps(manifest.to_wire(), sort_keys=True))
+    tf.io.gfile.rename(f"{path}.tmp", path, overwrite=True)
+
+
+def read_manifest(path: str) -> CheckpointManifest | None:
+    """The manifest beside the checkpoint ``path``; None when there is none."""
+    file = f"{_parent(path)}/{CHECKPOINT_MANIFEST_FILE}"
+    if not tf.io.gfile.exists(file):
+        return None
+    with tf.io.gfile.GFile(file) as f:
+        return CheckpointManifest.model_validate_json(f.read())
+
+
+def _components(var: Any) -> list[Any]:
+    return list(getattr(var, "variables", [var]))
+
+
+def _same_shapes(shapes: dict[str, Any], wanted: dict[str, list[Any]]) -> list[str]:
+    """The keys of ``wanted`` the checkpoint lacks or holds in another shape."""
+    out = []
+    for key, parts in wanted.items():
+        saved = shapes.get(key + VALUE_SUFFIX)
+        rows = sum(int(p.shape[0]) for p in parts) if parts[0].shape.rank else None
+        here = [rows, *parts[0].shape[1:]] if rows is not None else []
+        if saved is None or list(saved) != [int(d) for d in here]:
+            out.append(f"{key} {list(saved) if saved is not None else 'missing'} vs {here}")
+    return out
+
+
+def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
+    """Restore ``ws``'s checkpoint into ``state`` (see the module docstring)."""
+    config = state.config
+    path = checkpoint_path(ws.location)
+    if path is None:
+        raise CheckpointMismatch(
+            f"warm start from {ws.source}: no checkpoint at {ws.location} (a directory of "
+            "checkpoints or one checkpoint's prefix, e.g. .../ckpt-5000)"
+        )
+    manifest = read_manifest(path)
+    if manifest is None:
+        raise CheckpointMismatch(
+            f"warm start from {ws.source}: {_parent(path)} has no {CHECKPOINT_MANIFEST_FILE} "
+            "(etj's trainer writes it beside every checkpoint): its tables cannot be told apart"
+        )
+    source = ModelSpec.model_validate(manifest.model)
+    decisions, problems = table_decisions(
+        table_infos(source.tables, manifest.optimizer),
+        table_infos(config.model.tables, str(config.training.optimizer)),
+        ws.fresh_tables,
+        ws.keep_optimizer,
+    )
+    if problems:
+        raise CheckpointMismatch(f"warm start from {ws.source}: " + "; ".join(problems))
+    reader = tf.train.load_checkpoint(path)
+    shapes = reader.get_variable_to_shape_map()
+    by_name = {d.name: d for d in decisions}
+    position = {t.name: i for i, t in enumerate(source.tables)}
+    wanted: dict[str, list[Any]] = {}
+    dynamic = {}
+    for i, table in enumerate(config.model.tables):
+        d = by_name[table.name]
+        if d.action != TableAction.RESTORED:
+            continue
+        wanted[f"model/tables/{position[table.name]}"] = state.model.table_components(i)
+        if d.optimizer_state == "Kept":
+            for slot, var in state.slots.tables[table.name].items():
+                wanted[f"slots/tables/{table.name}/{slot}"] = _components(var)
+        if table.dynamic is not None:
+            dynamic[table.name] = state.model.dynamic[table.name]
+    tower = dict(state.tower_keys)
+    changed = _same_shapes(shapes, tower)
+    if changed:
+        tower_line = (
+            "started fresh: its weights changed shape since the checkpoint (its inputs or "
+            f"layers changed): {'; '.join(changed)}"
+        )
+    else:
+        wanted.update(tower)
+        tower_line = "restored"
+        dense_opt = dense_optimizer(str(config.training.optimizer))
+        if ws.keep_optimizer and dense_opt == dense_optimizer(manifest.optimizer):
+            dense = {
+                f"slots/dense/{i}/{j}": [var]
+                for i, slots in enumerate(state.slots.dense)
+                for j, var in enumerate(slots)
+            }
+            if dense and not _same_shapes(shapes, dense):
+                wanted.update(dense)
+                tower_line += f" ({dense_opt} state kept)"
+        elif state.slots.dense and any(state.slots.dense):
+            tower_line += " (optimizer state reset)"
+    if ws.continue_steps:
+        wanted["step"] = [state.step]
+    source_step = int(reader.get_tensor("step" + VALUE_SUFFIX))
+    restore_components(path, wanted)
+    step = int(state.step.numpy())
+    if dynamic:
+        pools = {t.name: state.model.tables[i] for i, t in enumerate(config.model.tables)}
+        restore_dynamic(dynamic, pools, state.dynamic_slots, path, step)
+        if step != source_step:
+            for table in dynamic.values():
+                _rebase(table, source_step - step)
+    report = WarmStartReport(ws.source, path, source_step, step, decisions, tower_line)
+    for line in report.lines():
+        log.info("warm start from %s: %s", ws.source, line)
+    return report
+
+
+def _rebase(table: Any, offset: int) -> None:
+    """Move a dynamic table's last-seen steps back by ``offset`` (the job's step count
+    restarted below the source's), so a row's staleness is the same steps as before; a
+    value that would read as ``FREE`` is taken one step older."""
+    for shard in table.shards:
+        with tf.device(shard.device):
+            seen = shard.last_seen.read_value()
+            moved = seen - offset
+            moved = tf.where(moved == FREE, tf.constant(FREE - 1, tf.int64), moved)
+            shard.last_seen.assign(tf.where(seen == FREE, seen, moved))
+            keys, values = shard.candidate_seen.export()
+            moved = values - offset
+            moved = tf.where(moved == FREE, tf.constant(FREE - 1, tf.int64), moved)
+            shard.candidate_seen.insert(keys, moved)
