@@ -54,7 +54,7 @@ from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.policies.claim import claim_wait
 from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
 from etj.core.reconcile.policies.queue import owners_wanted
-from etj.core.reconcile.progress import parse_evaluation, parse_progress
+from etj.core.reconcile.progress import parse_evaluation, parse_progress, parse_warm_start
 from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
 from etj.core.render.networkpolicy import build_network_policy
 from etj.core.render.objects import build_checkpoint_claim, build_gang_object
@@ -492,6 +492,7 @@ class Reconciler:
         return {
             "progress": parse_progress(text, iso(now)),
             "evaluation": parse_evaluation(text, iso(now)),
+            "warm_start_report": parse_warm_start(text),
         }
 
     async def _apply(

@@ -34,13 +34,18 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.progress import EVENT_EVALUATION, EVENT_PROGRESS
+from etj.api.progress import EVENT_EVALUATION, EVENT_PROGRESS, EVENT_WARM_STARTED
 from etj.api.roles import Role
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
 from etj.api.warmstart import WarmStartStatus
 from etj.core.reconcile import PodState, World, decide
 from etj.core.reconcile.decide import Event, iso
-from etj.core.reconcile.progress import evaluation_record, progress_record
+from etj.core.reconcile.progress import (
+    WarmStartReport,
+    evaluation_record,
+    progress_record,
+    warm_start_record,
+)
 from etj.core.render import RenderSettings, build_config_map, build_pod, replica_set
 from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
@@ -82,6 +87,20 @@ def progress_from_log(path: Path, now: str) -> Progress | None:
 def evaluation_from_log(path: Path, now: str) -> Evaluation | None:
     """The last held-out ``{"event": "evaluation", ...}`` line of the trainer's log."""
     return evaluation_record(last_event(path, EVENT_EVALUATION), now)
+
+
+def warm_start_from_log(path: Path) -> WarmStartReport | None:
+    """The leader's ``warmStarted`` line (its first), read as the operator reads the same
+    report from the metrics page."""
+    try:
+        with open(path, errors="replace") as fh:
+            for line in fh:
+                if f'"{EVENT_WARM_STARTED}"' in line and line.lstrip().startswith("{"):
+                    doc = json.loads(line)
+                    return warm_start_record(doc.get("sourceStep"), doc.get("tables"))
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 @dataclass
@@ -317,6 +336,13 @@ class LocalRunner:
         self.evaluation = evaluation_from_log(log, iso(now)) or self.evaluation
         return progress_from_log(log, iso(now))
 
+    def _warm_start_report(self) -> WarmStartReport | None:
+        """The leader's warm-start report while the pinned source's tables are unknown."""
+        ws = self.status.warm_start
+        if ws is None or ws.location is None or ws.tables:
+            return None
+        return warm_start_from_log(self._leader_log())
+
     def _leader_log(self) -> Path:
         return self.workdir / "logs" / f"{pod_name(self.job.name, *self.replicas.leader())}.log"
 
@@ -338,6 +364,7 @@ class LocalRunner:
             now=now,
             progress=self._progress(now),
             evaluation=self.evaluation,
+            warm_start_report=self._warm_start_report(),
         )
         d = decide(world)
         for name in d.delete_pods:

@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.progress import EVENT_EVALUATION
+from etj.api.progress import EVENT_EVALUATION, EVENT_WARM_STARTED
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
@@ -128,8 +128,9 @@ def train_loop(
     if is_chief:
         warm = checkpoints.warm_started
         if warm is not None:
+            reporter.warm_started(warm.source_step, [t.to_wire() for t in warm.tables])
             emit(
-                "warmStarted",
+                EVENT_WARM_STARTED,
                 source=warm.source,
                 path=warm.path,
                 sourceStep=warm.source_step,

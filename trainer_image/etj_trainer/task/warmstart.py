@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from etj.api.spec import ModelSpec
@@ -44,8 +45,11 @@ from etj.api.warmstart import (
     table_decisions,
     table_infos,
 )
+from etj_trainer.models import build_tower
+from etj_trainer.models.ctr import tower_inputs_of
 from etj_trainer.models.dynamic import FREE
 from etj_trainer.models.dynamic_relayout import restore_dynamic
+from etj_trainer.models.tower_remap import Remap, remap
 from etj_trainer.task.checkpoint import CheckpointMismatch, restore_components
 from etj_trainer.task.optim import dense_optimizer
 from etj_trainer.task.state import TrainingState
@@ -161,26 +165,34 @@ def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
             dynamic[table.name] = state.model.dynamic[table.name]
     tower = dict(state.tower_keys)
     changed = _same_shapes(shapes, tower)
-    if changed:
+    dense_opt = dense_optimizer(str(config.training.optimizer))
+    keep_dense = ws.keep_optimizer and dense_opt == dense_optimizer(manifest.optimizer)
+    dense = {
+        f"slots/dense/{i}/{j}": [var]
+        for i, slots in enumerate(state.slots.dense)
+        for j, var in enumerate(slots)
+    }
+    state_note = (
+        f" ({dense_opt} state kept)" if keep_dense and dense else " (optimizer state reset)"
+    )
+    remapped: Remap | None = None
+    if not changed:
+        wanted.update(tower)
+        tower_line = "restored" + (state_note if dense else "")
+        if keep_dense and dense and not _same_shapes(shapes, dense):
+            wanted.update(dense)
+    elif config.model.custom is None and source.custom is None:
+        remapped = _remap_tower(state, reader, source, keep_dense)
+        tower_line = (
+            f"partly restored (its inputs changed): {', '.join(remapped.copied) or 'no piece'} "
+            f"whole; {', '.join(remapped.by_input) or 'none'} by input; "
+            f"{', '.join(remapped.fresh) or 'nothing'} fresh" + state_note
+        )
+    else:
         tower_line = (
             "started fresh: its weights changed shape since the checkpoint (its inputs or "
             f"layers changed): {'; '.join(changed)}"
         )
-    else:
-        wanted.update(tower)
-        tower_line = "restored"
-        dense_opt = dense_optimizer(str(config.training.optimizer))
-        if ws.keep_optimizer and dense_opt == dense_optimizer(manifest.optimizer):
-            dense = {
-                f"slots/dense/{i}/{j}": [var]
-                for i, slots in enumerate(state.slots.dense)
-                for j, var in enumerate(slots)
-            }
-            if dense and not _same_shapes(shapes, dense):
-                wanted.update(dense)
-                tower_line += f" ({dense_opt} state kept)"
-        elif state.slots.dense and any(state.slots.dense):
-            tower_line += " (optimizer state reset)"
     if ws.continue_steps:
         wanted["step"] = [state.step]
     source_step = int(reader.get_tensor("step" + VALUE_SUFFIX))
@@ -196,6 +208,37 @@ def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
     for line in report.lines():
         log.info("warm start from %s: %s", ws.source, line)
     return report
+
+
+def _remap_tower(state: TrainingState, reader: Any, source: ModelSpec, keep_slots: bool) -> Remap:
+    """Assign the tower what the saved one of other inputs gives it (``tower_remap``), and
+    its optimizer slots the same way when kept; what was carried over."""
+    config = state.config
+    # The saved tower's layout: a copy built from the source's model (a small variable on
+    # this process, never trained).
+    saved_inputs = tower_inputs_of(source)
+    saved_tower = build_tower(source, saved_inputs, config.training.seed)
+    tower = state.model.tower
+    key = next(iter(state.tower_keys))
+
+    def carry(saved_key: str, var: Any) -> Remap:
+        out = remap(
+            np.asarray(reader.get_tensor(saved_key + VALUE_SUFFIX)),
+            saved_tower.shapes,
+            saved_inputs,
+            var.numpy(),
+            tower.shapes,
+            state.model.inputs,
+        )
+        var.assign(out.values)
+        return out
+
+    result = carry(key, tower.params)
+    if keep_slots:
+        for j, var in enumerate(state.slots.dense[0] if state.slots.dense else []):
+            if reader.has_tensor(f"slots/dense/0/{j}" + VALUE_SUFFIX):
+                carry(f"slots/dense/0/{j}", var)
+    return result
 
 
 def _rebase(table: Any, offset: int) -> None:

@@ -68,13 +68,15 @@ from etj.core.reconcile.policies.suspend import pods_to_suspend, start_time_on_r
 from etj.core.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
 from etj.core.reconcile.policies.warmstart import (
     REASON_NO_SOURCE,
+    REASON_READ,
     REASON_REFUSED,
     REASON_RESOLVED,
     REASON_WAITING,
     RECHECK_SECONDS,
     resolve,
+    summary_lines,
 )
-from etj.core.reconcile.progress import parse_completion
+from etj.core.reconcile.progress import WarmStartReport, parse_completion
 from etj.core.reconcile.status import (
     all_running,
     replica_statuses,
@@ -122,6 +124,9 @@ class World:
     # The jobs of the job's namespace, listed while its warm start (spec.warmStart) is not
     # resolved yet; None: not listed.
     jobs: list[EmbeddingTrainingJob] | None = None
+    # The leader's warm start as it carried it out (its metrics page or log): the source
+    # checkpoint's step and each table's decision; None: not read (or none).
+    warm_start_report: WarmStartReport | None = None
 
 
 @dataclass
@@ -207,6 +212,19 @@ class _Pass:
             if e.failures
         }
 
+    def _trainer_warm_start(self) -> None:
+        """A location's warm start is decided table by table by the trainer, which alone
+        reads the checkpoint: its report fills status.warmStart once (an Event per line)."""
+        pinned, report = self.st.warm_start, self.w.warm_start_report
+        if pinned is None or pinned.tables or pinned.location is None or report is None:
+            return
+        step, tables = report
+        self.st.warm_start = pinned.model_copy(
+            update={"tables": tables, "step": pinned.step if step is None else step}
+        )
+        for line in summary_lines(self.st.warm_start):
+            self.d.events.append(Event("Normal", REASON_READ, line))
+
     def requeue(self, seconds: float | None) -> None:
         if seconds is not None:
             current = self.d.requeue_after
@@ -227,6 +245,7 @@ class _Pass:
             self.st.progress = self.w.progress
         if self.w.evaluation is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.evaluation = self.w.evaluation
+        self._trainer_warm_start()
         self.st.observed_generation = self.gen
         self.d.status = self.st
         return self.d

@@ -4,7 +4,8 @@ A source job (ParameterServer, 2 ps) trains and checkpoints. A second job warm-s
 its checkpoint directory into 3 ps and other shards, with a table added and one table
 stored as bfloat16: each restored table (and its Adagrad slot) equals the source's (the
 chief's ``restored`` digest against the source checkpoint read here), the added table
-starts fresh, the tower (whose input grew) starts fresh, training runs from step 0. Its
+starts fresh, the tower (whose input grew) keeps the source's weights but the new input's
+rows of its first layer, training runs from step 0. Its
 restart, once it has a checkpoint of its own, restores that one and not the source again.
 A table whose vocabularySize changed is refused before any step, naming the table, unless
 the job lists it in freshTables; the source's files are never written.
@@ -13,6 +14,7 @@ the job lists it in freshTables; the source's files are never written.
 from __future__ import annotations
 
 import hashlib
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from harness import LocalJob, job_spec, trainer_config, wait_for
 
 from etj.api.trainer import TrainerConfig
 from etj.api.warmstart import CHECKPOINT_MANIFEST_FILE, TrainerWarmStart
+from etj.core.reconcile.progress import parse_warm_start
 from etj_trainer import exitcodes
 
 SOURCE_STEPS = 100
@@ -95,6 +98,14 @@ def _saved_sum(path: str, key: str, dtype: str = "float32") -> float:
     return float(np.asarray(value, np.float64).sum())
 
 
+def _scraped(port: int) -> Any:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            return parse_warm_start(resp.read().decode())
+    except OSError:
+        return None
+
+
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 + 1e-6 * abs(b)
 
@@ -122,9 +133,19 @@ def test_warm_start_into_more_ps_with_a_table_added_then_a_restart_resumes_its_o
         assert actions["user_id"] == ("Restored", "float32 -> bfloat16; adagrad state kept")
         assert actions["item_id"] == ("Restored", "adagrad state kept")
         assert actions["ad_id"] == ("StartedFresh", "not in the checkpoint")
-        # A third table widens the tower's input: its weights cannot be the source's.
-        assert warm["tower"].startswith("started fresh"), warm["tower"]
+        # A third table widens the tower's input: the first layer keeps the rows of the
+        # inputs the source had, the other layers are the source's.
+        assert warm["tower"] == (
+            "partly restored (its inputs changed): mlp/0/bias, mlp/1/kernel, mlp/1/bias "
+            "whole; mlp/0/kernel (rows of user_id, item_id, dense) by input; nothing fresh "
+            "(adagrad state kept)"
+        ), warm["tower"]
         assert restored["step"] == 0 and restored["warmStart"] is True
+        # The same decisions on the metrics page, as the operator reads them into
+        # status.warmStart.
+        report = wait_for(lambda: _scraped(job.metrics_port), 60, "the metrics page")
+        assert report[0] == SOURCE_STEPS
+        assert [t.to_wire() for t in report[1]] == warm["tables"]
         path, digest = restored["path"], restored["digest"]
         # Tables by name (the checkpoint keys them by position: the same here, 0 and 1).
         assert _close(digest["model/tables/0"], _saved_sum(path, "model/tables/0", "bfloat16"))

@@ -42,6 +42,8 @@ REASON_RESOLVED = "SourceResolved"
 REASON_NO_SOURCE = "NoSource"
 REASON_WAITING = "WaitingForSource"
 REASON_REFUSED = "WarmStartRefused"
+# The trainer read a location's checkpoint and reported what it restored.
+REASON_READ = "CheckpointRead"
 
 
 @dataclass(frozen=True)

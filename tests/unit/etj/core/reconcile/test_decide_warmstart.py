@@ -7,6 +7,7 @@ from __future__ import annotations
 from etj.api import EmbeddingTrainingJob
 from etj.api.status import ConditionType
 from etj.core.reconcile.policies.warmstart import RECHECK_SECONDS
+from etj.core.reconcile.progress import parse_warm_start
 from tests.unit.reconcile_helpers import all_pods, make_job, run, with_status
 
 SOURCE_TABLES = [{"name": "user_id", "vocabularySize": 1000, "dimension": 8}]
@@ -90,3 +91,40 @@ def test_a_warm_start_added_to_a_job_with_pods_changes_nothing():
     job = warm()
     d = run(job, all_pods(job), jobs=[source()])
     assert d.status.warm_start is None and _condition(d) is None
+
+
+METRICS = """# HELP etj_trainer_warm_start_table A warm start's decision for one table (labels), 1.
+# TYPE etj_trainer_warm_start_table gauge
+etj_trainer_warm_start_table{action="Restored",name="user_id",optimizerState="Kept",reason="float32 -> bfloat16; adagrad state kept"} 1.0
+etj_trainer_warm_start_table{action="StartedFresh",name="ad_id",optimizerState="",reason="not in the checkpoint"} 1.0
+etj_trainer_warm_start_table{action="Bogus",name="x",optimizerState="",reason=""} 1.0
+# HELP etj_trainer_warm_start_source_step The step of the checkpoint a warm start read.
+# TYPE etj_trainer_warm_start_source_step gauge
+etj_trainer_warm_start_source_step 4200.0
+"""
+
+
+def test_the_trainers_report_of_a_location_fills_the_status_once_with_its_events():
+    report = parse_warm_start(METRICS)
+    assert report is not None
+    step, tables = report
+    assert step == 4200
+    assert [(t.name, t.action, t.optimizer_state) for t in tables] == [
+        ("user_id", "Restored", "Kept"),
+        ("ad_id", "StartedFresh", None),
+    ]
+    assert parse_warm_start("etj_trainer_step 5\n") is None
+    job = make_job(checkpoint={"uri": "gs://b/c"}, warmStart={"checkpoint": {"uri": "gs://x/y"}})
+    pinned = with_status(job, run(job, []))
+    d = run(pinned, all_pods(job), warm_start_report=report)
+    ws = d.status.warm_start
+    assert ws.step == 4200 and [t.name for t in ws.tables] == ["user_id", "ad_id"]
+    lines = [e.message for e in d.events if e.reason == "CheckpointRead"]
+    assert lines == [
+        "warm start from gs://x/y at step 4200: gs://x/y (1 tables restored, 1 started "
+        "fresh, 0 dropped)",
+        "table user_id: restored (float32 -> bfloat16; adagrad state kept)",
+        "table ad_id: started fresh (not in the checkpoint)",
+    ]
+    again = run(with_status(pinned, d), all_pods(job), warm_start_report=report)
+    assert not [e for e in again.events if e.reason == "CheckpointRead"]
