@@ -73,6 +73,7 @@ from etj.core.reconcile.policies.warmstart import (
     REASON_RESOLVED,
     REASON_WAITING,
     RECHECK_SECONDS,
+    event_message,
     resolve,
     summary_lines,
 )
@@ -222,8 +223,8 @@ class _Pass:
         self.st.warm_start = pinned.model_copy(
             update={"tables": tables, "step": pinned.step if step is None else step}
         )
-        for line in summary_lines(self.st.warm_start):
-            self.d.events.append(Event("Normal", REASON_READ, line))
+        message = event_message(summary_lines(self.st.warm_start))
+        self.d.events.append(Event("Normal", REASON_READ, message))
 
     def requeue(self, seconds: float | None) -> None:
         if seconds is not None:
@@ -364,8 +365,8 @@ def _warm_start(p: _Pass) -> bool:
     p.st.warm_start = r.status
     reason = REASON_RESOLVED if r.status.location else REASON_NO_SOURCE
     p.condition(ConditionType.WARM_STARTED, r.status.location is not None, reason, r.lines[0])
-    for line in r.lines:
-        p.event("Normal", reason, line)
+    # One Event, a line per decision (the status has them all).
+    p.event("Normal", reason, event_message(r.lines))
     p.st.message = r.lines[0]
     p.st.phase = p.st.phase or Phase.PENDING
     p.requeue(0.5)

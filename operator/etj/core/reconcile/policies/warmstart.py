@@ -140,6 +140,25 @@ def from_source_job(
     return Resolution(status=status, lines=summary_lines(status))
 
 
+# What an Event's message holds (etj.controller.handlers cuts it there).
+EVENT_MESSAGE_CHARS = 1000
+
+
+def event_message(lines: list[str]) -> str:
+    """One Event for a warm start's decisions: a line each, as many as fit; the rest are
+    counted and found in status.warmStart.tables."""
+    text = "\n".join(lines)
+    if len(text) <= EVENT_MESSAGE_CHARS:
+        return text
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        more = f"... and {len(lines) - i} more: see status.warmStart.tables"
+        if len("\n".join([*out, line, more])) > EVENT_MESSAGE_CHARS:
+            return "\n".join([*out, more])
+        out.append(line)
+    return text
+
+
 def summary_lines(status: WarmStartStatus) -> list[str]:
     """The Event lines of a pinned source: where from, then one line per table."""
     at = f" at step {status.step}" if status.step is not None else ""

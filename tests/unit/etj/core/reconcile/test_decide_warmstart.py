@@ -58,10 +58,11 @@ def test_the_source_is_pinned_in_one_pass_and_the_pods_come_in_the_next():
     assert [t.action for t in ws.tables] == ["Restored"]
     c = _condition(d)
     assert (c.status, c.reason) == ("True", "SourceResolved")
+    # One Event, a line per decision.
     assert [e.message for e in d.events] == [
         "warm start from job day-1 (fromJob) at step 300: gs://b/ckpt/ns/day-1 (1 tables "
-        "restored, 0 started fresh, 0 dropped)",
-        "table user_id: restored (adagrad state kept)",
+        "restored, 0 started fresh, 0 dropped)\n"
+        "table user_id: restored (adagrad state kept)"
     ]
     pinned = with_status(job, d)
     # The next pass makes everything; a newer source later changes nothing.
@@ -119,12 +120,12 @@ def test_the_trainers_report_of_a_location_fills_the_status_once_with_its_events
     d = run(pinned, all_pods(job), warm_start_report=report)
     ws = d.status.warm_start
     assert ws.step == 4200 and [t.name for t in ws.tables] == ["user_id", "ad_id"]
-    lines = [e.message for e in d.events if e.reason == "CheckpointRead"]
-    assert lines == [
+    messages = [e.message for e in d.events if e.reason == "CheckpointRead"]
+    assert messages == [
         "warm start from gs://x/y at step 4200: gs://x/y (1 tables restored, 1 started "
-        "fresh, 0 dropped)",
-        "table user_id: restored (float32 -> bfloat16; adagrad state kept)",
-        "table ad_id: started fresh (not in the checkpoint)",
+        "fresh, 0 dropped)\n"
+        "table user_id: restored (float32 -> bfloat16; adagrad state kept)\n"
+        "table ad_id: started fresh (not in the checkpoint)"
     ]
     again = run(with_status(pinned, d), all_pods(job), warm_start_report=report)
     assert not [e for e in again.events if e.reason == "CheckpointRead"]

@@ -7,7 +7,12 @@ from typing import Any
 
 from etj.api import EmbeddingTrainingJob
 from etj.api.warmstart import WARM_START_MOUNT, TableAction
-from etj.core.reconcile.policies.warmstart import newest_succeeded, resolve
+from etj.core.reconcile.policies.warmstart import (
+    EVENT_MESSAGE_CHARS,
+    event_message,
+    newest_succeeded,
+    resolve,
+)
 
 NOW = "2026-11-27T12:00:00Z"
 TABLES = [
@@ -171,3 +176,13 @@ def test_a_selector_takes_the_newest_succeeded_match_of_the_namespace_but_itself
     assert r.status is not None and r.status.source == "job ctr-b2 (newest Succeeded of chain=ctr)"
     r = resolve(mine, [mine, jobs[3]], NOW)
     assert r.wait is not None and r.wait.startswith("no Succeeded job matches selector chain=ctr")
+
+
+def test_one_event_holds_a_line_per_decision_as_far_as_they_fit():
+    assert event_message(["a", "b"]) == "a\nb"
+    lines = [f"table t{i:03d}: restored (adagrad state kept)" for i in range(100)]
+    message = event_message(lines)
+    assert len(message) <= EVENT_MESSAGE_CHARS
+    shown = message.splitlines()
+    assert shown[:-1] == lines[: len(shown) - 1]
+    assert shown[-1] == f"... and {100 - len(shown) + 1} more: see status.warmStart.tables"
