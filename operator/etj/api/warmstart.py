@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -219,7 +219,7 @@ class WarmStartSpec(ApiModel):
             "Reset: start them fresh."
         ),
     )
-    fresh_tables: list[str] | None = Field(
+    fresh_tables: list[Annotated[str, Field(min_length=1, max_length=63)]] | None = Field(
         default=None,
         max_length=256,
         description=(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import LocalJob, job_spec, trainer_config, wait_for
+from harness import LocalJob, job_spec, saved_invariants, trainer_config, wait_for
 
 from etj.api.trainer import TrainerConfig
 from etj.api.warmstart import CHECKPOINT_MANIFEST_FILE, TrainerWarmStart
@@ -225,3 +225,66 @@ def test_a_table_named_fresh_starts_fresh_and_the_rest_is_restored(
         assert not _close(digest["model/tables/0"], _saved_sum(path, "model/tables/0"))
         done = wait_for(lambda: job.last("done", "worker"), 300, "the end")
         assert done["step"] == SOURCE_STEPS + 20
+
+
+DYNAMIC = {"capacity": 600, "admitAfter": 2, "evictAfterSteps": 40, "maintainEverySteps": 20}
+
+
+def _last_seen(path: str, shards: int) -> Any:
+    import numpy as np
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    return np.concatenate(
+        [
+            reader.get_tensor(
+                f"model/dynamic/user_id/shards/{i}/last_seen/.ATTRIBUTES/VARIABLE_VALUE"
+            )
+            for i in range(shards)
+        ]
+    )
+
+
+def test_a_dynamic_table_warm_starts_into_more_ps_and_its_staleness_restarts_with_the_steps(
+    tmp_path: Path,
+) -> None:
+    """A dynamic table saved by 2 ps goes on in 3: its ids keep their rows (laid out for the
+    new shards), the step count restarts at 0 and each row's last-seen step moves back with
+    it, so a row of the source unseen for evictAfterSteps of the new job is evicted (not
+    kept until the new job passes the source's step)."""
+    tables = [
+        {"name": "user_id", "vocabularySize": 4, "dimension": 8, "dynamic": DYNAMIC},
+        {"name": "item_id", "vocabularySize": 2000, "dimension": 8},
+    ]
+    src = trainer_config(_spec(tables, 2, SOURCE_STEPS), checkpoint_dir=tmp_path / "src")
+    with LocalJob(src, tmp_path / "src-run", workers=1, ps=2) as job:
+        job.start_all()
+        assert job.wait_done(timeout=300)["step"] == SOURCE_STEPS
+    src_shards = src.shard_plan.tables[0].shards
+    saved = saved_invariants(str(tmp_path / "src" / f"ckpt-{SOURCE_STEPS}"), src_shards)
+    assert saved["used"] > 0
+    config = trainer_config(
+        _spec(tables, 3, 60, max_shard="32Ki"), checkpoint_dir=tmp_path / "dst", every_steps=20
+    )
+    shards = config.shard_plan.tables[0].shards
+    assert config.shard_plan.ps_replicas == 3 and shards != src_shards
+    config = _with_warm_start(config, tmp_path / "src")
+    with LocalJob(config, tmp_path / "dst-run", workers=1, ps=3) as job:
+        job.start_all()
+        warm = dict(wait_for(lambda: job.last("warmStarted"), 240, "the warm start"))
+        assert [t["action"] for t in warm["tables"]] == ["Restored", "Restored"]
+        assert job.wait_done(timeout=300)["step"] == 60
+        log = job.log_path("chief", 0).read_text()
+    assert f"dynamic table user_id saved in {src_shards} shards, restored into {shards}" in log
+    # At step 20 (before any eviction could be due) the source's ids are there, rebased:
+    # none seen "after" the new job's step.
+    at_20 = saved_invariants(str(tmp_path / "dst" / "ckpt-20"), shards)
+    assert at_20["used"] >= saved["used"] // 2
+    seen = _last_seen(str(tmp_path / "dst" / "ckpt-20"), shards)
+    assert seen.max() <= 20, seen.max()
+    assert (seen[seen != -1] < 0).any(), "rows of the source keep their age, below 0"
+    final = saved_invariants(str(tmp_path / "dst" / "ckpt-60"), shards)
+    seen = _last_seen(str(tmp_path / "dst" / "ckpt-60"), shards)
+    # Every row still held was seen within evictAfterSteps of the last pass (step 60).
+    assert seen[seen != -1].min() > 60 - 40 - DYNAMIC["maintainEverySteps"], seen
+    assert final["evicted"] > saved["evicted"]
