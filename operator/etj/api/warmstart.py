@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from etj.api.architectures import LINEAR_SUFFIX
 from etj.api.base import ApiModel
 from etj.api.rules import Rule, cel_extra, check_rules
 
@@ -350,11 +351,8 @@ def table_infos(tables: Sequence[Any], default_optimizer: str) -> list[TableInfo
     ]
 
 
-FIRST_ORDER_SUFFIX = "__linear"
-
-
 def _named_fresh(name: str, fresh: Sequence[str]) -> bool:
-    return name in fresh or name.removesuffix(FIRST_ORDER_SUFFIX) in fresh
+    return name in fresh or name.removesuffix(LINEAR_SUFFIX) in fresh
 
 
 def table_decisions(

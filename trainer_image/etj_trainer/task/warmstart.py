@@ -13,8 +13,10 @@ back, cast), given a map from the *source's* checkpoint keys to this model's var
   and refuses a table whose rows would mean other ids (``CheckpointMismatch``, exit 2,
   naming it);
 - optimizer slots of a restored table when kept (same optimizer, ``optimizerState Keep``);
-- the tower when every one of its variables has the saved shape (else it starts fresh:
-  its inputs or layers changed), its optimizer slots with it when kept;
+- the tower when every one of its variables has the saved shape; when its inputs changed
+  (a table added or removed), each weight of unchanged shape and the first layer's rows
+  input by input (``models.tower_remap``); a job's own tower of another shape starts
+  fresh; its optimizer slots go with it when kept;
 - the step only under ``stepCount: Continue``; a dynamic table's index comes with its
   pool (laid out anew for another shard count: ``restore_dynamic``), its rows' last-seen
   steps moved back by the source's step under ``Restart`` so staleness keeps its meaning.
@@ -50,13 +52,11 @@ from etj_trainer.models.ctr import tower_inputs_of
 from etj_trainer.models.dynamic import FREE
 from etj_trainer.models.dynamic_relayout import restore_dynamic
 from etj_trainer.models.tower_remap import Remap, remap
-from etj_trainer.task.checkpoint import CheckpointMismatch, restore_components
+from etj_trainer.task.checkpoint import VALUE_SUFFIX, CheckpointMismatch, restore_components
 from etj_trainer.task.optim import dense_optimizer
 from etj_trainer.task.state import TrainingState
 
 log = logging.getLogger(__name__)
-
-VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 @dataclass
@@ -69,9 +69,10 @@ class WarmStartReport:
     step: int
     tables: list[WarmStartTable] = field(default_factory=list)
     tower: str = ""
+    notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        return [decision_line(t) for t in self.tables] + [f"tower: {self.tower}"]
+        return [decision_line(t) for t in self.tables] + [f"tower: {self.tower}", *self.notes]
 
 
 def _parent(path: str) -> str:
@@ -205,8 +206,16 @@ def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
             for table in dynamic.values():
                 _rebase(table, source_step - step)
     report = WarmStartReport(ws.source, path, source_step, step, decisions, tower_line)
+    if step >= config.training.steps:
+        report.notes.append(
+            f"the step count goes on at {step} (stepCount Continue), at or past "
+            f"training.steps {config.training.steps}: nothing is left to train; raise "
+            "training.steps or use stepCount Restart"
+        )
     for line in report.lines():
-        log.info("warm start from %s: %s", ws.source, line)
+        (log.warning if line in report.notes else log.info)(
+            "warm start from %s: %s", ws.source, line
+        )
     return report
 
 
