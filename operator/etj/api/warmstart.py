@@ -407,14 +407,12 @@ def table_decisions(
                 f"vocabularySize {s.vocabulary_size}, {fix}"
             )
             continue
-        if s.capacity != t.capacity:
-            problems.append(
-                f"table {t.name}: dynamic.capacity {s.capacity} in the checkpoint, "
-                f"{t.capacity} here: a warm start keeps a dynamic table's capacity (for "
-                f"now): set capacity {s.capacity}, {fix}"
-            )
-            continue
         notes = [f"{s.dtype} -> {t.dtype}"] if s.dtype != t.dtype else []
+        if s.capacity != t.capacity:
+            notes.append(
+                f"capacity {s.capacity} -> {t.capacity}: the ids seen least recently go "
+                "first when a shard has no row left"
+            )
         state: Literal["Kept", "Reset"] | None = None
         if _has_slots(t.optimizer):
             state = "Kept" if keep_optimizer and s.optimizer == t.optimizer else "Reset"

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import io_ops
 
 from etj.api.spec import ModelSpec
 from etj.api.trainer import TrainerConfig
@@ -50,9 +51,21 @@ from etj.api.warmstart import (
 from etj_trainer.models import build_tower
 from etj_trainer.models.ctr import tower_inputs_of
 from etj_trainer.models.dynamic import FREE
-from etj_trainer.models.dynamic_relayout import restore_dynamic
+from etj_trainer.models.dynamic_relayout import (
+    Relayout,
+    apply_relayout,
+    plan_relayout,
+    read_saved,
+    restore_dynamic,
+    write_rows,
+)
 from etj_trainer.models.tower_remap import Remap, remap
-from etj_trainer.task.checkpoint import VALUE_SUFFIX, CheckpointMismatch, restore_components
+from etj_trainer.task.checkpoint import (
+    VALUE_SUFFIX,
+    CheckpointMismatch,
+    restore_components,
+    slice_spec,
+)
 from etj_trainer.task.optim import dense_optimizer
 from etj_trainer.task.state import TrainingState
 
@@ -154,9 +167,15 @@ def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
     position = {t.name: i for i, t in enumerate(source.tables)}
     wanted: dict[str, list[Any]] = {}
     dynamic = {}
+    resized: list[tuple[int, int, bool]] = []
+    capacity = {t.name: t.dynamic.capacity for t in source.tables if t.dynamic is not None}
     for i, table in enumerate(config.model.tables):
         d = by_name[table.name]
         if d.action != TableAction.RESTORED:
+            continue
+        if table.dynamic is not None and capacity[table.name] != table.dynamic.capacity:
+            # Another pool size: rows cannot be read by position (``_restore_resized``).
+            resized.append((i, position[table.name], d.optimizer_state == "Kept"))
             continue
         wanted[f"model/tables/{position[table.name]}"] = state.model.table_components(i)
         if d.optimizer_state == "Kept":
@@ -202,9 +221,13 @@ def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
     if dynamic:
         pools = {t.name: state.model.tables[i] for i, t in enumerate(config.model.tables)}
         restore_dynamic(dynamic, pools, state.dynamic_slots, path, step)
-        if step != source_step:
-            for table in dynamic.values():
-                _rebase(table, source_step - step)
+    for i, source_index, keep_slots in resized:
+        name = config.model.tables[i].name
+        dynamic[name] = state.model.dynamic[name]
+        _restore_resized(state, reader, path, i, source_index, keep_slots, step)
+    if step != source_step:
+        for table in dynamic.values():
+            _rebase(table, source_step - step)
     report = WarmStartReport(ws.source, path, source_step, step, decisions, tower_line)
     if step >= config.training.steps:
         report.notes.append(
@@ -248,6 +271,85 @@ def _remap_tower(state: TrainingState, reader: Any, source: ModelSpec, keep_slot
             if reader.has_tensor(f"slots/dense/0/{j}" + VALUE_SUFFIX):
                 carry(f"slots/dense/0/{j}", var)
     return result
+
+
+def _restore_resized(
+    state: TrainingState,
+    reader: Any,
+    path: str,
+    i: int,
+    source_index: int,
+    keep_slots: bool,
+    step: int,
+) -> None:
+    """A dynamic table saved with another capacity: its fallback rows by position; each
+    admitted id's row (and optimizer slots when kept) to the row ``plan_relayout`` gives it
+    in the new pool, the ids seen least recently dropped where a shard has no row left
+    (counted as evicted); its index and row state as planned. Read one saved shard's rows
+    at a time (on this process), written on the devices of the new ones."""
+    spec = state.config.model.tables[i]
+    table = state.model.dynamic[spec.name]
+    fallback = int(spec.vocabulary_size)
+    keys: dict[str, list[Any]] = {f"model/tables/{source_index}": state.model.table_components(i)}
+    if keep_slots:
+        for slot, var in state.slots.tables[spec.name].items():
+            keys[f"slots/tables/{spec.name}/{slot}"] = _components(var)
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    saved = read_saved(reader, f"model/dynamic/{spec.name}")
+    relayout = plan_relayout(saved, fallback, [s.capacity for s in table.shards])
+    saved_firsts = fallback + np.concatenate([[0], np.cumsum([s.capacity for s in saved])[:-1]])
+    new_firsts = fallback + np.concatenate(
+        [[0], np.cumsum([s.capacity for s in table.shards])[:-1]]
+    )
+    row_of = {
+        int(k): int(first + slot)
+        for first, s in zip(saved_firsts, saved, strict=True)
+        for k, slot in zip(s.keys.tolist(), s.slots.tolist(), strict=True)
+    }
+    pairs = np.array(
+        [
+            (row_of[int(k)], int(first + slot))
+            for first, s in zip(new_firsts, relayout.shards, strict=True)
+            for k, slot in zip(s.keys.tolist(), s.slots.tolist(), strict=True)
+        ],
+        np.int64,
+    ).reshape(-1, 2)
+    for key, parts in keys.items():
+        name = key + VALUE_SUFFIX
+        full, dtype = list(shapes[name]), dtypes[name]
+        # The fallback rows, as a table's rows are restored: by position, on each device.
+        start = 0
+        for part in parts:
+            n = min(int(part.shape[0]), fallback - start)
+            if n > 0:
+                with tf.device(part.device):
+                    value = io_ops.restore_v2(path, [name], [slice_spec(full, start, n)], [dtype])
+                    part.scatter_update(
+                        tf.IndexedSlices(tf.cast(value[0], part.dtype), tf.range(n))
+                    )
+            start += int(part.shape[0])
+        # The pool's admitted rows, one saved shard at a time.
+        for first, s in zip(saved_firsts, saved, strict=True):
+            mine = (pairs[:, 0] >= first) & (pairs[:, 0] < first + s.capacity)
+            if not mine.any():
+                continue
+            rows = io_ops.restore_v2(
+                path, [name], [slice_spec(full, int(first), s.capacity)], [dtype]
+            )[0]
+            values = tf.gather(rows, pairs[mine, 0] - first)
+            write_rows(parts, pairs[mine, 1], tf.cast(values, parts[0].dtype))
+    empty = np.zeros(0, np.int64)
+    state_only = Relayout(relayout.shards, empty.reshape(0, 2), empty, relayout.dropped)
+    apply_relayout(table, state.model.tables[i], state.dynamic_slots[spec.name], state_only, step)
+    log.info(
+        "dynamic table %s saved with capacity %d, restored into %d: %d ids kept, %d dropped "
+        "(seen least recently, their shard had no row left)",
+        spec.name,
+        sum(s.capacity for s in saved),
+        table.capacity,
+        len(pairs),
+        relayout.dropped,
+    )
 
 
 def _rebase(table: Any, offset: int) -> None:

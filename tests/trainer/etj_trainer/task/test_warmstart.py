@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from harness import LocalJob, job_spec, saved_invariants, trainer_config, wait_for
 
@@ -230,6 +231,20 @@ def test_a_table_named_fresh_starts_fresh_and_the_rest_is_restored(
 DYNAMIC = {"capacity": 600, "admitAfter": 2, "evictAfterSteps": 40, "maintainEverySteps": 20}
 
 
+def _keys(path: str, shards: int) -> list[int]:
+    """The admitted ids in row order (each shard's rows in order), as ``_last_seen``'s."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    out: list[int] = []
+    for i in range(shards):
+        base = f"model/dynamic/user_id/shards/{i}"
+        row_key = reader.get_tensor(f"{base}/row_key/.ATTRIBUTES/VARIABLE_VALUE")
+        last = reader.get_tensor(f"{base}/last_seen/.ATTRIBUTES/VARIABLE_VALUE")
+        out += row_key[last != -1].tolist()
+    return out
+
+
 def _last_seen(path: str, shards: int) -> Any:
     import numpy as np
     import tensorflow as tf
@@ -245,13 +260,30 @@ def _last_seen(path: str, shards: int) -> Any:
     )
 
 
-def test_a_dynamic_table_warm_starts_into_more_ps_and_its_staleness_restarts_with_the_steps(
-    tmp_path: Path,
-) -> None:
-    """A dynamic table saved by 2 ps goes on in 3: its ids keep their rows (laid out for the
-    new shards), the step count restarts at 0 and each row's last-seen step moves back with
-    it, so a row of the source unseen for evictAfterSteps of the new job is evicted (not
-    kept until the new job passes the source's step)."""
+def _rows_of_ids(path: str, shards: int, fallback: int) -> dict[int, Any]:
+    """Each admitted id's vector in a checkpoint of the dynamic table user_id (table 0)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    table = reader.get_tensor("model/tables/0/.ATTRIBUTES/VARIABLE_VALUE")
+    out, first = {}, fallback
+    for i in range(shards):
+        base = f"model/dynamic/user_id/shards/{i}"
+        keys = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
+        slots = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
+        for k, slot in zip(keys.tolist(), slots.tolist(), strict=True):
+            out[k] = table[first + slot]
+        first += len(reader.get_tensor(f"{base}/last_seen/.ATTRIBUTES/VARIABLE_VALUE"))
+    return out
+
+
+def test_a_dynamic_table_warm_starts_into_more_ps_and_a_smaller_pool(tmp_path: Path) -> None:
+    """A dynamic table saved by 2 ps in 8 shards of a 600-row pool goes on in 3 ps, 18
+    shards, a 240-row pool: each id kept has its saved vector at its new row (an id the new
+    job did not see yet, compared after its first steps), the ids that do not fit are
+    dropped (counted as evicted), the step count restarts at 0 and each row's last-seen
+    step moves back with it, so a row of the source unseen for evictAfterSteps of the new
+    job is evicted (not kept until the new job passes the source's step)."""
     tables = [
         {"name": "user_id", "vocabularySize": 4, "dimension": 8, "dynamic": DYNAMIC},
         {"name": "item_id", "vocabularySize": 2000, "dimension": 8},
@@ -261,10 +293,12 @@ def test_a_dynamic_table_warm_starts_into_more_ps_and_its_staleness_restarts_wit
         job.start_all()
         assert job.wait_done(timeout=300)["step"] == SOURCE_STEPS
     src_shards = src.shard_plan.tables[0].shards
-    saved = saved_invariants(str(tmp_path / "src" / f"ckpt-{SOURCE_STEPS}"), src_shards)
-    assert saved["used"] > 0
+    src_path = str(tmp_path / "src" / f"ckpt-{SOURCE_STEPS}")
+    saved = saved_invariants(src_path, src_shards)
+    assert saved["used"] > 240, "the new pool must be too small for them all"
+    smaller = [{**tables[0], "dynamic": {**DYNAMIC, "capacity": 240}}, tables[1]]
     config = trainer_config(
-        _spec(tables, 3, 60, max_shard="32Ki"), checkpoint_dir=tmp_path / "dst", every_steps=20
+        _spec(smaller, 3, 60, max_shard="32Ki"), checkpoint_dir=tmp_path / "dst", every_steps=20
     )
     shards = config.shard_plan.tables[0].shards
     assert config.shard_plan.ps_replicas == 3 and shards != src_shards
@@ -272,19 +306,25 @@ def test_a_dynamic_table_warm_starts_into_more_ps_and_its_staleness_restarts_wit
     with LocalJob(config, tmp_path / "dst-run", workers=1, ps=3) as job:
         job.start_all()
         warm = dict(wait_for(lambda: job.last("warmStarted"), 240, "the warm start"))
+        assert warm["tables"][0]["reason"].startswith("capacity 600 -> 240")
         assert [t["action"] for t in warm["tables"]] == ["Restored", "Restored"]
         assert job.wait_done(timeout=300)["step"] == 60
         log = job.log_path("chief", 0).read_text()
-    assert f"dynamic table user_id saved in {src_shards} shards, restored into {shards}" in log
-    # At step 20 (before any eviction could be due) the source's ids are there, rebased:
-    # none seen "after" the new job's step.
-    at_20 = saved_invariants(str(tmp_path / "dst" / "ckpt-20"), shards)
-    assert at_20["used"] >= saved["used"] // 2
-    seen = _last_seen(str(tmp_path / "dst" / "ckpt-20"), shards)
+    assert "dynamic table user_id saved with capacity 600, restored into 240" in log
+    at_20 = str(tmp_path / "dst" / "ckpt-20")
+    kept = saved_invariants(at_20, shards)
+    assert 0 < kept["used"] <= 240 and kept["evicted"] > saved["evicted"]
+    seen = _last_seen(at_20, shards)
+    # Rebased: none seen "after" the new job's step, the source's rows older than 0.
     assert seen.max() <= 20, seen.max()
-    assert (seen[seen != -1] < 0).any(), "rows of the source keep their age, below 0"
-    final = saved_invariants(str(tmp_path / "dst" / "ckpt-60"), shards)
+    untouched = seen < 0
+    assert untouched.any(), "rows of the source keep their age, below 0"
+    # An id kept and not seen by the new job yet still has the source's vector, exactly.
+    before, after = _rows_of_ids(src_path, src_shards, 4), _rows_of_ids(at_20, shards, 4)
+    unseen = [k for k, s in zip(_keys(at_20, shards), seen[seen != -1], strict=True) if s < 0]
+    assert unseen
+    for k in unseen:
+        np.testing.assert_array_equal(after[k], before[k])
     seen = _last_seen(str(tmp_path / "dst" / "ckpt-60"), shards)
     # Every row still held was seen within evictAfterSteps of the last pass (step 60).
     assert seen[seen != -1].min() > 60 - 40 - DYNAMIC["maintainEverySteps"], seen
-    assert final["evicted"] > saved["evicted"]

@@ -137,7 +137,6 @@ def test_a_changed_vocabulary_size_is_refused_naming_the_table_unless_named_fres
     [
         (_t("user", dim=8), _t("user", dim=16), "dimension 8 in the checkpoint, 16 here"),
         (_t("user", capacity=50), _t("user"), "dynamic in the checkpoint, hashed here"),
-        (_t("user", capacity=50), _t("user", capacity=80), "dynamic.capacity 50"),
         (_t("user", rows=4, capacity=50), _t("user", rows=8, capacity=50), "fallback rows"),
     ],
 )
@@ -162,3 +161,14 @@ def test_the_spec_model_round_trips():
         {"selector": {"matchLabels": {"chain": "ctr"}}, "stepCount": "Continue"}
     )
     assert WarmStartSpec.model_validate(ws.to_wire()) == ws
+
+
+def test_a_dynamic_table_may_change_capacity_the_least_recently_seen_going_first():
+    tables, problems = table_decisions(
+        [_t("user", rows=4, capacity=80)], [_t("user", rows=4, capacity=50)], [], True
+    )
+    assert problems == []
+    assert decision_line(tables[0]) == (
+        "table user: restored (capacity 80 -> 50: the ids seen least recently go first when "
+        "a shard has no row left; adagrad state kept)"
+    )
