@@ -79,6 +79,10 @@ def test_from_job_and_from_a_directory(tmp_path: Path):
     assert warm["path"] == str(saved / "ckpt-30") and warm["sourceStep"] == 30
     assert [t["action"] for t in warm["tables"]] == ["Restored"]
     assert warm["tower"].startswith("restored")
+    # The summary shows the trainer's decisions, read back from its log into the status.
+    summary = second.stdout[second.stdout.index("Summary") :]
+    assert "warm start" in summary and "job day-1 (etj run's work directory) at step" in summary
+    assert "table user_id" in summary and "Restored" in summary
 
     third = _run(tmp_path, _job("day-3", {"checkpoint": {"uri": str(saved / "ckpt-30")}}))
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
