@@ -1,13 +1,15 @@
 """One reconcile pass as a pure function: the observed world in, a Decision out.
 
 The order of the rules: not ours → nothing; invalid spec → Failed; finished → clean up and
-honour the TTL; suspended → delete pods; deadline → Failed; succeeded (the chief, else
-worker 0, or every worker: runPolicy.successPolicy) → Succeeded; failed replicas → restart
-their group (or fail the job when the policy or backoffLimit says so), after the replica's
-restart back-off; then a changed worker count restarts, checkpoint first, what must see
-the new cluster (policies.scale); then create whatever is missing (a replica still in
-back-off waits: the Decision asks to be requeued when it is due). The whole new status comes out once, for one
-status write.
+honour the TTL; suspended → delete pods; deadline → Failed; a warm start not pinned yet
+(before the first pod) → resolve its source: wait, refuse (Failed) or pin it
+(policies.warmstart), the pods in the next pass; succeeded (the chief, else worker 0, or
+every worker: runPolicy.successPolicy) → Succeeded; failed replicas → restart their group
+(or fail the job when the policy or backoffLimit says so), after the replica's restart
+back-off; then a changed worker count restarts, checkpoint first, what must see the new
+cluster (policies.scale); then create whatever is missing (a replica still in back-off
+waits: the Decision asks to be requeued when it is due). The whole new status comes out
+once, for one status write.
 """
 
 from __future__ import annotations
@@ -215,7 +217,8 @@ class _Pass:
 
     def _trainer_warm_start(self) -> None:
         """A location's warm start is decided table by table by the trainer, which alone
-        reads the checkpoint: its report fills status.warmStart once (an Event per line)."""
+        reads the checkpoint: its report fills status.warmStart once (one Event, a line per
+        decision)."""
         pinned, report = self.st.warm_start, self.w.warm_start_report
         if pinned is None or pinned.tables or pinned.location is None or report is None:
             return
