@@ -334,10 +334,24 @@ class TableInfo:
     dtype: str
     optimizer: str
     capacity: int | None  # a dynamic table's pool; None: hashed
+    # How each feature of the table maps its values to rows: (feature, valueType,
+    # vocabularyFile) per categorical feature naming it (model.features; none without).
+    id_map: tuple[tuple[str, str, str], ...] = ()
 
 
-def table_infos(tables: Sequence[Any], default_optimizer: str) -> list[TableInfo]:
-    """``TableInfo`` of each of ``ModelSpec.tables`` (first-order tables included)."""
+def _id_map(model: Any, table: str) -> tuple[tuple[str, str, str], ...]:
+    base = table.removesuffix(LINEAR_SUFFIX)
+    return tuple(
+        sorted(
+            (f.name, str(f.stored_type), f.vocabulary_file or "")
+            for f in model.features or []
+            if f.table == base
+        )
+    )
+
+
+def table_infos(model: Any, default_optimizer: str) -> list[TableInfo]:
+    """``TableInfo`` of each of a ModelSpec's ``tables`` (first-order tables included)."""
     return [
         TableInfo(
             t.name,
@@ -346,9 +360,26 @@ def table_infos(tables: Sequence[Any], default_optimizer: str) -> list[TableInfo
             str(t.dtype),
             str(t.optimizer or default_optimizer),
             t.dynamic.capacity if t.dynamic is not None else None,
+            _id_map(model, t.name),
         )
-        for t in tables
+        for t in model.tables
     ]
+
+
+def _id_map_change(saved: TableInfo, here: TableInfo) -> str | None:
+    """How a feature both models have maps its values to the table's rows another way
+    (another valueType or vocabularyFile: the same id would read another row); None: no
+    such feature."""
+    before = {name: rest for name, *rest in saved.id_map}
+    for name, *rest in here.id_map:
+        if name in before and before[name] != rest:
+            was, now = before[name], rest
+            return (
+                f"feature {name} maps its values to rows another way (valueType "
+                f"{was[0]}, vocabularyFile {was[1] or 'none'} in the checkpoint; "
+                f"{now[0]}, {now[1] or 'none'} here)"
+            )
+    return None
 
 
 def _named_fresh(name: str, fresh: Sequence[str]) -> bool:
@@ -396,6 +427,13 @@ def table_decisions(
             problems.append(
                 f"table {t.name}: {was} in the checkpoint, {now} here (its rows are laid out "
                 f"another way): make it {was} again, {fix}"
+            )
+            continue
+        changed = _id_map_change(s, t)
+        if changed is not None:
+            problems.append(
+                f"table {t.name}: {changed}: an id would read another id's row: keep the "
+                f"feature as it was, {fix}"
             )
             continue
         if s.vocabulary_size != t.vocabulary_size:

@@ -172,3 +172,37 @@ def test_a_dynamic_table_may_change_capacity_the_least_recently_seen_going_first
         "table user: restored (capacity 80 -> 50: the ids seen least recently go first when "
         "a shard has no row left; adagrad state kept)"
     )
+
+
+def test_a_feature_that_maps_its_values_to_rows_another_way_is_refused():
+    from etj.api.spec import ModelSpec
+    from etj.api.warmstart import table_infos
+
+    def model(vocabulary: str | None, value_type: str = "string") -> ModelSpec:
+        site: dict[str, Any] = {
+            "name": "site",
+            "kind": "categorical",
+            "table": "site",
+            "valueType": value_type,
+        }
+        if vocabulary:
+            site["vocabularyFile"] = vocabulary
+        return ModelSpec.model_validate(
+            {
+                "embeddings": [{"name": "site", "vocabularySize": 100, "dimension": 4}],
+                "features": [{"name": "label", "kind": "label"}, site],
+            }
+        )
+
+    saved = table_infos(model("/v/sites-1.txt"), "adagrad")
+    _, problems = table_decisions(saved, table_infos(model("/v/sites-2.txt"), "adagrad"), [], True)
+    assert problems == [
+        "table site: feature site maps its values to rows another way (valueType string, "
+        "vocabularyFile /v/sites-1.txt in the checkpoint; string, /v/sites-2.txt here): an "
+        "id would read another id's row: keep the feature as it was, or list it in "
+        "warmStart.freshTables to start it fresh"
+    ]
+    _, problems = table_decisions(saved, table_infos(model(None, "int"), "adagrad"), [], True)
+    assert len(problems) == 1 and "in the checkpoint; int, none here" in problems[0]
+    _, problems = table_decisions(saved, table_infos(model("/v/sites-1.txt"), "adagrad"), [], True)
+    assert problems == []
