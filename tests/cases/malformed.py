@@ -804,4 +804,40 @@ CASES: list[Case] = [
         "lower capacity",
         _set(f"{E0}.dynamic", {"capacity": 200_000_000}),
     ),
+    # ---- warmStart ----------------------------------------------------------------------
+    Case(
+        "warm-start-two-sources",
+        "cel",
+        "spec.warmStart",
+        "set exactly one of fromJob, selector and checkpoint",
+        _set("spec.warmStart", {"fromJob": "day-1", "checkpoint": {"uri": "gs://b/p"}}),
+    ),
+    Case(
+        "warm-start-uri-and-claim",
+        "cel",
+        "spec.warmStart.checkpoint",
+        "set exactly one of uri and claim",
+        _set("spec.warmStart", {"checkpoint": {"uri": "gs://b/p", "claim": "old"}}),
+    ),
+    Case(
+        "warm-start-s3",
+        "cel",
+        "spec.warmStart.checkpoint",
+        "must be gs://bucket/path or an absolute path",
+        _set("spec.warmStart", {"checkpoint": {"uri": "s3://b/p"}}),
+    ),
+    Case(
+        "warm-start-fresh-table-unknown",
+        "cel",
+        "spec",
+        "warmStart.freshTables",
+        _set("spec.warmStart", {"fromJob": "day-1", "freshTables": ["ad_id"]}),
+    ),
+    Case(
+        "warm-start-step-count",
+        "schema",
+        "spec.warmStart.stepCount",
+        "Restart",
+        _set("spec.warmStart", {"fromJob": "day-1", "stepCount": "restart"}),
+    ),
 ]

@@ -42,10 +42,13 @@ _.service_account_name
 _.image_pull_secrets
 _.observed_generation
 _.succeeded
+_.resolved_time  # status.warmStart.resolvedTime: when the source was pinned, for people
 
 # Values of the API's Optimizer a job's manifest names (the trainer dispatches on the text).
 _.FTRL
 _.ADAM
+# warmStart.optimizerState Reset: the code asks only whether it is Keep.
+_.RESET
 
 # tf.Module tracks a table's own pool by attribute (it is saved in the table's checkpoint).
 _.own_pool

@@ -125,6 +125,8 @@ VOLUME_CHECKPOINTS = "checkpoints"
 VOLUME_TMP = "tmp"
 VOLUME_DATA = "data"
 VOLUME_GCS_CREDENTIALS = "gcs-credentials"
+# A warm start's source checkpoints (spec.warmStart), mounted read-only.
+VOLUME_WARM_START = "warm-start"
 # A custom tower's code (spec.model.custom.configMap): the ConfigMap's files, mounted
 # read-only at MODEL_CODE_MOUNT in every replica's trainer container; MODEL_CODE_ENV names
 # that directory (a process-backed node remaps it) and the trainer puts it on sys.path.
@@ -138,6 +140,7 @@ ETJ_VOLUMES = (
     VOLUME_DATA,
     VOLUME_GCS_CREDENTIALS,
     VOLUME_MODEL_CODE,
+    VOLUME_WARM_START,
 )
 # The trainer's reason when the job's own model code cannot be used (a module that fails
 # to import, a factory that raises, a tower of the wrong output shape): no restart cures

@@ -82,6 +82,17 @@ DYNAMIC_GAUGES = (
     ),
 )
 
+# A warm start (spec.warmStart) as the trainer carried it out: one series per table of the
+# job and each table it left behind, labelled with the decision (``WarmStartTable``'s wire
+# fields ``name``, ``action``, ``optimizerState``, ``reason``), and the source checkpoint's
+# step. The operator copies them into status.warmStart when it could not decide them
+# itself (a location source: it cannot read the checkpoint); the ``warmStarted`` line says
+# the same for ``etj run``.
+METRIC_WARM_START_TABLE = "etj_trainer_warm_start_table"
+METRIC_WARM_START_SOURCE_STEP = "etj_trainer_warm_start_source_step"
+WARM_START_TABLE_LABELS = ("name", "action", "optimizerState", "reason")
+EVENT_WARM_STARTED = "warmStarted"
+
 COMPLETION_PREFIX = f"{REASON_COMPLETED}: "
 
 

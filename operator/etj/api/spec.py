@@ -34,6 +34,7 @@ from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable, check_key_space
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.podtemplate import PodTemplate
 from etj.api.rules import Rule, cel_extra, check_rules
+from etj.api.warmstart import WARM_START_SPEC_RULES, WarmStartSpec
 
 _cel = cel_extra
 
@@ -1141,6 +1142,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
                 "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
             ),
             *CHIEF_RULES,
+            *WARM_START_SPEC_RULES,
             (
                 "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.worker) && self.replicas.worker.replicas < 1)",
                 "strategy ParameterServer needs at least one worker",
@@ -1186,6 +1188,15 @@ class EmbeddingTrainingJobSpec(ApiModel):
         default_factory=Placement,
         description="Spreading replicas over nodes; how fast a lost node's replicas are replaced.",
     )
+    warm_start: WarmStartSpec | None = Field(
+        default=None,
+        description=(
+            "Start from another job's checkpoint (fromJob, the newest Succeeded job of a "
+            "selector, or a location): its tables and tower restored into this job's layout, "
+            "then trained on this job's data. A restart of this job resumes from its own "
+            "checkpoints once it has one."
+        ),
+    )
 
     @model_validator(mode="after")
     def _strategy_replicas(self) -> EmbeddingTrainingJobSpec:
@@ -1200,4 +1211,5 @@ class EmbeddingTrainingJobSpec(ApiModel):
         if self.strategy == Strategy.PARAMETER_SERVER and r.worker.replicas < 1:
             raise ValueError("strategy ParameterServer needs at least one worker")
         check_rules(self, _DATA_SCHEME_RULES)
+        check_rules(self, WARM_START_SPEC_RULES)
         return self

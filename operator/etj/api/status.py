@@ -11,6 +11,7 @@ from pydantic import Field
 
 from etj.api.base import ApiModel
 from etj.api.plan import ShardPlan
+from etj.api.warmstart import WarmStartStatus
 
 
 class Phase(StrEnum):
@@ -29,7 +30,8 @@ class ConditionType(StrEnum):
     """The condition types etj sets on a job (``Condition.type``). Each phase but Pending
     has its condition; Created says the pods were made, Scheduled whether the gang could be
     placed (etj.core.reconcile.policies.gang), Scaling whether a change of the worker count
-    is being applied (etj.core.reconcile.policies.scale)."""
+    is being applied (etj.core.reconcile.policies.scale), WarmStarted whether the source of
+    spec.warmStart was resolved (False: waiting for it; etj.core.reconcile.policies.warmstart)."""
 
     CREATED = "Created"
     SCHEDULED = "Scheduled"
@@ -39,6 +41,7 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SCALING = "Scaling"
+    WARM_STARTED = "WarmStarted"
 
 
 # metav1.Condition's reason: a CamelCase word (letters, digits, '_', ',' and ':').
@@ -49,7 +52,10 @@ class Condition(ApiModel):
     """A Kubernetes-shaped condition (as metav1.Condition)."""
 
     type: str = Field(
-        description="Created, Scheduled, Running, Restarting, Scaling, Suspended, Succeeded or Failed.",
+        description=(
+            "Created, Scheduled, Running, Restarting, Scaling, Suspended, Succeeded, Failed "
+            "or WarmStarted."
+        ),
     )
     status: str = Field(pattern=r"^(True|False|Unknown)$", description="True, False or Unknown.")
     # Required and never empty, as in metav1.Condition: a condition without a reason tells a
@@ -181,6 +187,13 @@ class EmbeddingTrainingJobStatus(ApiModel):
     progress: Progress | None = Field(default=None, description="Training progress.")
     evaluation: Evaluation | None = Field(
         default=None, description="The last held-out evaluation (AUC, log-loss) of a checkpoint."
+    )
+    warm_start: WarmStartStatus | None = Field(
+        default=None,
+        description=(
+            "The warm start's source (spec.warmStart), pinned before the first pod, and per "
+            "table what it carries over."
+        ),
     )
     restarts: int = Field(default=0, ge=0, description="Restarts counted against backoffLimit.")
     start_time: str | None = Field(

@@ -6,7 +6,8 @@ own shards, the chief the index, every worker restores. On a cluster of several 
 they share only a place every node sees: ``gs://``, or a ReadWriteMany volume. Refused
 here: the emptyDir default (each pod's own), an emptyDir or a hostPath volume (each
 pod's, each node's own), and a claim whose access modes do not let pods on several nodes
-mount it (ReadWriteMany for checkpoints; ReadOnlyMany or ReadWriteMany for data). A job
+mount it (ReadWriteMany for checkpoints; ReadOnlyMany or ReadWriteMany for data and for
+a warm start's claim). A job
 whose every training role runs its own program (a converted TFJob) keeps its checkpoints
 where its program chooses: only its explicit volumes are checked.
 
@@ -116,6 +117,17 @@ def sharing_problems(
         )
         if problem:
             out.append(("spec.data.files.volume", problem))
+    warm = spec.warm_start.checkpoint if spec.warm_start is not None else None
+    if warm is not None and warm.claim is not None:
+        problem = _volume_problem(
+            {"persistentVolumeClaim": {"claimName": warm.claim}},
+            pods,
+            claim_modes,
+            READ_MANY,
+            "use a ReadOnlyMany or ReadWriteMany claim, or a gs:// location",
+        )
+        if problem:
+            out.append(("spec.warmStart.checkpoint.claim", problem))
     return out
 
 
@@ -125,4 +137,6 @@ def claims_to_read(spec: EmbeddingTrainingJobSpec) -> list[str]:
     files = spec.data.files
     if spec.data.source == "files" and files is not None:
         names.append(claim_name(files.volume))
+    if spec.warm_start is not None and spec.warm_start.checkpoint is not None:
+        names.append(spec.warm_start.checkpoint.claim)
     return sorted({n for n in names if n})

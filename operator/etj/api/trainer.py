@@ -20,6 +20,7 @@ from etj.api.spec import (
     Strategy,
     TrainingSpec,
 )
+from etj.api.warmstart import TrainerWarmStart
 
 
 class TrainerCheckpoint(ApiModel):
@@ -46,6 +47,13 @@ class TrainerConfig(ApiModel):
     export_dir: str | None = Field(default=None, description="Where the final export goes.")
     watchdog_seconds: int = Field(
         default=600, ge=10, description="The chief fails if no step completes for this long."
+    )
+    warm_start: TrainerWarmStart | None = Field(
+        default=None,
+        description=(
+            "The checkpoint to start from when the job has none of its own yet "
+            "(spec.warmStart, resolved by the operator)."
+        ),
     )
 
     @property

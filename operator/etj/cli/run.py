@@ -194,6 +194,18 @@ def _evaluation_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
     return rows
 
 
+def _warm_start_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
+    """The warm start's source and, per table, what it did (status.warmStart)."""
+    ws = st.warm_start
+    if ws is None:
+        return []
+    at = f" at step {ws.step}" if ws.step is not None else ""
+    rows = [("warm start", f"{ws.source}{at}")]
+    for t in ws.tables:
+        rows.append((f"  table {t.name}", f"{t.action}" + (f" ({t.reason})" if t.reason else "")))
+    return rows
+
+
 def _summary(
     console: Console, st: EmbeddingTrainingJobStatus, seconds: float, workdir: Path
 ) -> None:
@@ -211,6 +223,7 @@ def _summary(
             "last checkpoint step",
             str(p.last_checkpoint_step) if p and p.last_checkpoint_step is not None else "-",
         ),
+        *_warm_start_rows(st),
         ("restarts", str(st.restarts)),
         ("wall time", f"{seconds:.0f} s"),
         ("work directory", str(workdir)),

@@ -97,6 +97,10 @@ class WatchCache:
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.jobs.get((namespace, name))
 
+    def namespace_jobs(self, namespace: str) -> list[dict[str, Any]]:
+        """Every job of ``namespace`` (a warm start's candidate sources)."""
+        return [obj for (ns, _), obj in self.jobs.items() if ns == namespace]
+
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return list(self.pods.get((namespace, job), {}).values())
 

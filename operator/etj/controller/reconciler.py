@@ -54,7 +54,7 @@ from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.policies.claim import claim_wait
 from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
 from etj.core.reconcile.policies.queue import owners_wanted
-from etj.core.reconcile.progress import parse_evaluation, parse_progress
+from etj.core.reconcile.progress import parse_evaluation, parse_progress, parse_warm_start
 from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
 from etj.core.render.networkpolicy import build_network_policy
 from etj.core.render.objects import build_checkpoint_claim, build_gang_object
@@ -175,6 +175,21 @@ class Reconciler:
         )
         return None if group is None else await self.kube.queue_workload_owners(namespace, group)
 
+    async def _namespace_jobs(self, namespace: str) -> list[EmbeddingTrainingJob]:
+        """The jobs of ``namespace`` (from the watch cache once it is synced), parsed; a job
+        that does not parse is no warm start's source and is left out."""
+        if self.cache is not None and self.cache.synced:
+            raw = self.cache.namespace_jobs(namespace)
+        else:
+            raw = (await self.kube.list_jobs(namespace))[0]
+        out = []
+        for obj in raw:
+            try:
+                out.append(EmbeddingTrainingJob.from_manifest(obj))
+            except ValidationError:
+                continue
+        return out
+
     async def _has(self, kind: str, namespace: str, job: str) -> bool:
         if self.cache is not None:
             return self.cache.has(kind, namespace, job)
@@ -245,6 +260,10 @@ class Reconciler:
         # pod event), and only in the pass that may let go of a group's last old pod.
         owners_read = owners_wanted(pods)
         owners = await self._queue_owners(namespace, raw_pods) if owners_read else None
+        # The namespace's jobs, while the warm start's source job is not pinned yet (read
+        # anew every such pass, as the claims: never taken as quiet).
+        jobs_read = _warm_start_unpinned(job, raw_pods)
+        jobs = await self._namespace_jobs(namespace) if jobs_read else None
         world = World(
             job=job,
             plan=plan,
@@ -259,6 +278,7 @@ class Reconciler:
             gang=backend.value if gang is not None and backend is not None else None,
             gang_current=gang_current,
             queue_owners=owners,
+            jobs=jobs,
         )
         decision = decide(world)
         if decision.skipped:
@@ -276,6 +296,7 @@ class Reconciler:
             fingerprint is not None
             and not claims_read
             and not owners_read
+            and not jobs_read
             and not wrote
             and not _acts(decision)
         ):
@@ -471,6 +492,7 @@ class Reconciler:
         return {
             "progress": parse_progress(text, iso(now)),
             "evaluation": parse_evaluation(text, iso(now)),
+            "warm_start_report": parse_warm_start(text),
         }
 
     async def _apply(
@@ -575,6 +597,18 @@ class Reconciler:
         if self.cache is not None and stored:
             self.cache.put_job(stored)
         return True
+
+
+def _warm_start_unpinned(job: EmbeddingTrainingJob, raw_pods: list[dict[str, Any]]) -> bool:
+    """The job's warm start names a source job (fromJob or a selector) not pinned in its
+    status yet, and it has no pods (etj.core.reconcile.decide resolves it then)."""
+    ws, status = job.spec.warm_start, job.status
+    return (
+        ws is not None
+        and ws.checkpoint is None
+        and (status is None or (status.warm_start is None and status.phase not in FINISHED_PHASES))
+        and not raw_pods
+    )
 
 
 def _acts(d: Decision) -> bool:

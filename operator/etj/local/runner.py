@@ -34,12 +34,18 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.progress import EVENT_EVALUATION, EVENT_PROGRESS
+from etj.api.progress import EVENT_EVALUATION, EVENT_PROGRESS, EVENT_WARM_STARTED
 from etj.api.roles import Role
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
+from etj.api.warmstart import WarmStartStatus
 from etj.core.reconcile import PodState, World, decide
 from etj.core.reconcile.decide import Event, iso
-from etj.core.reconcile.progress import evaluation_record, progress_record
+from etj.core.reconcile.progress import (
+    WarmStartReport,
+    evaluation_record,
+    progress_record,
+    warm_start_record,
+)
 from etj.core.render import RenderSettings, build_config_map, build_pod, replica_set
 from etj.core.render.objects import model_code_config_map
 from etj.core.tfconfig import pod_name
@@ -83,6 +89,20 @@ def evaluation_from_log(path: Path, now: str) -> Evaluation | None:
     return evaluation_record(last_event(path, EVENT_EVALUATION), now)
 
 
+def warm_start_from_log(path: Path) -> WarmStartReport | None:
+    """The leader's ``warmStarted`` line (its first), read as the operator reads the same
+    report from the metrics page."""
+    try:
+        with open(path, errors="replace") as fh:
+            for line in fh:
+                if f'"{EVENT_WARM_STARTED}"' in line and line.lstrip().startswith("{"):
+                    doc = json.loads(line)
+                    return warm_start_record(doc.get("sourceStep"), doc.get("tables"))
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 @dataclass
 class RunResult:
     status: EmbeddingTrainingJobStatus
@@ -101,6 +121,40 @@ class RunEvents:
     def event(self, message: str) -> None:
         self.events.append(message)
         self.on_event(message)
+
+
+def local_warm_start(job: EmbeddingTrainingJob, workdir: Path) -> WarmStartStatus | None:
+    """``warmStart.fromJob`` under ``etj run``: the named job's checkpoints in its work
+    directory beside this one (``./.etj-run/<job>`` by default), pinned; None for any other
+    warm start (a location is used as it is). A claim or a selector cannot be resolved
+    here (``ValueError`` saying what to write instead)."""
+    ws = job.spec.warm_start
+    if ws is None:
+        return None
+    if ws.selector is not None:
+        raise ValueError(
+            "warmStart.selector: etj run sees no other jobs; name the job (warmStart.fromJob) "
+            "or its checkpoint directory (warmStart.checkpoint.uri)"
+        )
+    if ws.checkpoint is not None and ws.checkpoint.claim is not None:
+        raise ValueError(
+            "warmStart.checkpoint.claim: etj run mounts no claims; give the directory as "
+            "warmStart.checkpoint.uri"
+        )
+    if ws.from_job is None:
+        return None
+    directory = workdir.parent / ws.from_job / "checkpoints" / ws.from_job
+    if not (directory / "checkpoint").is_file():
+        raise ValueError(
+            f"warmStart.fromJob {ws.from_job}: no checkpoints at {directory} (etj run keeps "
+            "a job's checkpoints in its work directory, beside this one: run "
+            f"{ws.from_job} first, or give a directory as warmStart.checkpoint.uri)"
+        )
+    return WarmStartStatus(
+        source=f"job {ws.from_job} (etj run's work directory)",
+        source_job=ws.from_job,
+        location=str(directory),
+    )
 
 
 class LocalRunner:
@@ -159,7 +213,12 @@ class LocalRunner:
         self.rejoined = False
         self.reporter = reporter or RunEvents()
         self.procs: dict[tuple[str, int], Proc] = {}
-        self.status = EmbeddingTrainingJobStatus()
+        # A warm start from another job of etj run is pinned before anything starts, as the
+        # operator pins it before the first pod (a location is pinned by the first pass).
+        self.status = EmbeddingTrainingJobStatus(warm_start=local_warm_start(job, self.workdir))
+        if self.status.warm_start is not None:
+            ws = self.status.warm_start
+            self.reporter.event(f"WarmStart: from {ws.source}: {ws.location}")
         self._last_progress = 0.0
         self.evaluation: Evaluation | None = None
         self._write_trainer_config()
@@ -174,8 +233,12 @@ class LocalRunner:
             self.ports[(role, index)] = free_port()
         return f"127.0.0.1:{self.ports[(role, index)]}"
 
+    def _pinned(self) -> EmbeddingTrainingJob:
+        """The job with its status: the warm start's pin reaches the config and the pods."""
+        return self.job.model_copy(update={"status": self.status})
+
     def _write_trainer_config(self) -> None:
-        cm = build_config_map(self.job, self.plan, self.settings)
+        cm = build_config_map(self._pinned(), self.plan, self.settings)
         for file_name, text in cm["data"].items():
             (self.workdir / "config" / file_name).write_text(text)
 
@@ -222,7 +285,7 @@ class LocalRunner:
         return command
 
     def _start(self, role: str, index: int) -> None:
-        pod = build_pod(self.job, self.plan, role, index, self.settings, self._address)
+        pod = build_pod(self._pinned(), self.plan, role, index, self.settings, self._address)
         spec = pod_process(pod, self._volume_dirs(pod), command=self._command(pod))
         env = {**os.environ, **spec.env, METRICS_PORT_ENV: str(self.metrics_port)}
         # Every replica runs on this machine's cores: each sizes its threads to its share
@@ -273,6 +336,13 @@ class LocalRunner:
         self.evaluation = evaluation_from_log(log, iso(now)) or self.evaluation
         return progress_from_log(log, iso(now))
 
+    def _warm_start_report(self) -> WarmStartReport | None:
+        """The leader's warm-start report while the pinned source's tables are unknown."""
+        ws = self.status.warm_start
+        if ws is None or ws.location is None or ws.tables:
+            return None
+        return warm_start_from_log(self._leader_log())
+
     def _leader_log(self) -> Path:
         return self.workdir / "logs" / f"{pod_name(self.job.name, *self.replicas.leader())}.log"
 
@@ -294,6 +364,7 @@ class LocalRunner:
             now=now,
             progress=self._progress(now),
             evaluation=self.evaluation,
+            warm_start_report=self._warm_start_report(),
         )
         d = decide(world)
         for name in d.delete_pods:

@@ -130,6 +130,19 @@ def ids_per_table(model: ModelSpec) -> list[int]:
     return out + out if has_first_order(model) else out
 
 
+def tower_inputs_of(spec: ModelSpec) -> TowerInputs:
+    """What the tower of ``spec`` is fed: its embedding inputs in order, their widths, the
+    dense width and whether each has a first-order lookup."""
+    tables = list(spec.tables)
+    own = lookups(spec)
+    return TowerInputs(
+        names=tuple(x.key.removeprefix(INPUT_PREFIX) for x in own),
+        dims=tuple(tables[x.table].dimension for x in own),
+        dense=spec.dense_inputs,
+        linear=has_first_order(spec),
+    )
+
+
 class TablePartitioner:
     """``variable_partitioner`` for ParameterServerStrategy: the plan's shard count for
     the table being created, 1 for every other variable.
@@ -209,12 +222,7 @@ class CtrModel(tf.Module):
         # First-order table of user table i (wideDeep/deepFM): table n + i.
         self.first_order = has_first_order(spec)
         n = len(spec.embeddings)
-        self.inputs = TowerInputs(
-            names=tuple(x.key.removeprefix(INPUT_PREFIX) for x in self.lookups),
-            dims=tuple(self.specs[x.table].dimension for x in self.lookups),
-            dense=self.dense_features,
-            linear=self.first_order,
-        )
+        self.inputs = tower_inputs_of(spec)
         self.linear_lookups = (
             [Lookup(x.key, n + x.table, x.width, x.masked) for x in self.lookups]
             if self.first_order

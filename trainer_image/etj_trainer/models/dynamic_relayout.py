@@ -198,7 +198,9 @@ def _read_rows(parts: Sequence[Any], rows: np.ndarray) -> tf.Tensor:
     return tf.dynamic_stitch(positions, values)
 
 
-def _write_rows(parts: Sequence[Any], rows: np.ndarray, values: tf.Tensor) -> None:
+def write_rows(parts: Sequence[Any], rows: np.ndarray, values: tf.Tensor) -> None:
+    """Write ``values`` into table rows ``rows`` of the table whose components are
+    ``parts``, each row on the device of its component."""
     which, local = _locate(parts, rows)
     for c, part in enumerate(parts):
         sel = np.nonzero(which == c)[0]
@@ -226,19 +228,19 @@ def apply_relayout(
         # Every source read before any destination is written: a row may be both.
         read = [(p, _read_rows(p, src)) for p in [parts, *kinds]]
         for p, values in read:
-            _write_rows(p, dst, values)
+            write_rows(p, dst, values)
     if len(relayout.resets):
         rows = relayout.resets
         first = table.shards[0]
         fresh = first._initial_rows(
             tf.constant(rows, tf.int64), tf.constant(step, tf.int64), parts[0].dtype
         )
-        _write_rows(parts, rows, fresh)
+        write_rows(parts, rows, fresh)
         for p, initial in zip(kinds, initials, strict=True):
             value = tf.fill(
                 [len(rows), *p[0].shape[1:].as_list()], tf.constant(initial, p[0].dtype)
             )
-            _write_rows(p, rows, value)
+            write_rows(p, rows, value)
     for shard, state in zip(table.shards, relayout.shards, strict=True):
         if shard.capacity != state.capacity:
             raise ValueError(f"shard of {shard.capacity} rows given {state.capacity}")

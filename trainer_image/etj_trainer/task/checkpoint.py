@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -25,6 +25,9 @@ from tensorflow.python.ops import io_ops
 
 from etj.api.trainer import TrainerCheckpoint
 from etj_trainer.task.state import TrainingState
+
+if TYPE_CHECKING:
+    from etj_trainer.task.warmstart import WarmStartReport
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,10 @@ class Checkpoints:
         self.count_restarts = count_restarts
         self.restarts = 0
         self.restore_seconds: float | None = None
+        # The checkpoint restored (this job's own, or a warm start's source), and what a
+        # warm start did.
+        self.restored_path: str | None = None
+        self.warm_started: WarmStartReport | None = None
         self.spec = spec
         self.scratch = scratch
         self.manager: Any = None
@@ -132,11 +139,14 @@ class Checkpoints:
         return path
 
     def restore(self) -> int | None:
-        """Restore the newest checkpoint; its step, or None when there is none."""
+        """Restore the newest checkpoint of the job's own, else warm start from the source
+        the config names (``etj_trainer.task.warmstart``); the step training goes on from,
+        or None when there is nothing to restore. A restart always finds its own first."""
         path = self.latest()
         if path is None:
-            return None
+            return self._warm_start()
         started = time.monotonic()
+        self.restored_path = path
         restore_in_pieces(self.state, path)
         self.restore_seconds = round(time.monotonic() - started, 2)
         if self.count_restarts:
@@ -144,6 +154,18 @@ class Checkpoints:
         step = int(self.state.step.numpy())
         log.info("restored %s at step %d", path, step)
         return step
+
+    def _warm_start(self) -> int | None:
+        ws = self.state.config.warm_start
+        if ws is None:
+            return None
+        from etj_trainer.task.warmstart import warm_start
+
+        started = time.monotonic()
+        self.warm_started = warm_start(self.state, ws)
+        self.restore_seconds = round(time.monotonic() - started, 2)
+        self.restored_path = self.warm_started.path
+        return self.warm_started.step
 
     def _bump_restarts(self) -> int:
         """Count this resume in a file next to the checkpoints.
@@ -169,6 +191,11 @@ class Checkpoints:
         assert self.manager is not None
         step = int(self.state.step.numpy())
         path = self.manager.save(checkpoint_number=step)
+        if self.scratch is None and self.spec is not None:
+            from etj_trainer.task.warmstart import write_manifest
+
+            # What the checkpoints hold, by table name: what a warm start from them reads.
+            write_manifest(self.spec.directory, self.state.config)
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
             tf.io.gfile.makedirs(self.scratch)

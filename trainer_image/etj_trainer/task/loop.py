@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.progress import EVENT_EVALUATION
+from etj.api.progress import EVENT_EVALUATION, EVENT_WARM_STARTED
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
@@ -126,13 +126,27 @@ def train_loop(
     validation = held_out(config) if is_chief else None
     scorer = Scorer(state.model, validation) if validation is not None else None
     if is_chief:
+        warm = checkpoints.warm_started
+        if warm is not None:
+            reporter.warm_started(warm.source_step, [t.to_wire() for t in warm.tables])
+            emit(
+                EVENT_WARM_STARTED,
+                source=warm.source,
+                path=warm.path,
+                sourceStep=warm.source_step,
+                step=warm.step,
+                tables=[t.to_wire() for t in warm.tables],
+                tower=warm.tower,
+                lines=warm.lines(),
+            )
         if restored is not None:
             emit(
                 "restored",
                 step=restored,
-                path=checkpoints.latest(),
+                path=checkpoints.restored_path,
                 seconds=checkpoints.restore_seconds,
                 digest=state.digest(),
+                warmStart=warm is not None,
             )
         emit("start", step=start, restoredFrom=restored, steps=total)
     if start < total:

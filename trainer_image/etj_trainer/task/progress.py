@@ -51,7 +51,10 @@ from etj.api.progress import (
     METRIC_LOSS,
     METRIC_RESTARTS_SEEN,
     METRIC_STEP,
+    METRIC_WARM_START_SOURCE_STEP,
+    METRIC_WARM_START_TABLE,
     RESTARTS_SEEN_KEY,
+    WARM_START_TABLE_LABELS,
     completion_json,
     progress_fields,
 )
@@ -110,6 +113,16 @@ class Metrics:
             field: Gauge(name, doc, ["table"], registry=self.registry)
             for field, name, doc in DYNAMIC_GAUGES
         }
+        # A warm start's decisions (etj.api.progress.METRIC_WARM_START_TABLE), set once.
+        self.warm_start_table = Gauge(
+            METRIC_WARM_START_TABLE,
+            "A warm start's decision for one table (labels), 1.",
+            list(WARM_START_TABLE_LABELS),
+            registry=self.registry,
+        )
+        self.warm_start_source_step = gauge(
+            METRIC_WARM_START_SOURCE_STEP, "The step of the checkpoint a warm start read."
+        )
         self.port = port
         if port:
             try:
@@ -207,6 +220,16 @@ class ProgressReporter:
         self.metrics.restarts_seen.set(restarts)
         if last_checkpoint_step is not None:
             self.metrics.last_checkpoint_step.set(last_checkpoint_step)
+
+    def warm_started(self, source_step: int, tables: list[dict[str, Any]]) -> None:
+        """What a warm start did (``WarmStartTable`` wire dicts), on the metrics page for
+        the operator (status.warmStart)."""
+        if not self.enabled:
+            return
+        self.metrics.warm_start_source_step.set(source_step)
+        for t in tables:
+            labels = {k: str(t.get(k) or "") for k in WARM_START_TABLE_LABELS}
+            self.metrics.warm_start_table.labels(**labels).set(1)
 
     def step(
         self, step: int, loss: float | None = None, auc: float | None = None, force: bool = False

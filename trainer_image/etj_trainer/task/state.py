@@ -164,7 +164,8 @@ class TrainingState:
             if t.dynamic is not None
         }
         self.checkpoint = tf.train.Checkpoint(model=self.model, slots=self.slots, step=self.step)
-        self._tower_keys = checkpoint_keys(self.checkpoint, self.model.tower_variables)
+        # The tower's variables by checkpoint key (model/tower_params, or a custom tower's).
+        self.tower_keys = checkpoint_keys(self.checkpoint, self.model.tower_variables)
 
     def named_variables(self) -> dict[str, list[Any]]:
         """Every saved variable by its checkpoint key, as its components (shards)."""
@@ -172,7 +173,7 @@ class TrainingState:
         for i in range(len(self.model.tables)):
             out[f"model/tables/{i}"] = self.model.table_components(i)
         # model/tower_params (every architecture), or a custom tower's own paths.
-        out.update(self._tower_keys)
+        out.update(self.tower_keys)
         for name, table_slots in self.slots.tables.items():
             for slot, var in table_slots.items():
                 out[f"slots/tables/{name}/{slot}"] = list(getattr(var, "variables", [var]))

@@ -1,13 +1,15 @@
 """One reconcile pass as a pure function: the observed world in, a Decision out.
 
 The order of the rules: not ours → nothing; invalid spec → Failed; finished → clean up and
-honour the TTL; suspended → delete pods; deadline → Failed; succeeded (the chief, else
-worker 0, or every worker: runPolicy.successPolicy) → Succeeded; failed replicas → restart
-their group (or fail the job when the policy or backoffLimit says so), after the replica's
-restart back-off; then a changed worker count restarts, checkpoint first, what must see
-the new cluster (policies.scale); then create whatever is missing (a replica still in
-back-off waits: the Decision asks to be requeued when it is due). The whole new status comes out once, for one
-status write.
+honour the TTL; suspended → delete pods; deadline → Failed; a warm start not pinned yet
+(before the first pod) → resolve its source: wait, refuse (Failed) or pin it
+(policies.warmstart), the pods in the next pass; succeeded (the chief, else worker 0, or
+every worker: runPolicy.successPolicy) → Succeeded; failed replicas → restart their group
+(or fail the job when the policy or backoffLimit says so), after the replica's restart
+back-off; then a changed worker count restarts, checkpoint first, what must see the new
+cluster (policies.scale); then create whatever is missing (a replica still in back-off
+waits: the Decision asks to be requeued when it is due). The whole new status comes out
+once, for one status write.
 """
 
 from __future__ import annotations
@@ -73,7 +75,18 @@ from etj.core.reconcile.policies.scale import (
 )
 from etj.core.reconcile.policies.suspend import pods_to_suspend, start_time_on_resume
 from etj.core.reconcile.policies.ttl import seconds_to_expiry, ttl_expired
-from etj.core.reconcile.progress import parse_completion
+from etj.core.reconcile.policies.warmstart import (
+    REASON_NO_SOURCE,
+    REASON_READ,
+    REASON_REFUSED,
+    REASON_RESOLVED,
+    REASON_WAITING,
+    RECHECK_SECONDS,
+    event_message,
+    resolve,
+    summary_lines,
+)
+from etj.core.reconcile.progress import WarmStartReport, parse_completion
 from etj.core.reconcile.status import (
     all_running,
     replica_statuses,
@@ -118,6 +131,12 @@ class World:
     # The uids of the pods Kueue's Workload for the job's group names as its owners, read
     # when a pass needs them (policies.queue.owners_wanted); None: not read or unknown.
     queue_owners: frozenset[str] | None = None
+    # The jobs of the job's namespace, listed while its warm start (spec.warmStart) is not
+    # resolved yet; None: not listed.
+    jobs: list[EmbeddingTrainingJob] | None = None
+    # The leader's warm start as it carried it out (its metrics page or log): the source
+    # checkpoint's step and each table's decision; None: not read (or none).
+    warm_start_report: WarmStartReport | None = None
 
 
 @dataclass
@@ -203,6 +222,20 @@ class _Pass:
             if e.failures
         }
 
+    def _trainer_warm_start(self) -> None:
+        """A location's warm start is decided table by table by the trainer, which alone
+        reads the checkpoint: its report fills status.warmStart once (one Event, a line per
+        decision)."""
+        pinned, report = self.st.warm_start, self.w.warm_start_report
+        if pinned is None or pinned.tables or pinned.location is None or report is None:
+            return
+        step, tables = report
+        self.st.warm_start = pinned.model_copy(
+            update={"tables": tables, "step": pinned.step if step is None else step}
+        )
+        message = event_message(summary_lines(self.st.warm_start))
+        self.d.events.append(Event("Normal", REASON_READ, message))
+
     def requeue(self, seconds: float | None) -> None:
         if seconds is not None:
             current = self.d.requeue_after
@@ -223,6 +256,7 @@ class _Pass:
             self.st.progress = self.w.progress
         if self.w.evaluation is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.evaluation = self.w.evaluation
+        self._trainer_warm_start()
         self.st.observed_generation = self.gen
         self.d.status = self.st
         return self.d
@@ -269,6 +303,8 @@ def decide(world: World) -> Decision:
             f"the job ran longer than activeDeadlineSeconds ({rp.active_deadline_seconds})",
         )
         return p.done(replicas)
+    if _warm_start_pending(p) and _warm_start(p):
+        return p.done(replicas)
     success = rp.success_policy
     if success == SuccessPolicy.CHIEF:
         reported = world.progress or p.st.progress
@@ -314,6 +350,45 @@ def decide(world: World) -> Decision:
         seconds_to_deadline(parse_time(p.st.start_time), rp.active_deadline_seconds, world.now)
     )
     return p.done(replicas)
+
+
+def _warm_start_pending(p: _Pass) -> bool:
+    """spec.warmStart is not pinned yet, and no pod was made (a warm start added to a job
+    that already runs changes nothing: its pods train from their own checkpoints)."""
+    return (
+        p.job.spec.warm_start is not None
+        and p.st.warm_start is None
+        and not p.w.pods
+        and not condition_true(p.st.conditions, ConditionType.CREATED)
+    )
+
+
+def _warm_start(p: _Pass) -> bool:
+    """Resolve the warm start's source (policies.warmstart); True when this pass makes no
+    pod: it waits for the source, refused it (the job failed), or pinned it (the status
+    write; the pods come in the next pass, from the pinned source)."""
+    r = resolve(p.job, p.w.jobs, p.now)
+    if r.refusal is not None:
+        p.finish(Phase.FAILED, REASON_REFUSED, r.refusal)
+        return True
+    if r.wait is not None:
+        old = next((c for c in p.st.conditions if c.type == ConditionType.WARM_STARTED), None)
+        if old is None or old.message != r.wait:
+            p.event("Normal", REASON_WAITING, r.wait)
+        p.condition(ConditionType.WARM_STARTED, False, REASON_WAITING, r.wait)
+        p.st.phase = Phase.PENDING
+        p.requeue(RECHECK_SECONDS)
+        return True
+    assert r.status is not None
+    p.st.warm_start = r.status
+    reason = REASON_RESOLVED if r.status.location else REASON_NO_SOURCE
+    p.condition(ConditionType.WARM_STARTED, r.status.location is not None, reason, r.lines[0])
+    # One Event, a line per decision (the status has them all).
+    p.event("Normal", reason, event_message(r.lines))
+    p.st.message = r.lines[0]
+    p.st.phase = p.st.phase or Phase.PENDING
+    p.requeue(0.5)
+    return True
 
 
 def failed_status(

@@ -25,10 +25,14 @@ from etj.api.progress import (
     DYNAMIC_TABLES_KEY,
     EVALUATION_METRICS,
     METRIC_FINISHED_TIME,
+    METRIC_WARM_START_SOURCE_STEP,
+    METRIC_WARM_START_TABLE,
     PROGRESS_METRICS,
+    WARM_START_TABLE_LABELS,
     completion_record,
 )
 from etj.api.status import DynamicTableStatus, Evaluation, Progress
+from etj.api.warmstart import WarmStartTable
 
 _PROGRESS = PROGRESS_METRICS
 _EVALUATION = EVALUATION_METRICS
@@ -171,3 +175,39 @@ def _parsed(doc: Any, model: Any, now: str) -> Any:
         return model(update_time=now, **fields)
     except ValidationError:
         return None
+
+
+# A warm start as the trainer carried it out: the source checkpoint's step (None: not
+# said) and its decision for each table.
+WarmStartReport = tuple[int | None, list[WarmStartTable]]
+
+
+def parse_warm_start(text: str) -> WarmStartReport | None:
+    """The trainer's warm-start decisions from a metrics page; None when it has none."""
+    step: int | None = None
+    rows: list[dict[str, Any]] = []
+    for family in _families(text):
+        if family.name == METRIC_WARM_START_SOURCE_STEP and family.samples:
+            value = family.samples[0].value
+            step = int(value) if math.isfinite(value) and value >= 0 else None
+        elif family.name == METRIC_WARM_START_TABLE:
+            rows += [
+                {k: s.labels.get(k) or None for k in WARM_START_TABLE_LABELS}
+                for s in family.samples
+            ]
+    return warm_start_record(step, rows)
+
+
+def warm_start_record(step: Any, rows: Any) -> WarmStartReport | None:
+    """A warm-start report from its parts (a metrics page's series, or the trainer's
+    ``warmStarted`` line: ``sourceStep`` and ``tables``); a bad table is left out; None
+    without any table."""
+    tables = []
+    for row in rows if isinstance(rows, list) else []:
+        try:
+            tables.append(WarmStartTable.model_validate(row))
+        except ValidationError:
+            continue
+    if not tables:
+        return None
+    return (step if isinstance(step, int) and step >= 0 else None), tables

@@ -59,6 +59,7 @@ from etj.api.constants import (
     VOLUME_MODEL_CODE,
     VOLUME_TMP,
     VOLUME_TRAINER_CONFIG,
+    VOLUME_WARM_START,
 )
 from etj.api.conventions import trainer_config_map_name
 from etj.api.job import EmbeddingTrainingJob
@@ -68,9 +69,16 @@ from etj.api.quantity import format_bytes, quantity_bytes
 from etj.api.roles import Role
 from etj.api.spec import GCS_CREDENTIALS_MOUNT, GangScheduler, ResourceRequirements, Strategy
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig
+from etj.api.warmstart import WARM_START_MOUNT
 from etj.core.render.kueue import kueue_pod_metadata
 from etj.core.render.podtemplate import merge_pod_template, template_resources
 from etj.core.render.scheduling import build_gang, gang_scheduler, pod_scheduling
+from etj.core.render.warmstart import (
+    checkpoint_claim_name,
+    checkpoint_dir,
+    trainer_warm_start,
+    warm_start_volume,
+)
 from etj.core.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
 
 if TYPE_CHECKING:
@@ -187,19 +195,6 @@ def config_map_name(job_name: str) -> str:
     return trainer_config_map_name(job_name)
 
 
-def checkpoint_dir(job: EmbeddingTrainingJob) -> str:
-    # A per-job directory: one checkpoint volume may serve several jobs, and one bucket
-    # prefix (or shared path) several namespaces.
-    ckpt = job.spec.checkpoint
-    if ckpt.uri is not None:
-        return f"{ckpt.uri.rstrip('/')}/{job.namespace}/{job.name}"
-    return f"{ckpt.mount_path.rstrip('/')}/{job.name}"
-
-
-def checkpoint_claim_name(job_name: str) -> str:
-    return f"{job_name}-checkpoints"
-
-
 def build_checkpoint_claim(
     job: EmbeddingTrainingJob, settings: RenderSettings
 ) -> dict[str, Any] | None:
@@ -248,6 +243,7 @@ def build_trainer_config(
         metrics_port=settings.metrics_port,
         export_dir=f"{checkpoint_dir(job)}/export",
         watchdog_seconds=spec.run_policy.watchdog_seconds,
+        warm_start=trainer_warm_start(job),
     )
 
 
@@ -398,6 +394,11 @@ def _volumes(job: EmbeddingTrainingJob) -> tuple[list[dict[str, Any]], list[dict
         mounts.append(
             {"name": VOLUME_GCS_CREDENTIALS, "mountPath": GCS_CREDENTIALS_MOUNT, "readOnly": True}
         )
+    warm = warm_start_volume(job)
+    if warm is not None:
+        # The source's checkpoints, read-only: a warm start never writes to them.
+        volumes.append({"name": VOLUME_WARM_START, **warm})
+        mounts.append({"name": VOLUME_WARM_START, "mountPath": WARM_START_MOUNT, "readOnly": True})
     files = spec.data.files
     if spec.data.source == "files" and files is not None and files.volume:
         volumes.append({"name": VOLUME_DATA, **files.volume})

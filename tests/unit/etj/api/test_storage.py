@@ -234,3 +234,12 @@ def test_etj_validate_refuses_the_default_and_a_hostpath_and_s3(tmp_path):
     assert result.exit_code == 2 and "not built into TensorFlow 2.21" in result.output
     _, result = _validate(tmp_path, spec(checkpoint={"storage": {"size": "5Gi"}}))
     assert result.exit_code == 0, result.output
+
+
+def test_a_warm_start_claim_may_be_read_only_many_but_not_read_write_once():
+    body = spec(checkpoint={"uri": "gs://b/p"}, warmStart={"checkpoint": {"claim": "old"}})
+    assert claims_to_read(_job(body).spec) == ["old"]
+    assert _sharing(body, {"old": ["ReadOnlyMany"]}) == []
+    ((field, message),) = _sharing(body, {"old": ["ReadWriteOnce"]})
+    assert field == "spec.warmStart.checkpoint.claim"
+    assert message.startswith("claim old has accessModes ReadWriteOnce, so this job's 4 pods")
