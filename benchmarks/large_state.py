@@ -307,7 +307,7 @@ def restored_as_saved(restored: dict[str, Any], rows: int = 1 << 20) -> None:
     import tensorflow as tf
     from tensorflow.python.ops import io_ops
 
-    from etj_trainer.task.checkpoint import VALUE_SUFFIX, slice_spec
+    from etj_trainer.task.restore import VALUE_SUFFIX, slice_spec
 
     path = restored["path"]
     reader = tf.train.load_checkpoint(path)

@@ -147,7 +147,7 @@ def restore_in_pieces(path: str, variables: dict[str, Any]) -> None:
     holds, whatever the saved shard count was. A key not in the checkpoint, or a shape that
     differs, raises ``CheckpointMismatch`` before anything is assigned.
     """
-    from etj_trainer.task.checkpoint import restore_components  # TensorFlow: only when used
+    from etj_trainer.task.restore import restore_components  # TensorFlow: only when used
 
     restore_components(
         path, {key: list(getattr(v, "variables", [v])) for key, v in variables.items()}

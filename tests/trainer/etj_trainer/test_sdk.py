@@ -202,7 +202,7 @@ def test_restore_in_pieces_reshards(tmp_path: Path):
     import numpy as np
     import tensorflow as tf
 
-    from etj_trainer.task.checkpoint import CheckpointMismatch
+    from etj_trainer.task.restore import CheckpointMismatch
 
     values = np.arange(10 * 4, dtype=np.float32).reshape(10, 4)
     whole = tf.Variable(values)

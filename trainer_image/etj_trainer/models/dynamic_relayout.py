@@ -2,7 +2,7 @@
 
 A checkpoint holds, per saved shard of a dynamic table, its index (key -> slot), row state,
 candidates and counters; the pool and its optimizer slots restore by table row like any
-table's (``task.checkpoint.restore_components``), so afterwards every admitted key's vector
+table's (``task.restore.restore_components``), so afterwards every admitted key's vector
 and optimizer state are at the table row it was saved at. Under another layout keys route to
 other shards (``key mod shards``) and shards cover other rows, so the saved shards cannot be
 read into the new ones as they are. Instead:

@@ -60,13 +60,13 @@ from etj_trainer.models.dynamic_relayout import (
     write_rows,
 )
 from etj_trainer.models.tower_remap import Remap, remap
-from etj_trainer.task.checkpoint import (
+from etj_trainer.task.optim import dense_optimizer
+from etj_trainer.task.restore import (
     VALUE_SUFFIX,
     CheckpointMismatch,
     restore_components,
     slice_spec,
 )
-from etj_trainer.task.optim import dense_optimizer
 from etj_trainer.task.state import TrainingState
 
 log = logging.getLogger(__name__)

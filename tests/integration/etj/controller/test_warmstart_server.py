@@ -73,21 +73,21 @@ def test_waits_for_the_source_then_pins_it_and_mounts_its_claim_read_only(
     set_phase(crds, namespace, "day-1", "Running")
     apply(crds, namespace, ps_job("day-2", warmStart={"fromJob": "day-1"}))
     waiting = wait_for(
-        lambda: condition(crds, namespace, "day-2", "WarmStarted"), 30, "WarmStarted False"
+        lambda: condition(crds, namespace, "day-2", "WarmStarted"), 120, "WarmStarted False"
     )
     assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForSource")
     assert waiting["message"] == "waiting for job day-1 to succeed (it is Running)"
     assert not any(n.startswith("day-2-") for n in live_pods(crds, namespace))
 
     set_phase(crds, namespace, "day-1", "Succeeded", "2026-11-27T10:00:00Z")
-    pinned = wait_for(lambda: job_status(crds, namespace, "day-2").get("warmStart"), 60, "the pin")
+    pinned = wait_for(lambda: job_status(crds, namespace, "day-2").get("warmStart"), 120, "the pin")
     assert pinned["sourceJob"] == "day-1" and pinned["step"] == 500
     assert pinned["location"] == "/var/lib/etj/warm-start/day-1"
     assert [(t["name"], t["action"]) for t in pinned["tables"]] == [("user_id", "Restored")]
     resolved = condition(crds, namespace, "day-2", "WarmStarted")
     assert (resolved["status"], resolved["reason"]) == ("True", "SourceResolved")
     made = wait_for(
-        lambda: ps_job_pods("day-2") <= set(live_pods(crds, namespace)) or None, 60, "pods"
+        lambda: ps_job_pods("day-2") <= set(live_pods(crds, namespace)) or None, 120, "pods"
     )
     assert made
     chief = live_pods(crds, namespace)["day-2-chief-0"]
@@ -110,13 +110,13 @@ def test_a_selector_takes_the_newest_succeeded_and_a_resized_table_is_refused(
         source(crds, namespace, name, chain)
         set_phase(crds, namespace, name, "Succeeded", completed)
     apply(crds, namespace, ps_job("ctr-c", warmStart={"selector": {"matchLabels": chain}}))
-    pinned = wait_for(lambda: job_status(crds, namespace, "ctr-c").get("warmStart"), 60, "the pin")
+    pinned = wait_for(lambda: job_status(crds, namespace, "ctr-c").get("warmStart"), 120, "the pin")
     assert pinned["sourceJob"] == "ctr-b"
 
     resized = ps_job("ctr-d", warmStart={"fromJob": "ctr-b"})
     resized["spec"]["model"]["embeddings"][0]["vocabularySize"] = 2000
     apply(crds, namespace, resized)
-    failed = wait_for(lambda: condition(crds, namespace, "ctr-d", "Failed"), 60, "Failed")
+    failed = wait_for(lambda: condition(crds, namespace, "ctr-d", "Failed"), 120, "Failed")
     assert failed["reason"] == "WarmStartRefused"
     assert "table user_id: vocabularySize 1000 in the checkpoint, 2000 here" in failed["message"]
     assert not any(n.startswith("ctr-d-") for n in live_pods(crds, namespace))

@@ -82,7 +82,7 @@ def _traced_model_error() -> object:
 
 
 def _checkpoint_mismatch_in_context() -> object:
-    from etj_trainer.task.checkpoint import CheckpointMismatch
+    from etj_trainer.task.restore import CheckpointMismatch
 
     try:
         raise CheckpointMismatch("/ckpt/ckpt-3: table user has 100 rows, the model 200")

@@ -127,7 +127,7 @@ def test_warm_start_into_more_ps_with_a_table_added_then_a_restart_resumes_its_o
     with LocalJob(config, tmp_path / "run", workers=1, ps=3) as job:
         job.start_all()
         warm = dict(wait_for(lambda: job.last("warmStarted"), 240, "the warm start"))
-        restored = dict(wait_for(lambda: job.last("restored"), 60, "the restored line"))
+        restored = dict(wait_for(lambda: job.last("restored"), 120, "the restored line"))
         assert warm["sourceStep"] == SOURCE_STEPS and warm["step"] == 0
         assert warm["path"] == str(source / f"ckpt-{SOURCE_STEPS}")
         actions = {t["name"]: (t["action"], t.get("reason", "")) for t in warm["tables"]}
@@ -144,7 +144,7 @@ def test_warm_start_into_more_ps_with_a_table_added_then_a_restart_resumes_its_o
         assert restored["step"] == 0 and restored["warmStart"] is True
         # The same decisions on the metrics page, as the operator reads them into
         # status.warmStart.
-        report = wait_for(lambda: _scraped(job.metrics_port), 60, "the metrics page")
+        report = wait_for(lambda: _scraped(job.metrics_port), 120, "the metrics page")
         assert report[0] == SOURCE_STEPS
         assert [t.to_wire() for t in report[1]] == warm["tables"]
         path, digest = restored["path"], restored["digest"]
@@ -215,7 +215,7 @@ def test_a_table_named_fresh_starts_fresh_and_the_rest_is_restored(
         assert actions == {"user_id": "StartedFresh", "item_id": "Restored"}
         assert warm["tower"] == "restored (optimizer state reset)"
         assert warm["step"] == SOURCE_STEPS
-        restored = dict(wait_for(lambda: job.last("restored", "worker"), 60, "restored"))
+        restored = dict(wait_for(lambda: job.last("restored", "worker"), 120, "restored"))
         digest = restored["digest"]
         path = restored["path"]
         assert _close(digest["model/tables/1"], _saved_sum(path, "model/tables/1"))
