@@ -309,6 +309,8 @@ SPLITS: list[Split] = [
             **_t(
                 f"{RECONCILE}/decide.py",
                 "decide",
+                "_warm_start_pending",
+                "_warm_start",
                 "_gang",
                 "_scale",
                 "_create_missing",
