@@ -139,7 +139,7 @@ Then (2026-11-26), four changes aimed at what was left, messages and threads:
 - **The flat tower travels with the rows** of the ps that holds it, and its gradient with
   theirs. Per step and worker: 4 messages (2 per ps), was 8 (3 per ps, the tower's read
   and its gradient).
-- **Threads by CPU budget** (``etj_trainer.task.roles.thread_counts``): each replica's
+- **Threads by CPU budget** (``etj_trainer.task.threads.thread_counts``): each replica's
   intra-/inter-op pools are sized to its budget, ``ETJ_CPUS`` (``etj run`` and this
   benchmark's ``LocalJob``: the machine's cores over its processes, 0.4 each here) or the
   container's CPU quota (cgroup v2 or v1), and a server whose budget is below the

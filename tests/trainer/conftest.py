@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,3 +26,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.trainer)
+
+
+@pytest.fixture(scope="module")
+def tf() -> Any:
+    import tensorflow
+
+    return tensorflow

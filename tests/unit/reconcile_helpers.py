@@ -8,9 +8,9 @@ from typing import Any
 from etj.api import EmbeddingTrainingJob
 from etj.core.planner import build_plan
 from etj.core.reconcile import World, decide
-from etj.core.reconcile.decide import Decision
+from etj.core.reconcile.decision import Decision
 from etj.core.reconcile.observe import PodState
-from etj.core.render.objects import replica_set
+from etj.core.render.pod import replica_set
 from etj.core.tfconfig import pod_name
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

@@ -106,7 +106,7 @@ def run(config: object, task: Task, port: int) -> int:
             return exitcodes.USAGE
         if ps:
             return roles.run_ps_chief(config, task, port)
-        return roles.run_synchronous(config, task, port if task.is_chief() else None)
+        return roles.run_synchronous(config, task, port if task.is_leader() else None)
     except KeyboardInterrupt as e:
         keep(e)
         return exitcodes.TERMINATED

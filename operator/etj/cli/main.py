@@ -57,7 +57,7 @@ def main() -> None:
 
 def _validated(path: str, host_access: bool = True) -> list:  # list[etj.core.validation.Validated]
     from etj.cli.files import InputError, load_documents
-    from etj.core.render.names import with_derived_names
+    from etj.core.render.validate_names import with_derived_names
     from etj.core.validation import validate_manifest
     from etj.local.configmaps import is_config_map
 
@@ -124,7 +124,7 @@ def render(file: str, namespace: str | None, image: str | None, network_policy: 
 
     from etj.core.crd import to_yaml
     from etj.core.render import RenderSettings, build_objects
-    from etj.core.render.networkpolicy import NetworkPolicySettings
+    from etj.core.render.settings import NetworkPolicySettings
 
     results = _validated(file)
     _fail_on_problems(file, results)

@@ -16,7 +16,7 @@ from etj.api.quantity import quantity_bytes
 from etj.api.spec import GangScheduler
 
 if TYPE_CHECKING:
-    from etj.core.render.networkpolicy import NetworkPolicySettings
+    from etj.core.render.settings import NetworkPolicySettings
 
 
 @click.command()
@@ -233,7 +233,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _network_policy(text: str) -> NetworkPolicySettings | None:
-    from etj.core.render.networkpolicy import NetworkPolicySettings
+    from etj.core.render.settings import NetworkPolicySettings
 
     if not text:
         return None

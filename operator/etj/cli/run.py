@@ -66,9 +66,9 @@ def run(
     The file may also hold ConfigMaps (further documents, as kubectl apply -f takes them):
     the one spec.model.custom.configMap names supplies the custom tower's code."""
     from etj.cli.files import InputError, display_name, load_documents
-    from etj.core.render.names import with_derived_names
-    from etj.core.render.objects import replica_set, role_template
+    from etj.core.render.pod import replica_set, role_template
     from etj.core.render.podtemplate import template_command
+    from etj.core.render.validate_names import with_derived_names
     from etj.core.validation import validate_manifest
     from etj.local.configmaps import JobFileError, split_job_file
     from etj.local.runner import LocalRunner, RunEvents

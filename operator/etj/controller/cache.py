@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from etj.api.constants import LABEL_JOB_NAME
 
-log = logging.getLogger("etj.cache")
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
 

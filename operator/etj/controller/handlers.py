@@ -37,7 +37,7 @@ from etj.controller import metrics
 from etj.controller.cache import WatchCache
 from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Reconciler
-from etj.core.reconcile.decide import Event
+from etj.core.reconcile.decision import Event
 
 log = logging.getLogger("etj.controller")
 

@@ -41,7 +41,7 @@ from etj.api.constants import (
     PLURAL,
     VERSION,
 )
-from etj.core.render.objects import job_selector
+from etj.core.render.meta import job_selector
 from etj.core.render.scheduling import GANG_APIS, GangApi, immutable_gang
 
 

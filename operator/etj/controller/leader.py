@@ -36,7 +36,7 @@ from typing import Any
 from etj.controller import metrics
 from etj.controller.kube import Kube
 
-log = logging.getLogger("etj.leader")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

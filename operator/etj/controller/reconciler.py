@@ -49,15 +49,16 @@ from etj.controller.cache import WatchCache
 from etj.controller.kube import ApiRefused, Kube
 from etj.controller.settings import OperatorSettings
 from etj.core.reconcile import Decision, World, decide, observe_pod
-from etj.core.reconcile.decide import Event, failed_status, gang_unavailable, iso
+from etj.core.reconcile.decision import Event, iso
 from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.policies.claim import claim_wait
-from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
+from etj.core.reconcile.policies.finish import failed_status
+from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE, gang_unavailable
 from etj.core.reconcile.policies.queue import owners_wanted
 from etj.core.reconcile.progress import parse_evaluation, parse_progress, parse_warm_start
 from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
+from etj.core.render.build import build_checkpoint_claim, build_gang_object
 from etj.core.render.networkpolicy import build_network_policy
-from etj.core.render.objects import build_checkpoint_claim, build_gang_object
 from etj.core.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
 from etj.core.validation import Validated, validate_manifest
 

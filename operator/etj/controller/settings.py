@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from etj.api.constants import DEFAULT_IMAGE
 from etj.api.spec import GangScheduler
-from etj.core.render.networkpolicy import NetworkPolicySettings
+from etj.core.render.settings import NetworkPolicySettings
 
 
 @dataclass(frozen=True)

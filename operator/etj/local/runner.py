@@ -39,7 +39,7 @@ from etj.api.roles import Role
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
 from etj.api.warmstart import WarmStartStatus
 from etj.core.reconcile import PodState, World, decide
-from etj.core.reconcile.decide import Event, iso
+from etj.core.reconcile.decision import Event, iso
 from etj.core.reconcile.progress import (
     WarmStartReport,
     evaluation_record,
@@ -47,7 +47,7 @@ from etj.core.reconcile.progress import (
     warm_start_record,
 )
 from etj.core.render import RenderSettings, build_config_map, build_pod, replica_set
-from etj.core.render.objects import model_code_config_map
+from etj.core.render.pod import model_code_config_map
 from etj.core.tfconfig import pod_name
 from etj.local.configmaps import write_files
 from etj.local.launch import Proc, free_port, machine_share, start

@@ -48,7 +48,7 @@ class Task:
         tasks = self.cluster.get(self.type, [])
         return tasks[self.index] if self.index < len(tasks) else None
 
-    def is_chief(self) -> bool:
+    def is_leader(self) -> bool:
         """The task that reports progress, serves metrics and exports (``is_leader``)."""
         return is_leader(self.type, self.index, self.count(Role.CHIEF) > 0)
 

@@ -32,9 +32,11 @@ from etj_trainer.models.ctr import CtrModel
 from etj_trainer.models.dynamic_relayout import restore_dynamic
 from etj_trainer.task.auc import BINS, auc_from_histogram
 from etj_trainer.task.cluster import Task
-from etj_trainer.task.progress import emit, write_scalars
+from etj_trainer.task.events import emit
+from etj_trainer.task.progress import write_scalars
 from etj_trainer.task.restore import restore_components
-from etj_trainer.task.state import checkpoint_keys, histogram
+from etj_trainer.task.state import checkpoint_keys
+from etj_trainer.task.step import histogram
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,11 @@ from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.chunk_size import TARGET_SECONDS, ChunkSizer
 from etj_trainer.task.evaluate import Scorer, held_out
+from etj_trainer.task.events import emit
 from etj_trainer.task.export import export_to
-from etj_trainer.task.progress import ProgressReporter, emit
-from etj_trainer.task.state import ChunkResult, TrainingState, block_steps
+from etj_trainer.task.progress import ProgressReporter
+from etj_trainer.task.state import TrainingState
+from etj_trainer.task.step import ChunkResult, block_steps
 from etj_trainer.task.supervisor import Heartbeat
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -62,19 +61,13 @@ from etj.api.roles import Role
 from etj.api.roles import is_leader as leader_rule
 from etj_trainer.config import config_field
 from etj_trainer.task.auc import BINS, auc_from_histogram
+from etj_trainer.task.events import emit
 from etj_trainer.task.termination import write_termination_message
 
 log = logging.getLogger(__name__)
 
 # Chunks of steps whose prediction histograms make up the reported AUC.
 AUC_WINDOW = 50
-
-
-def emit(event: str, **fields: Any) -> None:
-    """One structured JSON line on stdout (read by the local runner and log pipelines)."""
-    doc = {"event": event, **{k: v for k, v in fields.items() if v is not None}}
-    sys.stdout.write(json.dumps(doc, sort_keys=True) + "\n")
-    sys.stdout.flush()
 
 
 class Metrics:

@@ -1,4 +1,5 @@
-"""The training state and the training function, shared by every strategy.
+"""The training state and the training function, shared by every strategy (a chunk's
+length, histogram and results: ``etj_trainer.task.step``).
 
 ``TrainingState`` owns the model, the optimizer slots (built eagerly, so they exist before
 any restore — sharded Adagrad accumulators come back wrong otherwise), the global step and
@@ -14,9 +15,8 @@ strategy (one process). It does not schedule, checkpoint to disk or report.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from etj.api.trainer import TrainerConfig
@@ -36,29 +36,7 @@ from etj_trainer.task.optim import (
     slot_initial,
 )
 from etj_trainer.task.rounding import key_of
-
-# Steps written out per loop iteration of ``train_chunk``: UNROLL, or LONG_UNROLL for a
-# job whose chunks are at least that long (``stepsPerExecution``) and that trains long
-# enough (LONG_UNROLL_MIN_STEPS, or by epochs) to repay compiling more copies once.
-UNROLL = 10
-LONG_UNROLL = 25
-LONG_UNROLL_MIN_STEPS = 5000
-
-
-def block_steps(config: TrainerConfig) -> int:
-    """Steps written out per loop iteration of a chunk: never more than a chunk runs."""
-    spe = config.steps_per_execution
-    training = config.training
-    long_job = training.epochs is not None or training.steps >= LONG_UNROLL_MIN_STEPS
-    return LONG_UNROLL if spe >= LONG_UNROLL and long_job else min(UNROLL, spe)
-
-
-def histogram(predictions: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    """``[2, BINS]`` counts of negatives / positives per prediction bucket."""
-    bucket = tf.clip_by_value(tf.cast(predictions * BINS, tf.int32), 0, BINS - 1)
-    positives = tf.math.unsorted_segment_sum(labels, bucket, BINS)
-    negatives = tf.math.unsorted_segment_sum(1.0 - labels, bucket, BINS)
-    return tf.stack([negatives, positives])
+from etj_trainer.task.step import block_steps, histogram
 
 
 class SlotStore(tf.Module):
@@ -497,26 +475,6 @@ class TrainingState:
         # and counted once.
         self.step.assign_add(steps)
         return loss_sum / tf.cast(steps, tf.float32), hist, skipped
-
-
-class ChunkResult(NamedTuple):
-    """A chunk's results as the training loop reads them."""
-
-    loss: float  # the mean over its steps
-    hist: np.ndarray  # [2, BINS] predictions by label
-    bad: int  # records the input skipped
-    seconds: float | None = None  # its time on its worker (``train_chunk_packed`` only)
-
-
-def unpack_chunk(packed: Any) -> ChunkResult:
-    """``train_chunk_packed``'s vector as a ``ChunkResult``."""
-    values = np.asarray(packed, dtype=np.float64)
-    return ChunkResult(
-        float(values[0]),
-        values[3:].reshape(2, BINS).astype(np.float32),
-        int(values[1]),
-        float(values[2]),
-    )
 
 
 def _update_of(item: Slotted, t: tf.Tensor) -> Any:

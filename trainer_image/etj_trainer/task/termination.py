@@ -9,8 +9,8 @@ whole job); the message is for people.
 
 The path comes from ``ETJ_TERMINATION_LOG`` (the rendered pod sets it); without it nothing
 is written. Writing never fails the caller: the message is a courtesy, the exit code is
-what counts. ``report_failure`` writes both records of a failure (the ``error`` event and
-this message).
+what counts. ``report_failure`` writes both records of a failure (the ``error`` event,
+``etj_trainer.task.events``, and this message).
 
 ``permanent_failure`` finds a failure no restart cures (``PERMANENT_TRAINER_REASONS``: a
 ``DataError``, ``ModelError``, ``CheckpointMismatch``) wherever TensorFlow put it: as the
@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from etj.api.constants import PERMANENT_TRAINER_REASONS, TERMINATION_LOG_ENV
+from etj_trainer.task.events import emit
 
 # Kubernetes keeps at most 4096 bytes of a termination message.
 MAX_BYTES = 4096
@@ -106,7 +107,5 @@ def permanent_failure(
 def report_failure(reason: str, message: str, exit_code: int) -> None:
     """A failure's two records: the ``error`` event on stdout (the chief's log, ``etj run``)
     and the termination message (the pod's status, the operator)."""
-    from etj_trainer.task.progress import emit  # numpy and prometheus: only when it is needed
-
     emit("error", reason=reason, message=message[:500], exitCode=exit_code)
     write_termination_message(reason, message)

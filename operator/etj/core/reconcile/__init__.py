@@ -7,7 +7,8 @@ Nothing here does I/O, reads the clock or the environment, or imports kopf or th
 Kubernetes client: the caller passes ``now`` and applies the Decision.
 """
 
-from etj.core.reconcile.decide import Decision, Event, World, decide
+from etj.core.reconcile.decide import decide
+from etj.core.reconcile.decision import Decision, Event, World
 from etj.core.reconcile.observe import PodState, observe_pod
 
 __all__ = ["Decision", "Event", "PodState", "World", "decide", "observe_pod"]

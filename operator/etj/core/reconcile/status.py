@@ -8,7 +8,7 @@ from etj.api.constants import LABEL_REPLICA_TYPE
 from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ReplicaStatus, ReplicaStatuses
 from etj.core.reconcile.observe import PodState
-from etj.core.render.objects import job_selector
+from etj.core.render.meta import job_selector
 
 
 def replica_statuses(

@@ -3,44 +3,18 @@ own pods reach its TensorFlow port, and only the operator's pods its metrics por
 
 TensorFlow's gRPC servers take any connection: on a shared cluster any pod could otherwise
 send a ps or worker graph ops. The policy selects every pod of the job and admits
-ingress on exactly those two ports; egress is left alone. Pure: no I/O.
+ingress on exactly those two ports; egress is left alone. Its settings
+(``NetworkPolicySettings``) live in ``etj.core.render.settings``. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from etj.api.constants import NAMESPACE_NAME_LABEL
 from etj.api.job import EmbeddingTrainingJob
-from etj.core.render.objects import (
-    RenderSettings,
-    _metadata,
-    _plain,
-    common_labels,
-    job_selector,
-    owner_reference,
-)
-
-
-@dataclass(frozen=True)
-class NetworkPolicySettings:
-    """Who may read a job's metrics: the operator's namespace and its pods' labels."""
-
-    operator_namespace: str
-    operator_labels: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str) -> NetworkPolicySettings:
-        """From ``NAMESPACE/KEY=VALUE,KEY=VALUE`` (the operator's ``--network-policy``)."""
-        namespace, sep, labels = text.partition("/")
-        pairs = [p.partition("=") for p in labels.split(",") if p]
-        if not namespace or not sep or not pairs or any(not k or not eq for k, eq, _ in pairs):
-            raise ValueError(
-                f"{text!r}: expected NAMESPACE/KEY=VALUE[,KEY=VALUE...], the operator's "
-                "namespace and its pods' labels"
-            )
-        return cls(namespace, {k: v for k, _, v in pairs})
+from etj.core.render.meta import _metadata, _plain, common_labels, job_selector, owner_reference
+from etj.core.render.settings import RenderSettings
 
 
 def build_network_policy(

@@ -10,7 +10,7 @@ spirit of a strategic merge patch (lists of named things merge by name):
   container). In it the template's ``env`` merges by name, ``volumeMounts`` by mountPath,
   ``ports`` by containerPort; every other key (command, args, image, workingDir, probes,
   securityContext, ...) replaces etj's. ``resources`` are not merged here:
-  ``etj.core.render.objects`` folds them into the role's resources first, so the plan's memory
+  ``etj.core.render.pod`` folds them into the role's resources first, so the plan's memory
   floor still holds. Containers of other names are sidecars, appended.
 - ``initContainers``, ``volumes``, ``imagePullSecrets``: merge by name (appended);
   ``tolerations``: appended; ``nodeSelector``: merged key by key; anything else

@@ -4,9 +4,13 @@ popular ids packed at the low rows would all land on its first shard and its ps)
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from harness import job_spec
 
 from etj_trainer.data.pipeline import scatter_multiplier, zipf_ids
 
@@ -46,3 +50,59 @@ def test_zipf_law_kept() -> None:
     top = (vocab + 1.0) ** (1 - exponent)
     p0 = (2.0 ** (1 - exponent) - 1.0) / (top - 1.0)
     assert abs(counts[0] / n - p0) < 0.1 * p0
+
+
+def _model_spec(**kw: Any) -> Any:
+    return job_spec(**kw)
+
+
+def test_synthetic_data_is_skewed_and_learnable(tf: Any) -> None:
+    from etj_trainer.data.pipeline import make_dataset
+
+    spec = _model_spec()
+    batch = next(iter(make_dataset(spec.model, spec.data, 4096)))
+    ids = batch["user_id"].numpy()
+    assert ids.shape == (4096, 1) and batch["item_id"].shape == (4096, 3)
+    assert ids.min() >= 0 and ids.max() < 5000
+    counts = np.sort(np.bincount(ids.ravel(), minlength=5000))[::-1]
+    assert counts[:10].sum() > 0.1 * ids.size, "Zipf: the top ids are a large share"
+    assert 0.2 < batch["label"].numpy().mean() < 0.8
+    assert batch["dense"].shape == (4096, 4)
+    other = next(iter(make_dataset(spec.model, spec.data, 4096, num_shards=2, shard_index=1)))
+    assert not np.array_equal(other["user_id"].numpy(), ids), "shards draw different streams"
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "csv"])
+def test_files_roundtrip_and_sharding(tf: Any, tmp_path: Path, fmt: str) -> None:
+    from etj_trainer.data.datagen import write_files
+    from etj_trainer.data.pipeline import make_dataset, synthetic_batch_fn
+
+    spec = _model_spec(
+        data={"source": "files", "files": {"pattern": str(tmp_path / "part-*"), "format": fmt}}
+    )
+    write_files(spec.model, spec.data, tmp_path, fmt, files=4, examples_per_file=64)
+    make_batch = synthetic_batch_fn(spec.model, spec.data, 64, stream=0)
+    written = {}
+    for n in range(4):  # what write_files wrote into file n
+        b = make_batch(tf.constant(n, tf.int64))
+        written[n] = {
+            tuple(r) for r in np.concatenate([b["user_id"].numpy(), b["item_id"].numpy()], axis=1)
+        }
+    # Worker 1 of 2 reads files 1 and 3 only.
+    batch = next(iter(make_dataset(spec.model, spec.data, 32, num_shards=2, shard_index=1, seed=0)))
+    assert batch["item_id"].shape == (32, 3) and batch["dense"].dtype == tf.float32
+    assert batch["label"].dtype == tf.float32
+    rows = {
+        tuple(r)
+        for r in np.concatenate([batch["user_id"].numpy(), batch["item_id"].numpy()], axis=1)
+    }
+    assert rows <= written[1] | written[3]
+    assert not rows <= written[0] | written[2]
+
+
+def test_missing_files_are_a_clear_error(tf: Any, tmp_path: Path) -> None:
+    from etj_trainer.data.pipeline import DataError, make_dataset
+
+    spec = _model_spec(data={"source": "files", "files": {"pattern": str(tmp_path / "nothing-*")}})
+    with pytest.raises(DataError, match="matches no file"):
+        make_dataset(spec.model, spec.data, 8)

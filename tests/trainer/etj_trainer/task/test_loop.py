@@ -5,13 +5,17 @@ their sizes from the chunks done, and a boundary still cuts them."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import numpy as np
+from harness import job_spec, trainer_config
 
+from etj_trainer import exitcodes
 from etj_trainer.task.chunk_size import ChunkSizer
+from etj_trainer.task.cluster import parse_tf_config
 from etj_trainer.task.loop import LoopParts, _run_round
-from etj_trainer.task.state import ChunkResult
+from etj_trainer.task.step import ChunkResult
 
 
 class _Step:
@@ -99,3 +103,51 @@ def test_chunks_sized_by_time_grow_from_the_results_and_stop_at_the_boundary():
     assert end == 500
     # 10 and 10 in flight before the first result; then x4 a result up to 1 s (100 steps).
     assert sizes == [10, 10, 40, 100, 100, 100, 100, 40]
+
+
+def test_the_watchdog_counts_steps_not_the_tracing_of_the_step(monkeypatch) -> None:
+    """The first chunk of a run pays once for tracing up to ``UNROLL`` + 1 copies of the step
+    and compiling that graph: minutes on a busy machine (measured: 187 s under 2-worker
+    MultiWorkerMirrored at load 14, then a chunk every 0.4 s), which a watchdog armed
+    before it took for a hung peer. The loop traces and compiles the chunk (a zero-step
+    call) before it arms the watchdog; nothing is traced while the watchdog is armed."""
+    from etj_trainer.task import loop, roles
+    from etj_trainer.task.state import TrainingState
+    from etj_trainer.task.step import UNROLL
+
+    traces: list[int] = []  # _step runs in Python only while train_chunk is traced
+    original = TrainingState._step
+
+    def counting(self: TrainingState, *args: Any) -> Any:
+        traces.append(1)
+        return original(self, *args)
+
+    seen: list[tuple[str, int]] = []
+
+    class Recorder:
+        def arm(self) -> None:
+            seen.append(("arm", len(traces)))
+
+        def beat(self) -> None:
+            seen.append(("beat", len(traces)))
+
+        def disarm(self) -> None:
+            seen.append(("disarm", len(traces)))
+
+    monkeypatch.setattr(TrainingState, "_step", counting)
+    monkeypatch.setattr(loop.Heartbeat, "from_env", classmethod(lambda cls: Recorder()))
+    monkeypatch.setattr(roles, "configure_threads", lambda: None)  # TF already runs here
+    spec = job_spec(training={"batchSizePerReplica": 32, "steps": 12, "stepsPerExecution": 4})
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        code = roles.run_synchronous(trainer_config(spec), parse_tf_config(None), None)
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    assert code == exitcodes.SUCCESS
+    assert seen[0][0] == "arm" and seen[-1][0] == "disarm", seen
+    assert [what for what, _ in seen].count("beat") == 3, seen  # one per chunk
+    traced = seen[0][1]
+    assert traced > 0, f"the watchdog was armed before the step was traced: {seen}"
+    # No more copies of the step than a chunk runs: blocks of 4 and the rest loop.
+    assert traced == 4 + 1 < UNROLL, seen
+    assert all(n == traced for _, n in seen), f"traced while the watchdog was armed: {seen}"

@@ -212,7 +212,7 @@ def serve_in_fresh_process(jobs: dict[str, dict[str, Any]]) -> dict[str, list[fl
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Per job: the trainer's probabilities and what the fresh process served."""
-    from etj_trainer.task import state as core
+    from etj_trainer.task import step as core
 
     # One step per loop iteration: the same math, a fraction of the tracing (7 jobs).
     unroll, core.UNROLL = core.UNROLL, 1

@@ -12,11 +12,11 @@ from harness import job_spec, trainer_config
 
 from etj_trainer.data.pipeline import make_dataset
 from etj_trainer.task.auc import BINS
-from etj_trainer.task.state import (
+from etj_trainer.task.state import TrainingState
+from etj_trainer.task.step import (
     LONG_UNROLL,
     LONG_UNROLL_MIN_STEPS,
     UNROLL,
-    TrainingState,
     block_steps,
     unpack_chunk,
 )

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from etj_trainer.task.termination import termination_text
+
 HEADER = "/data/ml.csv:1: the header lacks the declared column(s) userId, movieId (it has: x)"
 
 
@@ -146,3 +148,11 @@ def test_permanent_failure_reads_the_reason_in_text():
     assert permanent_failure(remote) == ("DataError", HEADER)
     assert permanent_failure(RuntimeError("a DataError: happened")) is None
     assert permanent_failure(ValueError("plain")) is None
+
+
+def test_termination_text_is_one_line_within_the_kubernetes_limit() -> None:
+    assert termination_text("DataError", "no files\n  match /data/*.csv") == (
+        "DataError: no files match /data/*.csv"
+    )
+    long = termination_text("WatchdogTimeout", "é" * 5000)
+    assert long.startswith("WatchdogTimeout: ") and len(long.encode()) <= 4096

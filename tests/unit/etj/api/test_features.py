@@ -82,7 +82,7 @@ def _parquet_job(**spec: object) -> dict:
 
 
 def test_parquet_needs_features_and_no_parameter_server():
-    from etj.api.spec import _EPOCH_RULES
+    from etj.api.spec.job import _EPOCH_RULES
 
     EmbeddingTrainingJobSpec.model_validate(_parquet_job())
     with pytest.raises(ValidationError, match="cannot be read under strategy ParameterServer"):

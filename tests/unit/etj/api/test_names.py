@@ -1,5 +1,5 @@
 """Names as the API server checks them, in `etj validate`, `etj render` and `etj run`: the
-job's own name and every name etj derives from it (etj.api.names, etj.core.render.names)."""
+job's own name and every name etj derives from it (etj.api.names, etj.core.render.validate_names)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from etj.api.names import job_name_problem, name_problem, object_name_problems
 from etj.api.plan import ShardPlan
 from etj.cli.main import main
 from etj.core.render import build_objects
-from etj.core.render.names import with_derived_names
+from etj.core.render.validate_names import with_derived_names
 from etj.core.validation import validate_manifest
 from tests.cases.malformed import BASE
 

@@ -70,7 +70,7 @@ def test_the_trainer_reads_the_leader_the_operator_renders(replicas: ReplicaSet)
     chiefs = [
         task
         for task in replicas.tasks()
-        if parse_tf_config(tf_config(replicas, *task, address)).is_chief()
+        if parse_tf_config(tf_config(replicas, *task, address)).is_leader()
     ]
     assert chiefs == [replicas.leader()]
     # TF_CONFIG keeps plain strings: the enum never reaches the wire as anything else.

@@ -10,7 +10,8 @@ import pytest
 from etj.api.spec import Strategy
 from etj.api.trainer import TrainerConfig
 from etj.core.planner import build_plan
-from etj.core.render.objects import RenderSettings, build_trainer_config
+from etj.core.render.settings import RenderSettings
+from etj.core.render.trainer_config import build_trainer_config
 from tests.unit.reconcile_helpers import make_job
 
 

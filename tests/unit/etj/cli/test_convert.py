@@ -18,7 +18,7 @@ from etj.api.spec import GangScheduler
 from etj.cli.convert import ConversionError, convert_tfjob
 from etj.cli.main import main
 from etj.core.render import RenderSettings, build_pods
-from etj.core.render.objects import replica_set
+from etj.core.render.pod import replica_set
 from etj.core.render.scheduling import build_gang, gang_scheduler
 from etj.core.validation import validate_manifest
 

@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 from etj.controller.cache import WatchCache
 from etj.controller.reconciler import Outcome, Reconciler
 from etj.controller.settings import OperatorSettings
-from etj.core.reconcile.decide import Event
+from etj.core.reconcile.decision import Event
 from tests.unit.fake_api import FakeKube
 
 NS = "team"

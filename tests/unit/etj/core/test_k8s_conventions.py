@@ -23,7 +23,8 @@ from etj.api.status import (
 from etj.core.crd import build_crd
 from etj.core.reconcile import decide as real_decide
 from etj.core.reconcile.conditions import set_condition
-from etj.core.reconcile.decide import Decision, failed_status, iso
+from etj.core.reconcile.decision import Decision, iso
+from etj.core.reconcile.policies.finish import failed_status
 from tests.unit import reconcile_helpers
 from tests.unit.etj.core.reconcile import test_decide
 from tests.unit.reconcile_helpers import T0, all_pods, make_job, run, with_status

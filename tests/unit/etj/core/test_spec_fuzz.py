@@ -32,7 +32,7 @@ from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from etj.api.spec import MAX_PS
 from etj.core.crd import build_crd
 from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
-from etj.core.render.objects import replica_set
+from etj.core.render.pod import replica_set
 from etj.core.validation import validate_manifest
 
 SPEC_SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]

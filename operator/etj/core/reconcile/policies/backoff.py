@@ -49,7 +49,7 @@ def replaced_at_once(strategy: str, pod: PodState) -> bool:
     )
 
 
-def wait_for(
+def restart_wait(
     pod: PodState,
     previous: ReplicaBackoff | None,
     strategy: str,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etj.api.status import ConditionType
+from etj.api.status import ConditionType, EmbeddingTrainingJobStatus
+from etj.core.reconcile.conditions import set_condition
 from etj.core.reconcile.observe import PodState
 
 # The job's condition type and its reasons.
@@ -56,3 +57,16 @@ def gang_state(pods: list[PodState], min_count: int, backend: str) -> GangState:
 
 def _key(p: PodState) -> tuple[str, int]:
     return (p.role, p.index)
+
+
+def gang_unavailable(
+    status: EmbeddingTrainingJobStatus, message: str, now: str, generation: int | None
+) -> EmbeddingTrainingJobStatus:
+    """The status of a job whose gang object could not be made (no pod is created without
+    it): Scheduled False with the API server's reason; the next pass tries again."""
+    st = status.model_copy(deep=True)
+    st.message = message
+    st.conditions = set_condition(
+        st.conditions, CONDITION_SCHEDULED, False, REASON_UNAVAILABLE, message, now, generation
+    )
+    return st

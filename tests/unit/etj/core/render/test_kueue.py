@@ -16,7 +16,7 @@ from etj.api.constants import (
 )
 from etj.core.render.kueue import KueueMetadata, kueue_pod_metadata, pod_group_name, queue_name
 from tests.unit.conftest import load_example
-from tests.unit.etj.core.render.test_objects import rendered
+from tests.unit.etj.core.render.test_build import rendered
 
 QUEUE = {KUEUE_QUEUE_NAME_LABEL: "team-a"}
 

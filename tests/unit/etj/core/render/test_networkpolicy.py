@@ -12,7 +12,7 @@ from etj.api.constants import METRICS_PORT, TF_PORT
 from etj.controller.reconciler import Reconciler
 from etj.controller.settings import OperatorSettings
 from etj.core.render import RenderSettings, build_objects
-from etj.core.render.networkpolicy import NetworkPolicySettings
+from etj.core.render.settings import NetworkPolicySettings
 from etj.core.validation import validate_manifest
 from tests.unit.etj.controller.test_reconciler import NS, manifest, no_metrics
 from tests.unit.fake_api import FakeKube

@@ -12,7 +12,7 @@ from etj.api import EmbeddingTrainingJob
 from etj.api.spec import GangScheduler
 from etj.core.planner import build_plan
 from etj.core.render import RenderSettings, build_objects
-from etj.core.render.objects import build_gang_object
+from etj.core.render.build import build_gang_object
 from etj.core.render.scheduling import (
     COSCHEDULING_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATION,

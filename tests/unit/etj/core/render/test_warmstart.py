@@ -7,7 +7,7 @@ from typing import Any
 
 from etj.api import EmbeddingTrainingJob
 from etj.api.warmstart import WARM_START_MOUNT
-from tests.unit.etj.core.render.test_objects_storage import job, pod, trainer_config
+from tests.unit.etj.core.render.test_build_storage import job, pod, trainer_config
 
 
 def pinned(j: EmbeddingTrainingJob, **status: Any) -> EmbeddingTrainingJob:

@@ -13,8 +13,8 @@ from etj.core.reconcile.policies.backoff import (
     delay_seconds,
     due_time,
     replaced_at_once,
+    restart_wait,
     seconds_to_recovery,
-    wait_for,
     waiting_seconds,
 )
 from tests.unit.reconcile_helpers import T0, all_pods, later, make_job, pod, run, with_status
@@ -41,12 +41,12 @@ def test_delays_double_from_ten_seconds_up_to_the_cap():
 def test_a_replica_that_ran_cleanly_long_enough_counts_from_one_again():
     crashed = pod("chief", 0, "Failed", exit_code=1, started_at=T0, finished_at=later(599))
     previous = ReplicaBackoff(failures=4)
-    assert wait_for(crashed, previous, "ParameterServer", DEFAULT, later(600)) == Wait(5, 160)
+    assert restart_wait(crashed, previous, "ParameterServer", DEFAULT, later(600)) == Wait(5, 160)
     ran_long = pod("chief", 0, "Failed", exit_code=1, started_at=T0, finished_at=later(600))
-    assert wait_for(ran_long, previous, "ParameterServer", DEFAULT, later(600)).failures == 1
+    assert restart_wait(ran_long, previous, "ParameterServer", DEFAULT, later(600)).failures == 1
     # Nothing known of how long it ran: the count goes on.
     unknown = pod("chief", 0, "Failed", exit_code=1)
-    assert wait_for(unknown, previous, "ParameterServer", DEFAULT, T0).failures == 5
+    assert restart_wait(unknown, previous, "ParameterServer", DEFAULT, T0).failures == 5
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_a_replica_that_ran_cleanly_long_enough_counts_from_one_again():
 def test_only_a_preempted_parameter_server_worker_is_replaced_at_once(strategy, role, kw, at_once):
     p = pod(role, 0, **{"phase": "Running", **kw})
     assert replaced_at_once(strategy, p) is at_once
-    w = wait_for(p, ReplicaBackoff(failures=2), strategy, DEFAULT, T0)
+    w = restart_wait(p, ReplicaBackoff(failures=2), strategy, DEFAULT, T0)
     assert (w.seconds == 0) is at_once
     assert w.failures == (2 if at_once else 3)  # a preemption is not a failure of the replica
 

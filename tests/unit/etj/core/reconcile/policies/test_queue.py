@@ -21,7 +21,7 @@ from etj.api.status import Phase
 from etj.controller.cache import WatchCache
 from etj.controller.reconciler import Outcome, Reconciler
 from etj.controller.settings import OperatorSettings
-from etj.core.reconcile.decide import Event
+from etj.core.reconcile.decision import Event
 from etj.core.reconcile.observe import PodState, observe_pod
 from etj.core.reconcile.policies.queue import (
     ADOPTION_RECHECK_SECONDS,

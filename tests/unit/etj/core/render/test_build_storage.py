@@ -8,10 +8,11 @@ import json
 from typing import Any
 
 from etj.api import EmbeddingTrainingJob
+from etj.api.constants import LABEL_RETAINED
 from etj.api.trainer import TrainerConfig
 from etj.core.planner import build_plan
 from etj.core.render import RenderSettings, build_config_map, build_pod
-from etj.core.render.objects import LABEL_RETAINED, build_checkpoint_claim, build_objects
+from etj.core.render.build import build_checkpoint_claim, build_objects
 from tests.unit.conftest import job_manifest
 
 BODY: dict[str, Any] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from etj.api.names import object_name_problems
-from etj.core.render.objects import build_objects
+from etj.core.render.build import build_objects
 from etj.core.validation import Problem, Validated
 
 

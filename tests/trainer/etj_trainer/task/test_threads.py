@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from etj_trainer.task.roles import Threads, cgroup_cpus, cpu_budget, thread_counts
+from etj_trainer.task.threads import Threads, cgroup_cpus, cpu_budget, thread_counts
 
 
 @pytest.fixture(autouse=True)

@@ -1,42 +1,26 @@
-"""Pure ``build_*`` functions: a job and its shard plan in, Kubernetes objects out.
+"""The Pod of each replica: its tasks (``replica_set``), resources raised to what the plan
+needs, volumes, placement over nodes, TF_CONFIG and environment, merged with the role's
+template. TF_CONFIG is built by ``etj.core.tfconfig`` with ``json``.
 
 Objects are built as Python data (dicts and lists), as the API server will store them; no
-text templates, no YAML parsed back. TF_CONFIG is built by ``etj.core.tfconfig`` with
-``json``. Every value that comes from the job or the settings goes through ``_plain``: a
-fresh copy as the JSON it stands for (mappings' keys sorted, enums as their values), so
-an object shares nothing with the job and renders the same bytes every time. Nothing here
-talks to the API server or reads the environment: the operator's settings come in as
-``RenderSettings``.
+text templates, no YAML parsed back. Pure: no I/O, no environment.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from etj.api.constants import (
     ANNOTATION_CLUSTER_WORKERS,
     ANNOTATION_SPEC_GENERATION,
-    API_VERSION,
-    APP_NAME,
     CONTAINER_NAME,
-    DEFAULT_IMAGE,
     GCS_CREDENTIALS_ENV,
     JOB_NAME_ENV,
-    KIND,
     LABEL_COMPONENT,
-    LABEL_INSTANCE,
     LABEL_JOB_NAME,
-    LABEL_MANAGED_BY,
-    LABEL_NAME,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
-    LABEL_RETAINED,
     LEGACY_KERAS_ENV,
-    MANAGED_BY_VALUE,
-    METRICS_PORT,
     METRICS_PORT_NAME,
     MODEL_CODE_ENV,
     MODEL_CODE_MOUNT,
@@ -49,7 +33,6 @@ from etj.api.constants import (
     TERMINATION_LOG,
     TERMINATION_LOG_ENV,
     TF_CONFIG_ENV,
-    TF_PORT,
     TRAINER_CONFIG_ENV,
     TRAINER_CONFIG_FILE,
     TRAINER_CONFIG_MOUNT,
@@ -61,93 +44,20 @@ from etj.api.constants import (
     VOLUME_TRAINER_CONFIG,
     VOLUME_WARM_START,
 )
-from etj.api.conventions import trainer_config_map_name
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.podtemplate import runs_own_program
 from etj.api.quantity import format_bytes, quantity_bytes
 from etj.api.roles import Role
-from etj.api.spec import GCS_CREDENTIALS_MOUNT, GangScheduler, ResourceRequirements, Strategy
-from etj.api.trainer import TrainerCheckpoint, TrainerConfig
+from etj.api.spec import GCS_CREDENTIALS_MOUNT, ResourceRequirements, Strategy
 from etj.api.warmstart import WARM_START_MOUNT
 from etj.core.render.kueue import kueue_pod_metadata
+from etj.core.render.meta import _metadata, _plain, common_labels, config_map_name, owner_reference
 from etj.core.render.podtemplate import merge_pod_template, template_resources
-from etj.core.render.scheduling import build_gang, gang_scheduler, pod_scheduling
-from etj.core.render.warmstart import (
-    checkpoint_claim_name,
-    checkpoint_dir,
-    trainer_warm_start,
-    warm_start_volume,
-)
+from etj.core.render.scheduling import pod_scheduling
+from etj.core.render.settings import RenderSettings
+from etj.core.render.warmstart import checkpoint_claim_name, warm_start_volume
 from etj.core.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_config
-
-if TYPE_CHECKING:
-    from etj.core.render.networkpolicy import NetworkPolicySettings
-
-
-@dataclass(frozen=True)
-class RenderSettings:
-    """What the operator (or ``etj render``) decides beyond the job itself."""
-
-    default_image: str = DEFAULT_IMAGE
-    tf_port: int = TF_PORT
-    metrics_port: int = METRICS_PORT
-    grace_seconds: int = 60
-    command: tuple[str, ...] = ("python", "-m", "etj_trainer")
-    # Per-replica memory limit overrides (after OOM kills), keyed by pod name.
-    memory_limits: dict[str, int] = field(default_factory=dict)
-    # The gang scheduler of jobs whose schedulingPolicy names none (etj.core.render.scheduling).
-    gang_scheduler: GangScheduler = GangScheduler.WORKLOAD
-    # A NetworkPolicy per job (etj.core.render.networkpolicy); None: none.
-    network_policy: NetworkPolicySettings | None = None
-    # The StorageClass of checkpoint.storage claims that name none (None: the cluster's
-    # default class).
-    storage_class: str | None = None
-    # tolerationSeconds for node.kubernetes.io/not-ready and unreachable of jobs whose
-    # placement.nodeLossSeconds is not set (Kubernetes' default is 300).
-    node_loss_seconds: int = 30
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as the JSON it stands for, as a fresh copy: mappings with their keys sorted
-    at every level, tuples as lists, and str/int/float subclasses (enums) as plain values.
-    (Sorted keys keep ``etj render``'s output stable; a copy keeps a later change to one
-    object out of the job and the other objects.)"""
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if kind is dict or isinstance(value, Mapping):
-        return {_plain(k): _plain(value[k]) for k in sorted(value)}
-    if kind is list or kind is tuple:
-        return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return str.__str__(value)  # an enum's value, not its name
-    if isinstance(value, int | float):
-        return (int if isinstance(value, int) else float)(value)
-    raise TypeError(f"cannot render a {kind.__name__} ({value!r}) into an object")
-
-
-def _metadata(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    owner: dict[str, Any] | None,
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """An object's metadata, keys in the order etj writes them."""
-    meta: dict[str, Any] = {
-        "name": _plain(name),
-        "namespace": _plain(namespace),
-        "labels": _plain(labels),
-    }
-    if annotations is not None:
-        meta["annotations"] = _plain(annotations)
-    if owner:
-        meta["ownerReferences"] = [_plain(owner)]
-    return meta
 
 
 def replica_set(job: EmbeddingTrainingJob, plan: ShardPlan) -> ReplicaSet:
@@ -161,133 +71,6 @@ def replica_set(job: EmbeddingTrainingJob, plan: ShardPlan) -> ReplicaSet:
         ps=plan.ps_replicas,
         evaluator=r.evaluator.replicas if r.evaluator is not None else 0,
     )
-
-
-def common_labels(job: EmbeddingTrainingJob) -> dict[str, str]:
-    return {
-        LABEL_NAME: APP_NAME,
-        LABEL_INSTANCE: job.name,
-        LABEL_MANAGED_BY: MANAGED_BY_VALUE,
-        LABEL_JOB_NAME: job.name,
-    }
-
-
-def job_selector(job_name: str) -> dict[str, str]:
-    """Labels that select every object of one job."""
-    return {LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_JOB_NAME: job_name}
-
-
-def owner_reference(job: EmbeddingTrainingJob) -> dict[str, Any] | None:
-    """The controller reference to the job; None when the job has no uid yet (``etj render``)."""
-    if not job.metadata.uid:
-        return None
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": job.name,
-        "uid": job.metadata.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def config_map_name(job_name: str) -> str:
-    return trainer_config_map_name(job_name)
-
-
-def build_checkpoint_claim(
-    job: EmbeddingTrainingJob, settings: RenderSettings
-) -> dict[str, Any] | None:
-    """The ReadWriteMany claim of ``checkpoint.storage``; None when the job has none. Owned
-    by the job (deleted with it) unless ``retain``: then only labelled with the job's name."""
-    storage = job.spec.checkpoint.storage
-    if storage is None:
-        return None
-    labels = common_labels(job)
-    meta: dict[str, Any] = {
-        "name": checkpoint_claim_name(job.name),
-        "namespace": job.namespace,
-        "labels": labels,
-    }
-    owner = owner_reference(job)
-    if storage.retain:
-        labels[LABEL_RETAINED] = "true"
-    elif owner is not None:
-        meta["ownerReferences"] = [owner]
-    spec: dict[str, Any] = {
-        "accessModes": ["ReadWriteMany"],
-        "resources": {"requests": {"storage": storage.size}},
-    }
-    storage_class = storage.storage_class_name or settings.storage_class
-    if storage_class:
-        spec["storageClassName"] = storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
-
-
-def build_trainer_config(
-    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings
-) -> TrainerConfig:
-    spec = job.spec
-    return TrainerConfig(
-        job_name=job.name,
-        strategy=plan.strategy,
-        model=spec.model,
-        data=spec.data,
-        training=spec.training,
-        checkpoint=TrainerCheckpoint(
-            directory=checkpoint_dir(job),
-            every_steps=spec.checkpoint.every_steps,
-            keep=spec.checkpoint.keep,
-        ),
-        shard_plan=plan,
-        metrics_port=settings.metrics_port,
-        export_dir=f"{checkpoint_dir(job)}/export",
-        watchdog_seconds=spec.run_policy.watchdog_seconds,
-        warm_start=trainer_warm_start(job),
-    )
-
-
-def build_service(job: EmbeddingTrainingJob, settings: RenderSettings) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _metadata(job.name, job.namespace, common_labels(job), owner_reference(job)),
-        "spec": {
-            # Headless, and DNS records exist before pods are ready: peers resolve each
-            # other while TensorFlow servers start (the start-up race users of other
-            # operators hit).
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": _plain(job_selector(job.name)),
-            "ports": [
-                {
-                    "name": PORT_NAME_TF,
-                    "port": settings.tf_port,
-                    "targetPort": settings.tf_port,
-                    "protocol": "TCP",
-                }
-            ],
-        },
-    }
-
-
-def build_config_map(
-    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings
-) -> dict[str, Any]:
-    config = build_trainer_config(job, plan, settings)
-    meta = _metadata(
-        config_map_name(job.name), job.namespace, common_labels(job), owner_reference(job)
-    )
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta,
-        "data": {
-            TRAINER_CONFIG_FILE: json.dumps(config.to_wire(), indent=1, sort_keys=True),
-            # The plan alone, for a job's own program (``ETJ_SHARD_PLAN``, etj_trainer.sdk).
-            SHARD_PLAN_FILE: json.dumps(plan.to_wire(), indent=1, sort_keys=True),
-        },
-    }
 
 
 def _role_spec(job: EmbeddingTrainingJob, role: str) -> Any:
@@ -602,43 +385,4 @@ def build_pods(
     return [
         build_pod(job, plan, role, index, settings, address)
         for role, index in replica_set(job, plan).tasks()
-    ]
-
-
-def build_gang_object(
-    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings
-) -> dict[str, Any] | None:
-    """The job's gang object (Workload or PodGroup); None when it is not gang-scheduled."""
-    backend = gang_scheduler(job, settings.gang_scheduler)
-    if backend is None:
-        return None
-    return build_gang(
-        job,
-        replica_set(job, plan),
-        backend,
-        common_labels(job),
-        owner_reference(job),
-        lambda role, index: replica_resources(job, plan, role, index, settings).get("requests"),
-    )
-
-
-def build_objects(
-    job: EmbeddingTrainingJob, plan: ShardPlan, settings: RenderSettings | None = None
-) -> list[dict[str, Any]]:
-    """Every object the operator creates for a job: the NetworkPolicy (if the settings ask
-    for one), Service, ConfigMap, the checkpoint claim (checkpoint.storage), the gang object
-    (if gang-scheduled), then the Pods."""
-    from etj.core.render.networkpolicy import build_network_policy  # it builds on this module
-
-    settings = settings or RenderSettings()
-    gang = build_gang_object(job, plan, settings)
-    policy = build_network_policy(job, settings)
-    claim = build_checkpoint_claim(job, settings)
-    return [
-        *([policy] if policy is not None else []),
-        build_service(job, settings),
-        build_config_map(job, plan, settings),
-        *([claim] if claim is not None else []),
-        *([gang] if gang is not None else []),
-        *build_pods(job, plan, settings),
     ]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.unit.conftest import ROOT, load_example
-from tests.unit.etj.core.render.test_objects import EXAMPLES, rendered
+from tests.unit.etj.core.render.test_build import EXAMPLES, rendered
 
 DOCKERFILES = ["operator/Dockerfile", "trainer_image/Dockerfile"]
 

@@ -1,0 +1,162 @@
+"""``spec.data``: where training examples come from (synthetic or files, held-out files),
+and the storage schemes TensorFlow cannot read.
+
+Pure: no I/O, no environment, no kopf or Kubernetes client.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from etj.api.base import ApiModel
+from etj.api.rules import Rule, cel_extra, check_rules
+
+_cel = cel_extra
+
+
+class SyntheticData(ApiModel):
+    """Generated data: Zipf-distributed ids with a learnable click signal."""
+
+    zipf_exponent: float = Field(
+        default=1.1,
+        gt=1.0,
+        le=5.0,
+        description="Skew of id frequencies (Zipf exponent, > 1).",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the generator.")
+
+
+_FILE_RULES = (
+    Rule(
+        "!has(self.header) || self.header || has(self.columns)",
+        "data.files.columns must name the columns when header is false",
+        lambda f: f.header or bool(f.columns),
+    ),
+    Rule(
+        "!has(self.delimiter) || self.delimiter != '\"' || (has(self.quote) && self.quote == 'none')",
+        "data.files.delimiter '\"' needs quote: none (the quote cannot also be the delimiter)",
+        lambda f: f.delimiter != '"' or f.quote == "none",
+    ),
+)
+
+
+class FileData(ApiModel):
+    """Training data read from files (a mounted volume or any TensorFlow filesystem path)."""
+
+    model_config = ApiModel.model_config | {"json_schema_extra": _cel(*_FILE_RULES)}
+
+    pattern: str = Field(
+        min_length=1, description="Glob of the input files, e.g. /data/train-*.tfrecord."
+    )
+    format: Literal["tfrecord", "csv", "parquet"] = Field(
+        default="tfrecord",
+        description=(
+            "tfrecord (tf.train.Example records), csv (delimited text: any one-character "
+            "delimiter, e.g. tab for Criteo) or parquet (needs model.features; list columns "
+            "feed multi-valued features; not under strategy ParameterServer)."
+        ),
+    )
+    delimiter: str = Field(
+        default=",", min_length=1, max_length=1, description="csv: the field delimiter."
+    )
+    header: bool = Field(
+        default=True, description="csv: whether the first line of every file names the columns."
+    )
+    columns: list[Annotated[str, Field(min_length=1, max_length=128)]] | None = Field(
+        default=None,
+        max_length=4096,
+        description="csv without a header: the column names, in file order.",
+    )
+    quote: Literal['"', "none"] = Field(
+        default='"',
+        description=(
+            "csv: the quote character (RFC 4180: a field quoted whole may hold the delimiter, "
+            '"" inside it is one quote; a quoted field ends on its line), or none for files '
+            'that use " as data.'
+        ),
+    )
+    compression: Literal["auto", "none", "gzip"] = Field(
+        default="auto", description="auto (gzip when a file name ends in .gz), none or gzip."
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> FileData:
+        check_rules(self, _FILE_RULES)
+        return self
+
+    label_key: str = Field(default="label", min_length=1, description="Name of the label column.")
+    volume: dict[str, Any] | None = Field(
+        default=None,
+        description="A Pod volume source holding the files, mounted read-only at /data.",
+    )
+
+
+class ValidationData(ApiModel):
+    """Held-out files scored after each checkpoint (AUC and log-loss in status.evaluation)."""
+
+    pattern: str = Field(
+        min_length=1,
+        description="Glob of the held-out files; same format and columns as data.files.",
+    )
+    max_examples: int = Field(
+        default=100_000,
+        ge=1,
+        description="Examples scored per evaluation (the first ones, the same every time).",
+    )
+
+
+class DataSpec(ApiModel):
+    """Where training examples come from."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": _cel(
+            (
+                "self.source != 'files' || has(self.files)",
+                "data.files is required when source is files",
+            ),
+            (
+                "!has(self.validation) || has(self.files)",
+                "data.validation needs data.files (its format and columns)",
+            ),
+        )
+    }
+
+    source: Literal["synthetic", "files"] = Field(
+        default="synthetic", description="synthetic (generated) or files."
+    )
+    synthetic: SyntheticData | None = Field(
+        default=None, description="Settings of the synthetic generator."
+    )
+    files: FileData | None = Field(default=None, description="Settings of file input.")
+    validation: ValidationData | None = Field(
+        default=None,
+        description="Held-out data for AUC and log-loss after each checkpoint (files only).",
+    )
+    max_bad_records: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Records that do not parse which training may skip (counted in status.progress); "
+            "0 stops the job at the first with DataError: <file>:<line>: <what>."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _files_given(self) -> DataSpec:
+        if self.source == "files" and self.files is None:
+            raise ValueError("data.files is required when data.source is 'files'")
+        if self.validation is not None and self.files is None:
+            raise ValueError("data.validation needs data.files (its format and columns)")
+        return self
+
+
+# Why s3:// and hdfs:// are refused (checkpoint.uri, data patterns): TensorFlow 2.21 builds
+# in local paths and gs:// only; the others moved to tensorflow-io in TF 2.6, and
+# tensorflow-io's last release (0.37) pins tensorflow<2.17.
+UNSUPPORTED_SCHEMES = ("s3://", "hdfs://")
+UNSUPPORTED_SCHEME_REASON = (
+    "s3:// and hdfs:// are not built into TensorFlow 2.21 (they moved to tensorflow-io, "
+    "whose last release supports TensorFlow 2.16 at most)"
+)

@@ -1,0 +1,62 @@
+"""The progress reporter: what the chief reports, the operator reads back (completion
+message, dynamic tables)."""
+
+from __future__ import annotations
+
+import json
+
+from etj.api.constants import REASON_COMPLETED
+from etj.core.reconcile.progress import parse_completion
+from etj_trainer.task.termination import termination_text
+
+
+def test_the_chiefs_completion_message_is_read_back_by_the_operator() -> None:
+    """The final step and evaluation travel in the termination message (the metrics page
+    is gone once the chief exits); what the trainer writes, the operator reads."""
+    from etj_trainer.task.progress import ProgressReporter
+
+    clock = iter(float(t) for t in range(100))
+    reporter = ProgressReporter(256, interval=1e9, port=0, enabled=True, clock=lambda: next(clock))
+    reporter.start(1000, restarts=1, last_checkpoint_step=1000)
+    reporter.chunk_done(250, 0.45, None, bad=3)
+    reporter.evaluated({"step": 1250, "auc": 0.71, "logloss": 0.52, "examples": 2000})
+    reporter.report()
+    text = termination_text(REASON_COMPLETED, json.dumps(reporter.completion()))
+    progress, evaluation = parse_completion(text, "2026-11-24T00:00:00Z")
+    assert progress is not None and evaluation is not None
+    assert (progress.step, progress.loss, progress.bad_records) == (1250, 0.45, 3)
+    assert progress.last_checkpoint_step == 1000 and progress.examples_per_second > 0
+    assert (evaluation.step, evaluation.auc, evaluation.examples) == (1250, 0.71, 2000)
+    assert progress.update_time == evaluation.update_time == "2026-11-24T00:00:00Z"
+
+
+def test_the_dynamic_tables_the_chief_reports_reach_status_from_page_and_line() -> None:
+    """Each dynamic table's stats, as the trainer serves them on its metrics page and
+    writes them in its progress line, read by the operator's reader into the same
+    status.progress.dynamicTables."""
+    from prometheus_client import generate_latest
+
+    from etj.core.reconcile.progress import parse_progress, progress_record
+    from etj_trainer.task.progress import ProgressReporter
+
+    stats = {
+        "user_id": {
+            "rowsUsed": 9,
+            "capacity": 10,
+            "admitted": 12,
+            "evicted": 3,
+            "fallbackLookups": 40,
+        },
+        "ad_id": {"rowsUsed": 1, "capacity": 4, "admitted": 1, "evicted": 0, "fallbackLookups": 2},
+    }
+    reporter = ProgressReporter(256, interval=1e9, port=0, enabled=True, clock=lambda: 1.0)
+    reporter.dynamic_source = lambda: stats
+    reporter.start(10, restarts=0, last_checkpoint_step=None)
+    line = reporter.report()
+    page = parse_progress(generate_latest(reporter.metrics.registry).decode(), "t")
+    record = progress_record(line, "t")
+    assert page is not None and record is not None
+    assert page.dynamic_tables == record.dynamic_tables
+    assert [t.to_wire() for t in record.dynamic_tables or []] == [
+        {"name": name, **stats[name]} for name in ("ad_id", "user_id")
+    ]
