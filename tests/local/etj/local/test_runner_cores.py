@@ -15,16 +15,25 @@ from etj.local.launch import processes_under, usable_cores
 from etj.local.placement import core_sets
 from etj.local.runner import LocalRunner, RunEvents
 
-# A replica that writes its task and cores; the chief then succeeds, the others wait to be
-# stopped (as servers do).
+# A replica that writes its task and cores; the chief then succeeds once every replica has
+# written its own (a chief that left after a fixed second had the others stopped before a
+# busy machine had started them: issue 36), the others wait to be stopped (as servers do).
 STAND_IN = """#!{python}
-import json, os, sys, time
+import glob, json, os, sys, time
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 line = {{"role": task["type"], "index": task["index"], "cores": sorted(os.sched_getaffinity(0)),
         "interop": os.environ.get("TF_NUM_INTEROP_THREADS")}}
-with open(os.path.join({out!r}, f"{{task['type']}}-{{task['index']}}.json"), "w") as f:
+path = os.path.join({out!r}, f"{{task['type']}}-{{task['index']}}.json")
+with open(path + ".tmp", "w") as f:
     json.dump(line, f)
-time.sleep(1 if task["type"] == "chief" else 60)
+os.rename(path + ".tmp", path)
+if task["type"] != "chief":
+    time.sleep(3600)
+deadline = time.monotonic() + 600
+while len(glob.glob(os.path.join({out!r}, "*.json"))) < {replicas}:
+    if time.monotonic() > deadline:
+        sys.exit(3)  # some replica never started: the job fails, and so does the test
+    time.sleep(0.1)  # poll interval of a deadline-bounded wait
 """
 
 pytestmark = pytest.mark.skipif(
@@ -36,7 +45,7 @@ def _run(tmp_path: Path, pin: bool) -> dict[tuple[str, int], dict]:
     out = tmp_path / "cores"
     out.mkdir()
     stand_in = tmp_path / "stand-in-python"
-    stand_in.write_text(STAND_IN.format(python=sys.executable, out=str(out)))
+    stand_in.write_text(STAND_IN.format(python=sys.executable, out=str(out), replicas=5))
     stand_in.chmod(0o755)
     job = EmbeddingTrainingJob.from_manifest(
         {

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from harness import trainer_env
@@ -37,10 +36,11 @@ elif mode == "term":
 
 
 def test_supervisor_watchdog_kills_a_silent_child() -> None:
+    # The child would sleep out its 60 s and exit 0: the retryable code and the report are
+    # the watchdog's (no stopwatch: how soon depends on the machine's load).
     fired: list[float] = []
-    started = time.monotonic()
     code = Supervisor([sys.executable, "-c", _CHILD, "hang"], 2, on_timeout=fired.append).run()
-    assert code == exitcodes.RETRYABLE and fired and time.monotonic() - started < 30
+    assert code == exitcodes.RETRYABLE and fired and fired[0] >= 2
 
 
 def test_watchdog_leaves_the_stacks_and_a_termination_message(tmp_path: Path) -> None:
