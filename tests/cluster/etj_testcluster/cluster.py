@@ -163,6 +163,10 @@ class LocalCluster:
         return self.state_dir / "logs"
 
     @property
+    def stopped_file(self) -> Path:
+        return self.pids_file.with_name("stopped.json")
+
+    @property
     def pids_file(self) -> Path:
         return self.state_dir / "pids.json"
 
@@ -220,11 +224,16 @@ class LocalCluster:
         return self
 
     def stop(self, grace: float = 10.0) -> None:
-        """Stop every component, newest first (SIGTERM, SIGKILL after ``grace``)."""
+        """Stop every component, newest first (SIGTERM, SIGKILL after ``grace``). How each
+        ended (its exit code; 137 = the SIGKILL was needed) goes to ``stopped_file``."""
+        ended = {}
         for name in reversed(list(self.procs)):
             self.procs[name].stop(grace=grace)
+            ended[name] = self.procs[name].exit_code
         self.procs.clear()
         self.pids_file.unlink(missing_ok=True)
+        if ended:
+            self.stopped_file.write_text(json.dumps(ended))
 
     def pids(self) -> list[int]:
         return [p.popen.pid for p in self.procs.values()]
