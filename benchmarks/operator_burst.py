@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from tests.integration.operator_helpers import KubeletStandIn, OperatorProcess  
 
 from etj.controller.kube import load_config  # noqa: E402
 from etj_testcluster import LocalCluster  # noqa: E402
+from etj_testcluster.waiting import wait_for  # noqa: E402
 
 PODS_PER_JOB = 7
 # ``etj operator``'s own defaults (OperatorProcess passes the tests' 5 s and 1 s first; the
@@ -90,13 +91,15 @@ def raw_pod(name: str, ns: str) -> dict:
     }
 
 
-def wait(predicate, timeout: float, every: float = 0.05) -> float:  # type: ignore[no-untyped-def]
+def timed_wait(
+    predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.05
+) -> float:
+    """Seconds until ``predicate`` holds, polled every ``every`` seconds by the tests' one
+    deadline-bounded wait (``etj_testcluster.waiting.wait_for``; the deadline is a net
+    against a hang)."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(every)  # polling interval of a deadline-bounded wait
-    raise TimeoutError
+    wait_for(predicate, timeout, what, every)
+    return time.monotonic() - start
 
 
 def pct(values: list[float], q: float) -> float:
@@ -206,7 +209,7 @@ def burst(
                 resp = core.list_namespaced_pod(ns, _preload_content=False)
                 return len(json.loads(resp.data)["items"]) >= total
 
-            burst_seconds = wait(all_pods, 600)
+            burst_seconds = timed_wait(all_pods, 600, "every pod of the burst")
             cpu_pods = cpu_seconds(pid) - cpu0
 
             def running(name: str) -> bool:
@@ -216,7 +219,7 @@ def burst(
                 return (obj.get("status") or {}).get("phase") == "Running"
 
             for i in range(failures):
-                wait(lambda n=f"j{i:03d}": running(n), 300)
+                timed_wait(lambda n=f"j{i:03d}": running(n), 300, f"j{i:03d} Running")
 
             # Failure -> replacement latency: a worker exits 137; time until a new pod of
             # the same name exists.
@@ -252,7 +255,7 @@ def burst(
                         return False
                     return pod.metadata.uid != old and pod.metadata.deletion_timestamp is None
 
-                wait(replaced, 120, every=0.01)
+                timed_wait(replaced, 120, f"{name} replaced", every=0.01)
                 latencies.append(time.monotonic() - t0)
             cpu_burst = cpu_seconds(pid) - cpu0
             counts1 = counts(op)
@@ -292,9 +295,10 @@ def burst(
 
 def make_namespace(cluster: LocalCluster, ns: str) -> None:
     cluster.kubectl("create", "namespace", ns)
-    wait(
+    timed_wait(
         lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-        30,
+        120,
+        f"the default ServiceAccount of {ns}",
     )
 
 

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 for _p in (ROOT / "tests" / "trainer", ROOT / "operator", ROOT / "trainer_image"):
     sys.path.insert(0, str(_p))
 
-from harness import LocalJob, trainer_config, trainer_env  # noqa: E402
+from harness import LocalJob, trainer_config, trainer_env, wait_for  # noqa: E402
 
 from etj.api.progress import DYNAMIC_TABLES_KEY  # noqa: E402
 from etj.api.spec import EmbeddingTrainingJobSpec  # noqa: E402
@@ -206,12 +206,12 @@ def run_ps(seconds: float, spe: int | None, dynamic: bool = False) -> tuple[floa
     job = LocalJob(config, workdir, workers=2, ps=2, env={"ETJ_PROGRESS_SECONDS": "2"})
     try:
         job.start_all()
-        deadline = time.monotonic() + 300
-        while job.step() == 0:
+
+        def stepping() -> bool:
             job.check_chief_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError("the PS job made no step in 300 s")
-            time.sleep(0.5)
+            return job.step() > 0
+
+        wait_for(stepping, 300, "the PS job's first step", every=0.5)
         pids = [p.pid for p in job.procs.values()]
         roles = {k: [p.pid] for k, p in job.procs.items()}
         first = (time.monotonic(), job.step(), _tree_cpu(pids))
