@@ -50,6 +50,7 @@ from typing import Any
 
 from etj.local.launch import Proc, start
 from etj_testcluster.pki import Pki, make_pki
+from etj_testcluster.waiting import WaitTimeout, wait_for
 
 # Keep in step with K8S_VERSION in tests/cluster/build-binaries.sh (a test checks).
 K8S_VERSION = "v1.35.4"
@@ -422,7 +423,9 @@ class LocalCluster:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         last = ""
-        while time.monotonic() < deadline:
+
+        def healthy() -> bool:
+            nonlocal last
             for component, proc in self.procs.items():
                 if proc.popen.poll() is not None:
                     raise ClusterError(
@@ -430,12 +433,17 @@ class LocalCluster:
                     )
             try:
                 with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
+                    return bool(resp.status == 200)
             except OSError as exc:
                 last = str(exc)
-            time.sleep(0.2)  # poll interval of a deadline-bounded wait
-        raise ClusterError(f"{name} not healthy in time ({last})\n{self.log_tail(name)}")
+                return False
+
+        try:
+            wait_for(healthy, max(0.0, deadline - time.monotonic()), f"{name} healthy")
+        except WaitTimeout:
+            raise ClusterError(
+                f"{name} not healthy in time ({last})\n{self.log_tail(name)}"
+            ) from None
 
     def _start_controller_manager(self, pki: Pki) -> int:
         kc = str(self.kubeconfig)
@@ -580,16 +588,20 @@ class LocalCluster:
         """Every CRD Established. ``kubectl wait`` fails at once on a CRD the API server
         has not given conditions yet (just applied, on a busy host): ask again until the
         deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
+        last = ""
+
+        def established() -> bool:
+            nonlocal last
             result = self.kubectl(
                 "wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False
             )
-            if result.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise ClusterError(f"CRDs not Established: {result.stderr.strip()}")
-            time.sleep(0.5)  # poll interval of a deadline-bounded wait
+            last = result.stderr.strip()
+            return result.returncode == 0
+
+        try:
+            wait_for(established, timeout, "every CRD Established", every=0.5)
+        except WaitTimeout:
+            raise ClusterError(f"CRDs not Established: {last}") from None
 
     def api_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` for this cluster (needs the operator extra)."""
