@@ -2,21 +2,22 @@
 training chain (``examples/daily``, the chain's tests): what a model learnt on one day still
 holds the next. Generated, never downloaded. Pure NumPy: no TensorFlow, writes files only.
 
-The world, drawn once from ``seed`` (what carries over from day to day):
+The world, drawn from ``seed`` (what carries over from day to day):
 
-- every user and every item has a latent vector (``DIMENSION`` numbers) and a bias; the
-  population of day 1 is ``users`` users and ``items`` items, and each later day keeps
-  them all and adds ``new_share`` more of each (new ids with latents of their own: ids a
-  model warm-started from yesterday has not seen either);
+- every user and every item has a latent vector (``DIMENSION`` numbers) and a bias; day 1
+  has ``users`` users and ``items`` items, and each later day keeps them all and adds
+  ``new_share`` of that many new ones (with latents and biases of their own: ids a model
+  warm-started from yesterday has not seen either);
 - a click's logit is ``BASE + user bias + item bias + affinity * <user vector, item
   vector> + position effect`` (``position``: where the item was shown, 1..``POSITIONS``,
-  the first slots clicked more), and the label is drawn from its logistic function;
+  the first slots clicked more), and its label is drawn from the logistic function of it;
 - the drift: on each day after the first every bias moves by a step drawn from
   ``N(0, drift)`` (tastes change a little); latents and position effects stay.
 
-So a model trained on day 1 knows most of day 2's ids (their latents unchanged, their
-biases close), and one trained on day 2 alone must learn them from one day's rows: with a
-day's rows a few per id, the first is ahead on day 2's held-out rows.
+Each day's rows draw users and items uniformly from that day's population. So a model
+trained on day 1 knows most of day 2's ids (latents unchanged, biases close), while one
+trained on day 2 alone must learn them from that day's rows (with the defaults, 20,000
+training rows a day: some 18 per user): on day 2's held-out rows the first is ahead.
 
 Layout: ``OUT/day-<d>/train-<k>.csv`` (``files`` files of ``rows`` rows each) and
 ``OUT/day-<d>/valid-00000.csv`` (``validation_rows`` held-out rows of the same day), CSV with
@@ -58,27 +59,33 @@ class World:
     def population(self, day: int) -> tuple[int, int]:
         """The users and items that exist on ``day`` (1-based)."""
         grow = 1.0 + self.new_share * (day - 1)
-        return int(round(self.users * grow)), int(round(self.items * grow))
+        return round(self.users * grow), round(self.items * grow)
 
 
 class Days:
-    """A world's latents and each day's biases (drawn once, in a fixed order)."""
+    """A world's latents and each day's biases, drawn day after day from one stream: day
+    ``d`` depends on days 1..d only, so a day is the same however many days are drawn."""
 
     def __init__(self, world: World, days: int):
         if days < 1:
             raise ValueError("days must be at least 1")
         self.world = world
         rng = np.random.default_rng(world.seed)
-        users, items = world.population(days)
-        self.user_vec = rng.normal(0.0, 1.0, (users, DIMENSION))
-        self.item_vec = rng.normal(0.0, 1.0, (items, DIMENSION))
-        user_bias = rng.normal(0.0, world.bias, users)
-        item_bias = rng.normal(0.0, world.bias, items)
-        self.user_bias = [user_bias]
-        self.item_bias = [item_bias]
-        for _ in range(2, days + 1):
-            user_bias = user_bias + rng.normal(0.0, world.drift, users)
-            item_bias = item_bias + rng.normal(0.0, world.drift, items)
+        self.user_vec = np.empty((0, DIMENSION))
+        self.item_vec = np.empty((0, DIMENSION))
+        self.user_bias: list[np.ndarray] = []
+        self.item_bias: list[np.ndarray] = []
+        user_bias, item_bias = np.empty(0), np.empty(0)
+        for day in range(1, days + 1):
+            if day > 1:  # the drift of the ids that were there
+                user_bias = user_bias + rng.normal(0.0, world.drift, len(user_bias))
+                item_bias = item_bias + rng.normal(0.0, world.drift, len(item_bias))
+            users, items = world.population(day)
+            new_users, new_items = users - len(user_bias), items - len(item_bias)
+            self.user_vec = np.vstack([self.user_vec, rng.normal(0.0, 1.0, (new_users, DIMENSION))])
+            self.item_vec = np.vstack([self.item_vec, rng.normal(0.0, 1.0, (new_items, DIMENSION))])
+            user_bias = np.concatenate([user_bias, rng.normal(0.0, world.bias, new_users)])
+            item_bias = np.concatenate([item_bias, rng.normal(0.0, world.bias, new_items)])
             self.user_bias.append(user_bias)
             self.item_bias.append(item_bias)
 
@@ -156,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     world = World(users=args.users, items=args.items, seed=args.seed)
     written = write_days(args.out, args.days, args.files, args.rows, args.validation_rows, world)
     for day, (train, _) in written.items():
-        print(f"day {day}: {len(train)} training files and 1 held-out file in {day_dir(args.out, day)}")
+        print(
+            f"day {day}: {len(train)} training files and 1 held-out file in {day_dir(args.out, day)}"
+        )
     return 0
 
 
