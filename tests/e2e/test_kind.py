@@ -830,6 +830,7 @@ def test_daily_chain_a_cronjob_creates_each_day_and_day_two_warm_starts(installe
             f"day-2 held-out AUC: warm-started from day 1 {auc['warm']:.4f}, from scratch "
             f"on day 2 alone {auc['scratch']:.4f}"
         )
+        # The margin of the same check on the local control plane (test_daily_chain_node.py).
         assert auc["warm"] > auc["scratch"] + 0.03, auc
     finally:
         for kind_, name in [*cleanup, ("pvc", "click-logs")]:
