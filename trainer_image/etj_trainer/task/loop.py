@@ -126,7 +126,9 @@ def train_loop(
         reporter.dynamic_source = state.dynamic_stats
     reporter.start(start, checkpoints.restarts, restored)
     validation = held_out(config) if is_chief else None
-    versions = Versions(state, config.export) if is_chief and config.export else None
+    versions = None
+    if is_chief and config.export is not None:
+        versions = Versions(state, config.export, steps_done=lambda: reporter.last_step)
     if versions is not None:
         versions.start(start)
 
@@ -273,7 +275,7 @@ def _report_versions(versions: Versions, reporter: ProgressReporter) -> None:
     """Report the serving versions written since the last call (on the loop's thread)."""
     for w in versions.collect():
         if w.error is None:
-            reporter.exported(w.version, w.step, w.time, w.location, w.seconds)
+            reporter.exported(w.version, w.step, w.time, w.location, w.seconds, w.trained_during)
         else:
             emit("exportFailed", version=w.version, step=w.step, error=w.error)
 

@@ -333,10 +333,17 @@ class ProgressReporter:
             )
 
     def exported(
-        self, version: int, step: int, when: float, location: str, seconds: float | None = None
+        self,
+        version: int,
+        step: int,
+        when: float,
+        location: str,
+        seconds: float | None = None,
+        trained_during: int | None = None,
     ) -> None:
         """A serving version (spec.export) is in place: its gauges (status.export), an
-        ``exported`` line, and the final words' ``export``."""
+        ``exported`` line (with how long it took and the steps trained meanwhile), and
+        the final words' ``export``."""
         if not self.enabled:
             return
         m = self.metrics
@@ -350,7 +357,12 @@ class ProgressReporter:
             location=location,
         ).to_wire()
         self.last_export = record
-        emit(EVENT_EXPORTED, **record, seconds=round(seconds, 2) if seconds else None)
+        emit(
+            EVENT_EXPORTED,
+            **record,
+            seconds=round(seconds, 2) if seconds is not None else None,
+            trainedDuring=trained_during,
+        )
 
     def checkpointed(self, step: int) -> None:
         """A checkpoint of ``step`` was written (status.progress.lastCheckpointStep)."""

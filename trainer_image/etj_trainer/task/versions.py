@@ -67,6 +67,8 @@ class Written:
     time: float  # Unix seconds it was in place (or failed)
     seconds: float  # how long its write took
     location: str
+    # Steps trained while it was written (its cost, seen from training: 0 for the final one).
+    trained_during: int = 0
     error: str | None = None
 
 
@@ -105,8 +107,12 @@ class Versions:
         state: TrainingState,
         spec: TrainerExport,
         clock: Callable[[], float] = time.time,
+        steps_done: Callable[[], int] | None = None,
     ):
+        """``steps_done``: the steps trained so far, as the loop counts them (read by the
+        writer's thread when a version is in place); by default the step variable."""
         self.state = state
+        self.steps_done = steps_done or (lambda: int(state.step.numpy()))
         self.spec = spec
         self.schedule = ExportSchedule(spec.every_steps, spec.every_seconds)
         self.place = _Place(spec.directory)
@@ -173,8 +179,17 @@ class Versions:
         try:
             self._put(version, indexes)
             self._prune()
-            done = Written(version, step, self.clock(), time.monotonic() - began, self.place.base)
-            log.info("serving version %d (step %d) in %.1fs", version, step, done.seconds)
+            # The steps the leader counted meanwhile (no round trip to a ps).
+            during = max(0, self.steps_done() - step)
+            seconds = time.monotonic() - began
+            done = Written(version, step, self.clock(), seconds, self.place.base, during)
+            log.info(
+                "serving version %d (step %d) in %.1fs, %d steps trained meanwhile",
+                version,
+                step,
+                seconds,
+                during,
+            )
         except Exception as e:  # a version is worth a warning, not the job
             log.warning("serving version %d (step %d) failed: %s", version, step, e)
             done = Written(
