@@ -29,9 +29,9 @@ Under ParameterServer training does not notice a version: the chief, which write
 trains nothing itself, and the steps go on at the rate they had (~70 steps/s here, as
 between versions). Under MultiWorkerMirrored the writer shares worker 0's cores with its
 steps, and every worker waits for worker 0: on these two loaded cores training ran at
-about a third of its rate while a version was written (~10 steps in ~3 s, against ~7
-steps/s), i.e. a version costs about two seconds of training here — with a core to spare
-on worker 0 much less. Of a version's own time, ~0.5 s is the save of a model already
+about half its rate while a version was written (~10 steps in ~3 s, against ~7 steps/s),
+i.e. a version cost about 1.5 s of training here (the -11 % of the median above, at a
+version every ~30 s) — with a core to spare on worker 0, much less. Of a version's own time, ~0.5 s is the save of a model already
 traced, ~0.4 s tracing the serving graph anew (measured in one process: 0.85 s fresh,
 0.45 s with the module reused; the first version traces everything, ~4 s).
 """
