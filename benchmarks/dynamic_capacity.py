@@ -14,12 +14,7 @@ each ps process (its process group's VmRSS), prints the series, and reports whet
 used stayed <= capacity and whether each ps's RSS plateaued (its growth over the run's last
 half). Not a test: nothing is asserted.
 
-Measured (``--capacity 100000 --steps 1500``: 994,792 distinct ids in the file; 2-core
-machine shared with other jobs, load 9-12): the pool was full (100,000 rows) from step 220
-on and never over it, while rows were freed and reused (400,000 admitted, 300,000
-evicted, 5.67M fallback lookups); each ps's RSS went from 722 to 724 MiB and 720 to 722
-MiB over the last half of the training (+0.3 % each). (A first run found the trainer
-reading a lone own-layout file four times over, fixed in ``data/pipeline.py``.)
+Results, dated: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

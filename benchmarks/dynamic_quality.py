@@ -27,17 +27,7 @@ model and scored on the held-out file (exact AUC); differences are paired by see
 dynamic >= hashed + 0.005 AUC where collisions are heavy. Prints a markdown table.
 Not a test: nothing is asserted.
 
-Measured (2026-11-26, the full setting: 400,000 training rows, 1,500 steps of 256, 3
-seeds, load 2-4; the table in README.md), dynamic - hashed, paired by seed:
-long-tail-small (collisions heavy) +0.0070 at equal rows (+0.0061..+0.0087), +0.0021 at
-equal memory (+0.0012..+0.0031); long-tail +0.0007 and +0.0005 (its 9,000 rows already give
-the ids worth learning most of a row each: a popular id outweighs the rare ones it shares
-its row with); movielens: see README.md. At equal memory the hashed table has 3.3x the rows
-here: a pool row's index entry, row state and admission candidates (208 bytes, the planner's
-estimate) outweigh a 16-float row with its Adagrad slot (128 bytes), and the candidates of
-one maintenance interval (10 steps x 256 ids x 128 bytes) are a fixed cost that weighs on
-tables this small. ``--quick`` (100,000 rows, 400 steps) learns little of any id: long-tail
-gave +0.0017 and +0.0050 there (2026-11-25).
+Results, dated: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

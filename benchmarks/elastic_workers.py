@@ -13,11 +13,7 @@ restored step minus the step of the chief's stop: 0), how long training paused f
 change, and the load average. More workers help only where there are idle cores: on a
 2-core machine shared with other work, the added processes mostly share the same cores.
 
-Measured here (2 cores shared with other work, load average 8.8; defaults but
-``--before 60 --after 60``): 1 -> 3 workers, 130,233 -> 178,872 examples/s (x1.37); the
-chief stopped at step 15640 and restored step 15640 (0 lost); training paused 19 s.
-
-Not a test: nothing is asserted; the numbers go into the project's notes.
+Not a test: nothing is asserted. Results, dated: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

@@ -34,40 +34,7 @@ unless ``--keep``.
 ``nice -n 10 .venv/bin/python benchmarks/large_state.py`` (defaults: 10.5M rows x 64 per
 table, 600 + 400 steps). Not a test.
 
-Measured (2026-11-26, ``--steps 2000 --after 1500``, 2 cores / 24 GB shared with other
-helpers' jobs, load average 10-13):
-
-- State: 2 tables x 10,500,000 rows x 64 float32 = 5.376 GB of rows + 5.376 GB of Adagrad
-  accumulators = 10.752 GB (10.01 GiB); 12 shards per table (224 MB each, 448 MB with its
-  slot), 5.376 GB on each ps (the checkpoint's shapes give the same bytes). The plan asks
-  7.88 GiB per ps.
-- Peak RSS (VmHWM): ps0 5.89 GiB and ps1 5.89 GiB trained and checkpointed (5.01 GiB of
-  state + ~0.7 GiB of TensorFlow runtime + <0.2 GiB transient: a save copies nothing);
-  6.51 / 6.53 GiB after the restore (one piece at a time read on its ps, ~3 copies of a
-  224 MB shard, as the planner's ``RESTORE_COPIES`` counts); chief 0.71-0.76, worker 0.82.
-  The whole job at once: 14.6 GiB peak (sampled each second).
-- Examples/s (one worker, batch 1024): 117,252 before the kill, 113,179 after the restore.
-  Loss 0.675 -> 0.601 before, 0.573 -> 0.569 after (it goes on from the trained state).
-- Startup (start -> first step): 110 s: the tables and slots built and initialised on the
-  ps in ~42 s (chief's ``connecting`` -> ``placement``; initial values made shard by shard
-  on their ps), then tracing and the first chunk. It does not dominate at this size.
-- Checkpoint: 17.0 s (step 2000) and 15.3 s (step 3500) to save; 10,752,078,154 bytes on
-  disk each.
-- ps 0 SIGKILLed right after the checkpoint: the chief exited 138 (retryable); ps 0 and the
-  chief restarted -> first step after the restore in 77.8 s (tables and slots built 37 s,
-  restore 19.7 s by the trainer's own measure, then tracing); restored step 2000, went on
-  from step 2000 to 3500; every restored variable sums to the checkpoint's (61 s to check,
-  by 1M-row slices, 1.55 GiB peak in this process).
-- Wall time 259 s for the job (+61 s of checking). Two earlier runs under load 12-17: save
-  22-28 s, restore 26-40 s, startup 170-196 s, examples/s 110-113k before and 135-136k
-  after; the same peaks.
-
-Found and fixed on the way: the ``restored`` event's digest (the sum of every variable)
-summed each shard with an eager op given no device, which TensorFlow runs on the chief's
-default device: every restore copied the whole 10 GB of tables and slots over gRPC to the
-chief (its peak RSS 1.63-1.70 GiB instead of 0.71; ~60 s more between the tables built and
-the restore done under load). ``TrainingState.digest`` now sums on each variable's device
-(``task.state.variable_sum``, ``tests/trainer/etj_trainer/task/test_state_digest.py``).
+Results, dated: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

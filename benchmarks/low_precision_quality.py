@@ -16,15 +16,7 @@ order; the data itself is fixed); differences are paired by seed. The memory col
 the planner's bytes (``etj plan``): the tables in their dtype and the optimizer slots in
 float32. Prints one table. Not a test: nothing is asserted.
 
-Measured (``--quick --seeds 3``, single process, 2026-11-26, quiet 2-core machine):
-
-    tables/optimizer         AUC (per seed)        mean  vs f32 (paired)  bytes   slots
-    float32/adagrad          0.6829 0.6798 0.6834  0.6820                 197,120 98,560
-    bfloat16/adagrad         0.6830 0.6799 0.6836  0.6822 +0.0002 ±0.0003  147,840 98,560
-    float32/rowwiseAdagrad   0.6830 0.6798 0.6834  0.6821 +0.0000 ±0.0001  110,880 12,320
-    bfloat16/rowwiseAdagrad  0.6830 0.6798 0.6836  0.6822 +0.0001 ±0.0003   61,600 12,320
-
-(2026-11-25 at load 30-50: -0.0001 ±0.0004, -0.0000 ±0.0008, -0.0002 ±0.0007.)
+Results, dated: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

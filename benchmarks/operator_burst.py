@@ -4,10 +4,12 @@ Creates N jobs at once (1 chief, 4 workers, 2 ps each) and reports the time unti
 their pods exist, the pod-failure -> replacement latency (p50/p99) and the operator's
 CPU-seconds over the burst (user + system of its process, from /proc, from the first job
 submitted to the last replacement), beside the raw pod-create rate of a tight client loop
-against the same API server in the same run. A kubelet stand-in marks pods Running and
-confirms deletions (there is no kubelet). The operator runs with its shipped resync and
-progress intervals (30 s, 10 s; ``--test-intervals``: the integration tests' 5 s and 1 s,
-which reconcile every job every second, so the CPU then grows with the burst's wall time).
+against the same API server in the same run, and the operator's passes (all, and those
+that found the world unchanged) and full resyncs from its metrics. A kubelet stand-in marks
+pods Running and confirms deletions (there is no kubelet). The operator runs with its
+shipped resync and progress intervals (30 s, 10 s; ``--test-intervals``: the integration
+tests' 5 s and 1 s, which reconcile every job every second, so the CPU then grows with the
+burst's wall time).
 
     .venv/bin/python benchmarks/operator_burst.py [--jobs 50] [--failures 20]
     # before/after on one API server, alternating, with py-spy profiles of each operator:
@@ -15,138 +17,13 @@ which reconcile every job every second, so the CPU then grows with the burst's w
     .venv/bin/python benchmarks/operator_burst.py --baseline /tmp/before --rounds 2 \
         --profile /tmp/burst
 
-Where the operator's CPU went (issue #23; py-spy ``--gil`` samples of the operator over
-the default burst, shares of samples). A caution first: on a loaded machine ``--gil``
-samples over-count long GIL holds (the process waits for a core while holding it): one
-``json.loads`` of the resync's LIST (2.4 MB, 350 pods) took 0.18 s of thread CPU time but
-drew up to 30 % of a burst's samples. Read the shares as where to look, and /proc's
-CPU-seconds as the measure.
+"All pods" is counted from the first job submitted and from the last; pods are counted
+from the raw list answer (building client models of hundreds of pods per poll would
+measure the benchmark's own poll). Take the CPU-seconds from /proc as the measure and
+py-spy's ``--gil`` shares (``--profile``) only as where to look: on a loaded machine they
+over-count long GIL holds (a process waiting for a core while holding it).
 
-First round (main at ec102e5):
-
-- each pod rendered as Jinja text and parsed back with YAML: ~13 % (Jinja also stat()ed
-  its template files on every render);
-- the Kubernetes client's models: every create's answer turned into a V1Pod and back
-  into a dict, every request body walked in Python: ~11 %;
-- the whole job validated (pydantic) and planned on every pass: ~8 %;
-- kopf, per watch event: a deep copy of the whole object (status and managedFields
-  included) to take its essence, ~6 %; every (sync) event handler handed to a thread;
-- JSON decoding of the watch streams and of the resync's LIST of pods: ~14 %.
-
-Then objects were built as Python data (``etj.core.render``), creates and deletes went as
-plain JSON past the client's models, a job was validated and planned once per generation,
-kopf was given only the essence it keeps and the event handlers became async.
-
-Second round (main at d611603, 5.4-6.4 CPU-s per burst, ~800-1075 passes): kopf's
-processing of the pod events ~38 % (its essence, still a deep copy of spec, labels and
-annotations, and the progress storage's copy of it: ~14 %; the handler's keyword
-arguments ~6 %); the passes ~25 % (``decide`` ~9 %, a deep copy of the status ~4 % of it;
-``observe_pod`` of every pod on every pass ~4 %; the status patch through the client's
-pydantic-validated call ~5 %); JSON decoding ~13 %. Now:
-
-- the operator watches its pods itself (``Kube.watch_managed_pods``: list + watch from the
-  resync's version, bookmarks, a 410 asks for a resync; read in a thread) into the same
-  cache: kopf watches only the jobs, whose loops it runs;
-- kopf's diff base is empty (nothing of etj's reads kopf's diff: no changing handlers, no
-  idle timers; a unit test keeps it so);
-- a watch event wakes a job's pass only when it brings the cache news (not the echo of the
-  operator's own status write or create): ~700-880 passes per burst;
-- ``decide`` copies the status shallowly (its rules never change it in place; the unit
-  tests check it after every decision); a pod is observed again only when its
-  resourceVersion changed; the status is merge-patched as plain JSON;
-- the full LIST from the API is made when a watch asks for it and else every 10th resync
-  period (it was every period, 30 s; a healthy watch misses nothing): each LIST of the
-  burst's pods held the event loop, and the failed pods' replacements, for up to seconds.
-
-Measured side by side after the second round (before = main at d611603): 5.35-6.76 CPU-s
-per burst before, 3.24-4.35 after (median of each run 3.75-3.91; three of six bursts at
-most 4), every pod 3.3-3.5 s after the last job in the quiet run, replacement p50 0.19 s.
-
-Third round (main at c4690b0, the profiles of 3.3-3.8 CPU-s bursts, ~670-780 passes):
-41 % of the passes decided nothing and wrote nothing, 38 % wrote only the status (the
-job's pods turn Running one after another, tens of ms apart: a pass, a status patch and
-kopf's processing of its echo for each), 21 % acted; the HTTP of the operator's own
-writes (the client's request path, urllib3, http.client's header parsing and a worker
-thread per request) ~20-25 %; JSON decoding ~12 % (the pod watch, the answers to writes);
-kopf's processing of the job events (the echoes of the status writes) ~10-17 %; the
-collector's full passes over a heap of ~170k objects ~0.1 s each, two in an operator's run
-on the burst (measured with gc.callbacks). Now:
-
-- the hot path's requests (creates, pod deletes, status patches, claim reads) go as plain
-  JSON over aiohttp on the event loop (``Kube._request``), with the client configuration's
-  server, TLS, proxy and credentials; the pod watch's events, the lists and the answers are
-  decoded with orjson;
-- after a pass that only wrote the status, the job's next pass waits until 0.1 s after it
-  (``handlers.PASS_GAP_SECONDS``): the changes of its pods meanwhile gather into one pass;
-  a pass that acted (a pod deleted or created, an Event) is followed at once, so a
-  replacement never waits: 393-598 passes per burst;
-- a pass that finds the world (the job's resourceVersion, its pods as observed, its
-  Service, ConfigMap and gang as cached, no new metrics) as the last pass left it, when
-  that pass did nothing, does not decide again before the decision's requeue (every rule
-  that depends on the time alone asks for one; resetAfterSeconds did not and now does;
-  unit-tested with a fake clock: back-off, deadline, failure count, TTL): the timed pass
-  every ``--progress-seconds`` and the resync's wake-ups (0-23 of a burst's passes here,
-  more the longer a burst lasts); a job's status is parsed, and its metadata read, once
-  per resourceVersion;
-- ``gc.freeze()`` once the first cache is filled (collection per operator run on the
-  burst: 0.36 -> 0.11 s).
-
-And the benchmark counts the pods from the raw list answer: building 350 V1Pod models per
-50 ms poll made "all pods" measure the benchmark's own poll under load (the operator had
-made every pod 0.36 s after the last job was submitted; the poll saw it 2.4 s later).
-
-Measured side by side on one API server (the shipped intervals; before = main at 3a6e513,
-whose controller is c4690b0's, via ``git worktree add --detach /tmp/h23p-before main`` and
-``--baseline /tmp/h23p-before --rounds 2 --profile``; four runs g1-g4 under ``nice -n 10``
-on the 2-core machine while trainer benchmarks ran at normal priority beside it: load
-averages 6.0-8.4 in g1, 7.1-8.4 in g2, 6.5-8.9 in g3, 2.3-7.0 in g4; g4 with the hot
-path's retry of a lost connection, g1-g3 just before it). "all pods": until every pod
-exists, from the first job submitted (submitting the 50 jobs took the benchmark's client
-2.1-17.2 s) and, in brackets, from the last one; passes: all (of them unchanged):
-
-    run                     before: CPU-s  passes  all pods       repl. p50/p99
-                            after:  CPU-s  passes  all pods       repl. p50/p99   raw/s
-    g1 r0 (load 6-8)               3.49     663    10.6 s (2.4)   0.25 / 2.21 s
-                                   1.87     564     3.1 s (0.5)   0.19 / 0.87 s   152.5
-    g1 r1                          3.17     641     5.4 s (3.3)   0.20 / 0.39 s
-                                   2.10     598 (23) 5.2 s (1.2)  0.52 / 1.85 s
-    g2 r0 (load 7-8)               2.88     701    10.2 s (2.5)   0.15 / 0.38 s
-                                   2.04     507    11.4 s (1.2)   0.22 / 0.36 s   129.9
-    g2 r1                          2.99     657     5.5 s (0.9)   0.38 / 1.01 s
-                                   1.88     417    13.0 s (0.7)   0.10 / 0.23 s
-    g3 r0 (load 7-9)               2.92     661    21.9 s (4.7)   0.13 / 0.29 s
-                                   1.82     393     5.7 s (1.0)   0.15 / 0.26 s   189.1
-    g3 r1                          2.97     710     7.4 s (1.8)   0.28 / 0.90 s
-                                   2.00     482 (16) 8.5 s (3.0)  0.22 / 0.81 s
-    g4 r0 (load 2-7)               2.97     775     5.5 s (1.4)   0.34 / 0.98 s
-                                   2.16     514 (6) 14.8 s (3.6)  0.15 / 0.31 s    90.2
-    g4 r1                          3.28     756    14.2 s (3.4)   0.46 / 0.99 s
-                                   2.08     547     5.7 s (2.1)   0.20 / 0.53 s
-
-Every burst of the operator took 1.82-2.16 CPU-s (before 2.88-3.49 on the same API server
-in the same runs; median 2.02 vs 2.98, after/before 0.54-0.73; two earlier runs of this
-tree without ``gc.freeze()``, at load averages 3-6: 2.29-2.63 vs 2.81-3.80), well under
-the issue's 4 CPU-s (training-operator's 3.5-4.0). The operator made every pod 0.5-3.6 s
-after the last job was submitted (before 0.9-4.7 s): it kept up with the submission, which
-alone took the benchmark's client 2.6-12.3 s under this load, so "all pods" from the first
-job was <= 6 s only where the submission was quick (3.1 and 5.2 s in g1, 5.7 s in g3 and
-g4); the raw create rate of the same runs, 90-189 pods/s, makes 350 pods in 1.9-3.9 s. (The
-summary's operator/raw, pods per second after the last job over the raw rate, 1.27-3.41
-after and 0.72-2.05 before, exceeds 1 because most pods exist before the last job is
-submitted: it says the operator kept up, not that it out-created the raw loop.) The
-replacement p50 was 0.10-0.52 s per burst, median 0.20 s (before 0.13-0.46 s, median
-0.27 s); p99 0.23-1.85 s (before 0.29-2.21 s): the failure -> pod latency is three
-round trips to the API server (the status patch, the delete, the create) and the kubelet
-stand-in's 0.2 s sync, not the operator's CPU.
-
-What is left (the g2 profiles, shares of samples, with the caution above): the passes
-~26 % (the status patches and creates over aiohttp ~13-17 %, ``decide`` ~5 %); kopf's
-processing of the job events ~13 % (the echoes of the remaining status writes; kopf
-decodes them with the standard library's json); the pod watch's thread ~12-15 % (orjson
-and the splitting of its chunks into lines); the event loop's own overhead the rest. The
-status of a job still changes once for most of its pods' transitions (a write and an
-echo each); a status written at most every so often while only counts change would cut
-both, at the price of a status that lags its pods.
+Not a test: nothing is asserted. Results, dated: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -161,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +50,7 @@ from tests.integration.operator_helpers import KubeletStandIn, OperatorProcess  
 
 from etj.controller.kube import load_config  # noqa: E402
 from etj_testcluster import LocalCluster  # noqa: E402
+from etj_testcluster.waiting import wait_for  # noqa: E402
 
 PODS_PER_JOB = 7
 # ``etj operator``'s own defaults (OperatorProcess passes the tests' 5 s and 1 s first; the
@@ -213,13 +91,15 @@ def raw_pod(name: str, ns: str) -> dict:
     }
 
 
-def wait(predicate, timeout: float, every: float = 0.05) -> float:  # type: ignore[no-untyped-def]
+def timed_wait(
+    predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.05
+) -> float:
+    """Seconds until ``predicate`` holds, polled every ``every`` seconds by the tests' one
+    deadline-bounded wait (``etj_testcluster.waiting.wait_for``; the deadline is a net
+    against a hang)."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(every)  # polling interval of a deadline-bounded wait
-    raise TimeoutError
+    wait_for(predicate, timeout, what, every)
+    return time.monotonic() - start
 
 
 def pct(values: list[float], q: float) -> float:
@@ -329,7 +209,7 @@ def burst(
                 resp = core.list_namespaced_pod(ns, _preload_content=False)
                 return len(json.loads(resp.data)["items"]) >= total
 
-            burst_seconds = wait(all_pods, 600)
+            burst_seconds = timed_wait(all_pods, 600, "every pod of the burst")
             cpu_pods = cpu_seconds(pid) - cpu0
 
             def running(name: str) -> bool:
@@ -339,7 +219,7 @@ def burst(
                 return (obj.get("status") or {}).get("phase") == "Running"
 
             for i in range(failures):
-                wait(lambda n=f"j{i:03d}": running(n), 300)
+                timed_wait(lambda n=f"j{i:03d}": running(n), 300, f"j{i:03d} Running")
 
             # Failure -> replacement latency: a worker exits 137; time until a new pod of
             # the same name exists.
@@ -375,7 +255,7 @@ def burst(
                         return False
                     return pod.metadata.uid != old and pod.metadata.deletion_timestamp is None
 
-                wait(replaced, 120, every=0.01)
+                timed_wait(replaced, 120, f"{name} replaced", every=0.01)
                 latencies.append(time.monotonic() - t0)
             cpu_burst = cpu_seconds(pid) - cpu0
             counts1 = counts(op)
@@ -415,9 +295,10 @@ def burst(
 
 def make_namespace(cluster: LocalCluster, ns: str) -> None:
     cluster.kubectl("create", "namespace", ns)
-    wait(
+    timed_wait(
         lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-        30,
+        120,
+        f"the default ServiceAccount of {ns}",
     )
 
 

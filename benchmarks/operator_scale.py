@@ -43,7 +43,7 @@ from tests.integration.operator_helpers import OperatorProcess  # noqa: E402
 from etj.controller.kube import load_config  # noqa: E402
 from etj_testcluster import LocalCluster  # noqa: E402
 from etj_testcluster.cluster import NODE_NAME  # noqa: E402
-from operator_burst import wait  # noqa: E402  (this directory: the same deadline-bounded poll)
+from operator_burst import timed_wait  # noqa: E402  (this directory: the tests' wait_for, timed)
 
 NS = "scale"
 GROUP, VERSION, PLURAL = "training.etj.dev", "v1alpha1", "embeddingtrainingjobs"
@@ -235,11 +235,12 @@ def main() -> None:
         try:
             cluster.apply_crds(sorted((ROOT / "crds").glob("*.yaml")))
             cluster.kubectl("create", "namespace", NS)
-            wait(
+            timed_wait(
                 lambda: (
                     cluster.kubectl("get", "sa", "default", "-n", NS, check=False).returncode == 0
                 ),
-                30,
+                120,
+                f"the default ServiceAccount of {NS}",
             )
             # Room on the one node for a thousand workers of the planned 769Mi each.
             cluster.kubectl(
@@ -274,7 +275,7 @@ def main() -> None:
                         names,
                     )
                 )
-            wait(lambda: all_running(custom, args.jobs), 1800, every=2)
+            timed_wait(lambda: all_running(custom, args.jobs), 1800, "every job Running", every=2)
             setup_running = time.monotonic() - t0
             # 2. All but n_running finish: their worker (the leader) exits 0.
             assert kubelet is not None
@@ -282,7 +283,12 @@ def main() -> None:
                 list(
                     pool.map(lambda n: kubelet.set(f"{n}-worker-0", "Succeeded"), names[n_running:])
                 )
-            wait(lambda: phases(custom).get("Succeeded", 0) == args.jobs - n_running, 1800, every=2)
+            timed_wait(
+                lambda: phases(custom).get("Succeeded", 0) == args.jobs - n_running,
+                1800,
+                "the finishing jobs Succeeded",
+                every=2,
+            )
             setup_seconds = time.monotonic() - t0
             time.sleep(5)  # let the last status writes and events settle before measuring
 
@@ -313,7 +319,7 @@ def main() -> None:
                     except client.ApiException:
                         return False
 
-                latencies.append(wait(exists, 60, every=0.01))
+                latencies.append(timed_wait(exists, 120, "the new job's pod", every=0.01))
         finally:
             if kubelet is not None:
                 kubelet.stop.set()

@@ -23,7 +23,12 @@ what a user of a real multi-node cluster goes through, in as few job runs as it 
    (objects in the bucket, a restore after a chief kill, Succeeded: its export, staged
    on the chief's disk, is written by the chief alone), and a worker over its memory limit, OOM-killed by the kernel
    and brought back with more memory.
-3. ``helm uninstall`` leaves no object of etj; deleting the cluster leaves no container,
+3. The daily chain of examples/daily as its files say to run it: the logs claim filled by
+   its Job, the CronJob (its RBAC: create jobs, nothing else) creating day 1's and then
+   day 2's generateName job from its ConfigMap template; day 2 (a third ps, a table added)
+   finds day 1 by label, mounts its claim read-only and warm-starts from it, and its
+   held-out AUC beats the same model's trained on day 2 alone from scratch (printed).
+4. ``helm uninstall`` leaves no object of etj; deleting the cluster leaves no container,
    Docker network, iptables chain or mount (only when this suite brought the cluster up).
 
 The cluster: conftest.kind_kubeconfig (as root it is brought up, cached; elsewhere these
@@ -699,6 +704,138 @@ def host_leftovers() -> list[str]:
             chains = [c for c in got.stdout.splitlines() if c.startswith("-N DOCKER")]
             left += [f"{tool} -t {table}: {c}" for c in chains]
     return left
+
+
+def test_daily_chain_a_cronjob_creates_each_day_and_day_two_warm_starts(installed: Kind) -> None:
+    """examples/daily as its files say to run it: the logs claim filled by its Job (the
+    trainer image), the CronJob with its RBAC creating each day's generateName job from
+    the ConfigMap template; day 1 trains on day 1's logs, day 2 (a third ps, a table
+    added) finds day 1 by its label, mounts its claim read-only and warm-starts from it;
+    beside them the day-2 model from scratch on day 2 alone, the same budget. The
+    warm-started model's held-out AUC on day 2 beats the other's (printed).
+
+    Here (offline) the CronJob's pod runs the operator's image with the node's own
+    kubectl mounted in: the example names Kubernetes' kubectl image, which is not loaded."""
+    k = installed
+    daily = ROOT / "examples" / "daily"
+
+    def docs(name: str) -> list[dict]:
+        return [d for d in yaml.safe_load_all((daily / name).read_text()) if d]
+
+    def template(name: str) -> None:
+        """The CronJob's template, made as cronjob.yaml says."""
+        made = k.kubectl(
+            "create", "configmap", "ctr-daily-job", f"--from-file=job.yaml={daily / name}",
+            "--dry-run=client", "-o", "yaml",
+        ).stdout  # fmt: skip
+        k.kubectl("apply", "-f", "-", input=made)
+
+    def chain_jobs() -> list[str]:
+        return k.kubectl(
+            "get", "etj", "-l", "chain=ctr-daily", "-o", "jsonpath={.items[*].metadata.name}"
+        ).stdout.split()  # fmt: skip
+
+    def run_day(day: int, before: list[str]) -> str:
+        k.kubectl("set", "env", "cronjob/ctr-daily", f"DAY=day-{day}")
+        k.kubectl("create", "job", "--from=cronjob/ctr-daily", f"ctr-daily-day-{day}")
+        (made,) = wait_for(
+            lambda: [n for n in chain_jobs() if n not in before] or None,
+            300, f"the CronJob to create day {day}'s job",
+        )  # fmt: skip
+        k.mark(f"day {day}: the CronJob created {made}")
+        return str(made)
+
+    def finished(name: str) -> dict:
+        wait_for(
+            lambda: k.phase(name) in ("Succeeded", "Failed"), 1500, f"{name} to finish", every=3
+        )
+        status = k.status(name)
+        k.mark(f"{name}: {status['phase']}")
+        assert status["phase"] == "Succeeded", json.dumps(status, indent=1)[-3000:]
+        return status
+
+    logs = docs("logs.yaml")
+    generate = logs[1]["spec"]["template"]["spec"]["containers"][0]
+    generate["image"], generate["imagePullPolicy"] = TRAINER_IMAGE, "Never"
+    cron = docs("cronjob.yaml")
+    pod = cron[-1]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron[-1]["kind"] == "CronJob"
+    container = pod["containers"][0]
+    container["image"], container["imagePullPolicy"] = OPERATOR_IMAGE, "Never"
+    container["volumeMounts"].append(
+        {"name": "kubectl", "mountPath": "/usr/local/bin/kubectl", "readOnly": True}
+    )
+    pod["volumes"].append(
+        {"name": "kubectl", "hostPath": {"path": "/usr/bin/kubectl", "type": "File"}}
+    )
+    scratch = yaml.safe_load((daily / "day-2.yaml").read_text())
+    scratch["metadata"] = {"name": "daily-scratch"}
+    del scratch["spec"]["warmStart"]
+    cleanup = [
+        ("cronjob", "ctr-daily"), ("job", "ctr-daily-day-1"), ("job", "ctr-daily-day-2"),
+        ("configmap", "ctr-daily-job"), ("rolebinding", "ctr-daily"), ("role", "ctr-daily"),
+        ("serviceaccount", "ctr-daily"), ("etj", "daily-scratch"), ("job", "click-logs"),
+    ]  # fmt: skip
+    # Nothing left of an earlier run: a job made again under the name of one still being
+    # deleted would get its claim deleted under it.
+    for kind_, name in cleanup:
+        k.kubectl("delete", kind_, name, "--ignore-not-found", timeout=300)
+    k.kubectl("delete", "etj", "-l", "chain=ctr-daily", "--ignore-not-found", timeout=300)
+    k.kubectl("delete", "pvc", "click-logs", "--ignore-not-found", timeout=300)
+    wait_for(
+        lambda: not k.kubectl(
+            "get", "pvc", "daily-scratch-checkpoints", "--ignore-not-found", "-o", "name"
+        ).stdout.strip(),
+        300, "an earlier daily-scratch's claim gone",
+    )  # fmt: skip
+    try:
+        k.apply(logs)
+        k.kubectl(
+            "wait", "--for=condition=Complete", "job/click-logs", "--timeout=600s", timeout=660
+        )
+        k.mark("click-logs: two days of generated logs on the claim")
+        k.apply(cron)
+        # The from-scratch day 2 beside day 1: it needs nothing of it.
+        k.apply(scratch)
+        template("day-1.yaml")
+        first = run_day(1, [])
+        finished(first)
+        # The model grew overnight: the template is now day 2's.
+        template("day-2.yaml")
+        second = run_day(2, [first])
+        warm = finished(second)
+        cold = finished("daily-scratch")
+
+        ws = warm["warmStart"]
+        assert ws["sourceJob"] == first and ws["step"] == 160, ws
+        assert ws["volume"] == {
+            "persistentVolumeClaim": {"claimName": f"{first}-checkpoints", "readOnly": True}
+        }, ws
+        assert [(t["name"], t["action"]) for t in ws["tables"]] == [
+            ("user", "Restored"), ("item", "Restored"), ("position", "StartedFresh"),
+        ]  # fmt: skip
+        # Day 2's final export, on its claim's host directory (versioned exports, once
+        # spec.export has them: the newest export/<version>/).
+        volume = k.kubectl(
+            "get", "pvc", f"{second}-checkpoints", "-o", "jsonpath={.spec.volumeName}"
+        ).stdout  # fmt: skip
+        host_path = k.kubectl("get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout
+        on_host = SHARED / host_path.removeprefix("/var/lib/etj-shared/")
+        assert (on_host / second / "export" / "serving" / "saved_model.pb").is_file(), on_host
+
+        auc = {"warm": warm["evaluation"]["auc"], "scratch": cold["evaluation"]["auc"]}
+        for status in (warm, cold):
+            assert status["evaluation"]["step"] == 160, status["evaluation"]
+        k.mark(
+            f"day-2 held-out AUC: warm-started from day 1 {auc['warm']:.4f}, from scratch "
+            f"on day 2 alone {auc['scratch']:.4f}"
+        )
+        # The margin of the same check on the local control plane (test_daily_chain_node.py).
+        assert auc["warm"] > auc["scratch"] + 0.03, auc
+    finally:
+        for kind_, name in [*cleanup, ("pvc", "click-logs")]:
+            k.kubectl("delete", kind_, name, "--ignore-not-found", "--wait=false", check=False)
+        k.kubectl("delete", "etj", "-l", "chain=ctr-daily", "--wait=false", check=False)
 
 
 def test_uninstall_and_cluster_deletion_leave_nothing(installed: Kind) -> None:

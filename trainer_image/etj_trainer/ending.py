@@ -14,7 +14,7 @@ flushes what Python buffers and leaves with ``os._exit``: no destructor, no atex
 no wait on a peer.
 
 No TensorFlow here. Only ``python -m etj_trainer`` calls ``end``; an in-process caller of a
-role function (a test) gets its exit code back as before.
+role function (a test) gets its exit code back.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from etj_trainer.ending import keep
 from etj_trainer.task.cluster import ClusterError, Task, check_strategy, parse_tf_config
 from etj_trainer.task.termination import report_failure, write_termination_message
 
-log = logging.getLogger("etj_trainer")
+log = logging.getLogger(__name__)
 
 
 def _tf_environment() -> None:

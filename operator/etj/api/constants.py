@@ -175,9 +175,10 @@ ANNOTATION_CLUSTER_WORKERS = f"{GROUP}/cluster-workers"
 LABEL_RETAINED = f"{GROUP}/retained"
 # Container port name of TensorFlow's gRPC server (the metrics page's: METRICS_PORT_NAME).
 PORT_NAME_TF = "tf"
-# The environment of every replica's trainer container: the trainer config's path, the
-# job and the task it runs (the trainer and etj_trainer.sdk read these), the pod's own
-# name, Keras 2 for TensorFlow, and the key file of checkpoint.credentialsSecret.
+# The environment of every replica's trainer container: the trainer config's path and the
+# task it runs (the trainer reads these), the job's and the pod's own names (etj reads
+# neither: they are there for a job's own program and its logs), Keras 2 for TensorFlow,
+# and the key file of checkpoint.credentialsSecret.
 # (TRAINER_CONFIG_ENV, REPLICA_TYPE_ENV and REPLICA_INDEX_ENV are above.)
 JOB_NAME_ENV = "ETJ_JOB_NAME"
 POD_NAME_ENV = "POD_NAME"

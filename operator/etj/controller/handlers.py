@@ -39,7 +39,7 @@ from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Reconciler
 from etj.core.reconcile.decision import Event
 
-log = logging.getLogger("etj.controller")
+log = logging.getLogger(__name__)
 
 
 class NoEssenceStorage(kopf.DiffBaseStorage):
@@ -47,7 +47,7 @@ class NoEssenceStorage(kopf.DiffBaseStorage):
     (a deep copy of the whole object, then trimmed) and diffs it with the last handled one;
     only changing handlers (on.create/update/delete/resume/field) and idle timers read that
     diff, and etj has neither (a unit test keeps it so): its watches feed a cache and wake
-    a daemon. The copies of a burst's pods were the largest single cost of kopf's event
+    a daemon. Copying a burst's pods would be the largest single cost of kopf's event
     processing, so no essence is built, stored or fetched: every object looks unchanged."""
 
     def build(self, **_: Any) -> kopf.BodyEssence:
@@ -90,7 +90,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.pods_versions = {}
     await resync(memo)
     # What exists now (modules, kopf's machinery, the first cache) lives as long as the
-    # process: the collector's full passes over it were a tenth of a second each, several
+    # process: the collector's full passes over it take a tenth of a second each, several
     # times a burst; garbage is still freed by reference counting.
     gc.freeze()
     memo.tasks = [
@@ -124,7 +124,7 @@ async def watch_pods(memo: kopf.Memo, namespace: str | None) -> None:
     from the version of the last resync's list on; a watch the API server ends is taken
     up where it ended, one whose version expired (410) from the next resync's. Not kopf's
     watch: kopf's processing of every pod event (its per-object memory, loggers, causes,
-    the handler's keyword arguments, its patching) cost a burst more CPU than the cache and
+    the handler's keyword arguments, its patching) costs a burst more CPU than the cache and
     the reconciles it feeds."""
     kube = memo.reconciler.kube
     since: str = memo.pods_versions[namespace]
@@ -192,21 +192,21 @@ async def _resync_forever(memo: kopf.Memo) -> None:
 
 # After a pass that only wrote the status, the next pass of the job starts at least this
 # much later. A job's pods change one after another, tens of milliseconds apart (a kubelet
-# per pod, or on the burst one marking them Running in turn), and a pass per change was a
-# status write per change and kopf processing its echo; within the gap they gather into
-# one pass. A pass that acted (a pod deleted or created, an Event) is followed at once, so
+# per pod, or on the burst one marking them Running in turn), and a pass per change would
+# be a status write per change and kopf processing its echo; within the gap they gather
+# into one pass. A pass that acted (a pod deleted or created, an Event) is followed at once, so
 # a failure's replacement never waits; so is a change after a quiet time.
 PASS_GAP_SECONDS = 0.1
 
 
 # kopf cancels a deleted job's daemon at once (no ``cancellation_backoff``: with one, kopf
-# re-checks the daemon only when the backoff has passed, and every deletion took that long),
-# in whatever pass it is. The last pass of a deleted job — marking a Kueue group's pods
-# unretriable, so Kueue lets them go — therefore runs as a task of its own, started in the
-# loop's ``finally`` and not cancelled with it. It was an await after the loop: kopf's
-# cancel reached it at its first await whenever the loop was slower than kopf's "instant
-# exit" wait, and Kueue kept the unmarked pods forever (test_kueue_admission's deleted-job
-# test, failing about every other run).
+# re-checks the daemon only when the backoff has passed, and every deletion would take that
+# long), in whatever pass it is. The last pass of a deleted job — marking a Kueue group's
+# pods unretriable, so Kueue lets them go — therefore runs as a task of its own, started in
+# the loop's ``finally`` and not cancelled with it. As an await after the loop, kopf's
+# cancel would reach it at its first await whenever the loop is slower than kopf's "instant
+# exit" wait, and Kueue would keep the unmarked pods forever (test_kueue_admission's
+# deleted-job test).
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)  # type: ignore[arg-type]
 async def job_loop(
     namespace: str, name: str, stopped: kopf.DaemonStopped, memo: kopf.Memo, logger: Any, **_: Any

@@ -7,10 +7,11 @@ worker threads (``asyncio.to_thread``) so the operator's event loop stays respon
 
 The requests of a reconcile's hot path (creates, deletes of pods, status patches, claim
 reads) go as plain JSON over aiohttp on the event loop instead (``Kube._request``), with
-the client configuration's server, TLS, proxy and credentials: through the client's models,
-urllib3 and a worker thread each cost a burst of jobs about a quarter of the operator's CPU.
-JSON is decoded (and those requests' bodies encoded) with orjson: the standard library's
-decoder was a tenth of the operator's CPU on the burst.
+the client configuration's server, TLS, proxy and credentials: the client's models, urllib3
+and a worker thread per request would cost a burst of jobs about a quarter of the
+operator's CPU. JSON is decoded (and those requests' bodies encoded) with orjson: the standard
+library's decoder takes a tenth of the operator's CPU on a burst
+(``benchmarks/operator_burst.py``; ``benchmarks/RESULTS.md``).
 No decisions are made here.
 """
 

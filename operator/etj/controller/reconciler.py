@@ -67,7 +67,7 @@ from etj.core.render.networkpolicy import build_network_policy
 from etj.core.render.scheduling import GANG_APIS, gang_covers, gang_fingerprint, gang_scheduler
 from etj.core.validation import Validated, validate_manifest
 
-log = logging.getLogger("etj.controller")
+log = logging.getLogger(__name__)
 
 PostEvent = Callable[[dict[str, Any], Event], None]
 Scrape = Callable[[str], Awaitable[str | None]]

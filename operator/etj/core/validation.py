@@ -103,14 +103,17 @@ def validate_manifest(
         problems.append(Problem("apiVersion", f"must be {API_VERSION}"))
     if manifest.get("kind") != KIND:
         problems.append(Problem("kind", f"must be {KIND}"))
+    manifest, name_field = _named(manifest)
     name = (manifest.get("metadata") or {}).get("name")
     if isinstance(name, str) and (why := job_name_problem(name)):
-        problems.append(Problem("metadata.name", why))
+        problems.append(Problem(name_field, why))
     elif isinstance(name, str) and len(name) > MAX_JOB_NAME_LENGTH:
         problems.append(
             Problem(
-                "metadata.name",
-                f"{len(name)} characters; at most {MAX_JOB_NAME_LENGTH}, so that pod hostnames "
+                name_field,
+                f"{len(name)} characters"
+                + (" with the 5 the API server appends" if name_field != "metadata.name" else "")
+                + f"; at most {MAX_JOB_NAME_LENGTH}, so that pod hostnames "
                 "<name>-worker-<index> stay DNS labels",
             )
         )
@@ -135,6 +138,24 @@ def validate_manifest(
         if problems:
             return Validated(job, None, problems)
     return Validated(job, plan, problems)
+
+
+# What the API server appends to a generateName (5 random characters).
+GENERATED_NAME_SUFFIX = "xxxxx"
+
+
+def _named(manifest: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The manifest as the API server would name it, and the field its name comes from: a
+    job with ``generateName`` and no name (``kubectl create``; a CronJob's daily job) is
+    checked under the longest name it can get (``GENERATED_NAME_SUFFIX``)."""
+    meta = manifest.get("metadata")
+    if not isinstance(meta, dict) or "name" in meta:
+        return manifest, "metadata.name"
+    prefix = meta.get("generateName")
+    if not isinstance(prefix, str) or not prefix:
+        return manifest, "metadata.name"
+    named = {**meta, "name": prefix + GENERATED_NAME_SUFFIX}
+    return {**manifest, "metadata": named}, "metadata.generateName"
 
 
 def _chief_problem(job: EmbeddingTrainingJob, plan: ShardPlan) -> Problem | None:

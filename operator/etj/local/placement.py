@@ -8,7 +8,7 @@ ps wakes a thread on the other core (an inter-processor interrupt: in a VM, an e
 hypervisor). Bound, a process's own threads hand work to each other on one core, and the
 two cores keep their caches. Measured (``benchmarks/trainer_throughput.py``, the PS job of
 chief + 2 workers + 2 ps on 2 cores, three pairs): examples per CPU-second 6-35 %
-higher, ~15 % by the medians (its docstring has each run).
+higher, ~15 % by the medians (each run in ``benchmarks/RESULTS.md``).
 
 The rule: with no more processes than cores, each gets a contiguous slice of its own (as
 the CPU manager would give); with more, one core each, workers first, then ps, then the

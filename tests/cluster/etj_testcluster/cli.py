@@ -16,12 +16,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
 
 from etj_testcluster.cluster import cache_dir, process_alive
+from etj_testcluster.waiting import WaitTimeout, wait_for
 
 
 def _state(state_dir: str | None) -> Path:
@@ -117,18 +117,24 @@ def up(state_dir: str | None, timeout: float, node: str, locked_down: bool) -> N
         )
     (state / "supervisor.pid").write_text(str(proc.pid))
     click.echo(f"starting the local cluster (logs: {state / 'cluster' / 'logs'})", err=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         if (state / "ready").exists():
-            click.echo(kubeconfig)
-            return
+            return True
         if proc.poll() is not None:
             raise click.ClickException(
                 f"the cluster did not start:\n{log_path.read_text(errors='replace')[-4000:]}"
             )
-        time.sleep(0.2)  # poll interval of a deadline-bounded wait
-    _stop(state, 30.0)
-    raise click.ClickException(f"the cluster was not ready within {timeout:.0f}s; see {log_path}")
+        return False
+
+    try:
+        wait_for(ready, timeout, "the local cluster to be ready")
+    except WaitTimeout:
+        _stop(state, 30.0)
+        raise click.ClickException(
+            f"the cluster was not ready within {timeout:.0f}s; see {log_path}"
+        ) from None
+    click.echo(kubeconfig)
 
 
 @cluster.command()
@@ -150,9 +156,9 @@ def _stop(state: Path, timeout: float) -> bool:
     pids = [p for p in pids if process_alive(p)]
     if supervisor:
         os.kill(supervisor, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(process_alive(p) for p in pids):
-        time.sleep(0.2)  # poll interval of a deadline-bounded wait
+    # What is still alive at the deadline is killed below.
+    with contextlib.suppress(WaitTimeout):
+        wait_for(lambda: not any(process_alive(p) for p in pids), timeout, "the cluster to stop")
     for p in pids:
         if process_alive(p):
             with contextlib.suppress(ProcessLookupError):

@@ -50,6 +50,7 @@ from typing import Any
 
 from etj.local.launch import Proc, start
 from etj_testcluster.pki import Pki, make_pki
+from etj_testcluster.waiting import WaitTimeout, wait_for
 
 # Keep in step with K8S_VERSION in tests/cluster/build-binaries.sh (a test checks).
 K8S_VERSION = "v1.35.4"
@@ -163,6 +164,10 @@ class LocalCluster:
         return self.state_dir / "logs"
 
     @property
+    def stopped_file(self) -> Path:
+        return self.pids_file.with_name("stopped.json")
+
+    @property
     def pids_file(self) -> Path:
         return self.state_dir / "pids.json"
 
@@ -220,11 +225,16 @@ class LocalCluster:
         return self
 
     def stop(self, grace: float = 10.0) -> None:
-        """Stop every component, newest first (SIGTERM, SIGKILL after ``grace``)."""
+        """Stop every component, newest first (SIGTERM, SIGKILL after ``grace``). How each
+        ended (its exit code; 137 = the SIGKILL was needed) goes to ``stopped_file``."""
+        ended = {}
         for name in reversed(list(self.procs)):
             self.procs[name].stop(grace=grace)
+            ended[name] = self.procs[name].exit_code
         self.procs.clear()
         self.pids_file.unlink(missing_ok=True)
+        if ended:
+            self.stopped_file.write_text(json.dumps(ended))
 
     def pids(self) -> list[int]:
         return [p.popen.pid for p in self.procs.values()]
@@ -413,7 +423,9 @@ class LocalCluster:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         last = ""
-        while time.monotonic() < deadline:
+
+        def healthy() -> bool:
+            nonlocal last
             for component, proc in self.procs.items():
                 if proc.popen.poll() is not None:
                     raise ClusterError(
@@ -421,12 +433,17 @@ class LocalCluster:
                     )
             try:
                 with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
+                    return bool(resp.status == 200)
             except OSError as exc:
                 last = str(exc)
-            time.sleep(0.2)  # poll interval of a deadline-bounded wait
-        raise ClusterError(f"{name} not healthy in time ({last})\n{self.log_tail(name)}")
+                return False
+
+        try:
+            wait_for(healthy, max(0.0, deadline - time.monotonic()), f"{name} healthy")
+        except WaitTimeout:
+            raise ClusterError(
+                f"{name} not healthy in time ({last})\n{self.log_tail(name)}"
+            ) from None
 
     def _start_controller_manager(self, pki: Pki) -> int:
         kc = str(self.kubeconfig)
@@ -571,16 +588,20 @@ class LocalCluster:
         """Every CRD Established. ``kubectl wait`` fails at once on a CRD the API server
         has not given conditions yet (just applied, on a busy host): ask again until the
         deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
+        last = ""
+
+        def established() -> bool:
+            nonlocal last
             result = self.kubectl(
                 "wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False
             )
-            if result.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise ClusterError(f"CRDs not Established: {result.stderr.strip()}")
-            time.sleep(0.5)  # poll interval of a deadline-bounded wait
+            last = result.stderr.strip()
+            return result.returncode == 0
+
+        try:
+            wait_for(established, timeout, "every CRD Established", every=0.5)
+        except WaitTimeout:
+            raise ClusterError(f"CRDs not Established: {last}") from None
 
     def api_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` for this cluster (needs the operator extra)."""

@@ -34,6 +34,7 @@ import yaml
 from etj.local.launch import Proc, free_port, start
 from etj_testcluster.cluster import ClusterError, LocalCluster, cache_dir
 from etj_testcluster.pki import make_pki
+from etj_testcluster.waiting import WaitTimeout, wait_for
 
 # Keep in step with KUEUE_VERSION in tests/cluster/build-kueue.sh.
 KUEUE_VERSION = "v0.15.2"
@@ -193,19 +194,24 @@ class LocalKueue:
 
     def _wait_ready(self, deadline: float) -> None:
         last = ""
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
+            nonlocal last
             assert self.proc is not None
             if self.proc.popen.poll() is not None:
                 raise ClusterError(f"kueue exited with {self.proc.exit_code}\n{self.log_tail()}")
             try:
                 url = f"http://127.0.0.1:{self.health_port}/readyz"
                 with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
+                    return bool(resp.status == 200)
             except OSError as exc:
                 last = str(exc)
-            time.sleep(0.3)  # poll interval of a deadline-bounded wait
-        raise ClusterError(f"kueue not ready in time ({last})\n{self.log_tail()}")
+                return False
+
+        try:
+            wait_for(ready, max(0.0, deadline - time.monotonic()), "kueue ready", every=0.3)
+        except WaitTimeout:
+            raise ClusterError(f"kueue not ready in time ({last})\n{self.log_tail()}") from None
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log.exists():

@@ -46,9 +46,17 @@ def record_wait(what: str, timeout: float, elapsed: float, met: bool) -> None:
         f.write(json.dumps(line) + "\n")
 
 
+class WaitTimeout(AssertionError):
+    """``wait_for``'s deadline passed. An AssertionError (a test's failure); its own class so
+    that a helper can turn a missed deadline alone into its own error (an assertion inside
+    the predicate is not one)."""
+
+
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
     """Poll ``predicate`` every ``every`` seconds until it returns something truthy (that
-    value); fail after ``timeout`` seconds, saying what was awaited and the last answer."""
+    value); fail after ``timeout`` seconds (``WaitTimeout``), saying what was awaited and
+    the last answer. What ``predicate`` raises goes through at once (a wait that can
+    fail fast: a process that exited)."""
     start = time.monotonic()
     deadline = start + timeout
     last: Any = None
@@ -59,7 +67,7 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, every: float
             return last
         time.sleep(every)  # poll interval of a deadline-bounded wait
     record_wait(what, timeout, time.monotonic() - start, False)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    raise WaitTimeout(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def wait_exit(proc: subprocess.Popen[Any], timeout: float, what: str) -> int:

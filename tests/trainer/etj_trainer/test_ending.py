@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import trainer_env
+import pytest
+from harness import trainer_env, wait_for
 
 SCRIPT = """
 import sys
@@ -61,3 +62,78 @@ def test_without_keep_the_role_tears_down_as_it_returns(tmp_path: Path):
     done, marker = _run(tmp_path, "drop")
     assert done.returncode == 7, done.stderr
     assert marker.read_text() == "torn down"
+
+
+# The mechanism itself, with TensorFlow (issue 36): a tf.data iterator one of whose threads
+# is blocked (here in a py_function waiting on a gate nobody opens; on the MultiWorkerMirrored
+# leader, on a peer that was gone). Freeing the iterator waits for that thread, forever.
+TF_SCRIPT = """
+import sys
+import threading
+from pathlib import Path
+
+import tensorflow as tf
+from etj_trainer.ending import end, keep
+
+entered = Path(sys.argv[1])
+gate = threading.Event()
+
+
+def blocked(x):
+    if int(x) > 0:
+        entered.write_text("blocked")
+        gate.wait()
+    return x
+
+
+def role(kept):
+    ds = tf.data.Dataset.range(100).map(
+        lambda x: tf.py_function(blocked, [x], tf.int64), num_parallel_calls=2
+    ).prefetch(2)
+    it = iter(ds)
+    assert int(next(it)) == 0  # element 0 passes; the pool's threads block on the next ones
+    while not entered.exists():
+        gate.wait(0.05)
+    if kept:
+        keep(locals())
+    print("role returns", flush=True)
+    return 3
+
+
+code = role(sys.argv[2] == "keep")
+print("after role", flush=True)
+end(code)
+"""
+
+
+def _start_tf(tmp_path: Path, how: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", TF_SCRIPT, str(tmp_path / f"{how}.entered"), how],
+        env=trainer_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def test_a_kept_iterator_whose_thread_is_blocked_does_not_hold_the_exit(tmp_path: Path):
+    proc = _start_tf(tmp_path, "keep")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 3
+    assert out.splitlines() == ["role returns", "after role"]
+
+
+@pytest.mark.extended  # the control: shows what the test above guards against (TensorFlow's behaviour, not ours)
+def test_control_freeing_that_iterator_never_returns(tmp_path: Path):
+    proc = _start_tf(tmp_path, "drop")
+    try:
+        assert proc.stdout is not None
+        assert wait_for(proc.stdout.readline, 300, "the role to return") == "role returns\n"
+        # A negative can only be watched for a while: 20 s after the role's return the process
+        # is still freeing its frame (a busy machine only makes that longer).
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=20)
+    finally:
+        proc.kill()
+        proc.wait(timeout=120)
+    assert "after role" not in proc.stdout.read()

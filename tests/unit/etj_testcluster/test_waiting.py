@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from etj_testcluster.waiting import WAIT_LOG_ENV, read_waits, report, wait_exit, wait_for
+from etj_testcluster.waiting import (
+    WAIT_LOG_ENV,
+    WaitTimeout,
+    read_waits,
+    report,
+    wait_exit,
+    wait_for,
+)
 
 
 def test_waits_are_recorded_met_and_missed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -23,6 +30,24 @@ def test_waits_are_recorded_met_and_missed(tmp_path: Path, monkeypatch: pytest.M
     assert [(w["what"], w["met"]) for w in waits] == [("the third answer", True), ("never", False)]
     assert waits[1]["elapsed"] >= 0.05
     assert "test_waits_are_recorded_met_and_missed" in waits[0]["test"]
+
+
+def test_a_missed_deadline_is_its_own_error_and_the_predicates_go_through():
+    with pytest.raises(WaitTimeout):
+        wait_for(lambda: False, 0.05, "never", every=0.01)
+
+    def failing() -> bool:
+        raise RuntimeError("the component exited")
+
+    with pytest.raises(RuntimeError, match="exited"):
+        wait_for(failing, 60, "a component", every=0.01)
+
+    def asserting() -> bool:
+        raise AssertionError("inside the predicate")
+
+    with pytest.raises(AssertionError) as caught:
+        wait_for(asserting, 60, "an assertion", every=0.01)
+    assert not isinstance(caught.value, WaitTimeout)
 
 
 def test_a_process_exit_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -5,8 +5,8 @@ sends the gradient rows back. Done the plain way (``tf.nn.embedding_lookup`` on 
 table, its gradient taken by the tape), every table shard costs four tensors over the
 network per step (ids, rows, gradient values, gradient indices), each its own RPC with
 its own thread wake-ups on both sides; on a machine where workers and ps share the
-cores, that overhead, not the arithmetic, set the speed (see
-``benchmarks/trainer_throughput.py``). Here the distinct ids of every lookup are packed
+cores, that overhead, not the arithmetic, sets the speed (``benchmarks/trainer_throughput.py``;
+its profiles in ``benchmarks/RESULTS.md``). Here the distinct ids of every lookup are packed
 into one tensor per ps (a header of segment sizes, then the ids), the ps splits it,
 gathers from each of its shards and sends every row back in one tensor; after the
 backward pass the gradient rows go to each ps in one tensor, which applies them to its

@@ -3,7 +3,7 @@
 A job that sets ``stepsPerExecution`` gets that many steps a chunk. A ParameterServer job
 that leaves it out (``TrainerConfig.sized_by_time``) gets chunks sized so each takes about
 ``TARGET_SECONDS`` on its worker: every scheduled function costs the worker a dispatch to
-the ps and the chief a round trip (~25 ms, ``benchmarks/trainer_throughput.py``), worth
+the ps and the chief a round trip (~25 ms, ``benchmarks/RESULTS.md``), worth
 amortising over a second of steps, while a chunk much longer than that delays a stop on
 SIGTERM (the chief drains every chunk in flight first) and a worker's lost chunk is re-run
 whole. A fixed count cannot be right for every model: 50 steps are ~0.3 s of that

@@ -40,8 +40,8 @@ def restore_components(path: str, wanted: dict[str, list[Any]]) -> None:
     sharding was."""
     reader = tf.train.load_checkpoint(path)
     shapes = reader.get_variable_to_shape_map()
-    # Read in the dtype saved: a bfloat16 table's slots were bfloat16 before they became
-    # float32, and such a checkpoint restores (cast) into the float32 slots.
+    # Read in the dtype saved: a checkpoint may hold a bfloat16 table's slots in bfloat16,
+    # and restores (cast) into the float32 slots.
     dtypes = reader.get_variable_to_dtype_map()
     missing = sorted(k for k in wanted if k + VALUE_SUFFIX not in shapes)
     if missing:

@@ -116,8 +116,8 @@ class TrainingState:
         # tensor per ps each way (``etj_trainer.models.fused``); elsewhere every table is
         # local or mirrored and read as it is. A dynamic table's rows too: its index
         # shards map keys to rows first (on their own ps), and the rows join the packed
-        # reads and updates (a dynamic table no longer puts the hashed tables of its
-        # model on the plain path: ``benchmarks/trainer_throughput.py --dynamic``).
+        # reads and updates, so a dynamic table keeps the hashed tables of its model off
+        # the plain path (``benchmarks/trainer_throughput.py --dynamic``).
         # Low-precision tables keep the plain path: its gradient rows are in the table's
         # dtype, the fused path's would not be, and the stochastic rounding must see the
         # same values whatever the strategy (the same-math tests hold it to that).
@@ -417,9 +417,9 @@ class TrainingState:
         it, in one float64 vector (``unpack_chunk`` reads it).
 
         For ClusterCoordinator, which copies each value a closure returns to the chief with
-        its own round trip while the worker waits for its next closure: one value instead
-        of three took the fetch from 5-9 ms to 2-3 ms a closure (``benchmarks/
-        trainer_throughput.py``). float64 holds the counts exactly (a chunk's examples).
+        its own round trip while the worker waits for its next closure: one value, not
+        three, makes that one round trip a closure (``benchmarks/RESULTS.md``,
+        trainer_throughput.py). float64 holds the counts exactly (a chunk's examples).
         The seconds size the next chunks (``etj_trainer.task.chunk_size``): timed here, on
         the worker, they are the steps' own, not the chief's queue."""
         began = tf.timestamp()
@@ -447,7 +447,7 @@ class TrainingState:
         ParameterServerStrategy),
         and under ParameterServer a block's first step sends its ids alone and its last
         step its gradient alone, so fewer iterations are measurably faster (10 instead of
-        1: ~10-15 %; 25 instead of 10: 5-10 % in ``benchmarks/trainer_throughput.py``).
+        1: ~10-15 %; 25 instead of 10: 5-10 %; ``benchmarks/RESULTS.md``).
         """
         loss_sum = tf.constant(0.0)
         hist = tf.zeros([2, BINS])

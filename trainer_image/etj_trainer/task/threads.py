@@ -71,7 +71,8 @@ def thread_counts(cores: int | None = None, budget: float | None = None) -> Thre
     And its idle threads spin a while before they sleep, which pays on cores a process has
     to itself; where processes share the cores (``etj run``, five on a 2-core machine) or
     a quota throttles the container, the spinning takes the cores the others need
-    (``benchmarks/trainer_throughput.py``: the PS job's examples per CPU-second).
+    (``benchmarks/trainer_throughput.py``: the PS job's examples per CPU-second, in
+    ``benchmarks/RESULTS.md``).
     """
 
     def env(name: str) -> int | None:

@@ -14,8 +14,9 @@ from etj.api.spec.strategy import Strategy
 
 # stepsPerExecution when a job leaves it out, by resolved strategy: under ParameterServer
 # each scheduled function costs its worker ~25 ms of dispatch besides its steps (timed in
-# benchmarks/trainer_throughput.py): 10 steps a closure ran ~a fifth slower than 50 there,
-# and 50 is only where its chunks start (TrainerConfig.sized_by_time: then sized by time).
+# benchmarks/trainer_throughput.py; benchmarks/RESULTS.md): 10 steps a closure run ~a fifth
+# slower than 50 there, and 50 is only where its chunks start (TrainerConfig.sized_by_time:
+# then sized by time).
 # MultiWorkerMirrored runs its chunks in the workers' own loop: nothing to amortise.
 DEFAULT_STEPS_PER_EXECUTION = {Strategy.PARAMETER_SERVER: 50, Strategy.MULTI_WORKER_MIRRORED: 10}
 # The most a chunk runs, given or sized by time.

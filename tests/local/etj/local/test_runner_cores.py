@@ -29,11 +29,10 @@ with open(path + ".tmp", "w") as f:
 os.rename(path + ".tmp", path)
 if task["type"] != "chief":
     time.sleep(3600)
-deadline = time.monotonic() + 600
-while len(glob.glob(os.path.join({out!r}, "*.json"))) < {replicas}:
-    if time.monotonic() > deadline:
-        sys.exit(3)  # some replica never started: the job fails, and so does the test
-    time.sleep(0.1)  # poll interval of a deadline-bounded wait
+from etj_testcluster.waiting import wait_for
+# Some replica never started: the chief fails (exit 1), the job, and so does the test.
+wait_for(lambda: len(glob.glob(os.path.join({out!r}, "*.json"))) >= {replicas}, 600,
+         "every replica's cores", every=0.1)
 """
 
 pytestmark = pytest.mark.skipif(

@@ -24,6 +24,7 @@ from etj.controller.handlers import (
 )
 from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Outcome
+from etj_testcluster.waiting import wait_for
 
 
 class SlowReconciler:
@@ -114,18 +115,18 @@ class TimedReconciler:
 
 async def _woken_three_times(outcome: Outcome) -> TimedReconciler:
     """A job's loop woken three times, 20 ms apart, right after its first pass; the loop
-    is stopped once a second pass ran (or 5 s passed)."""
+    is stopped once a second pass ran. The waits poll from a thread (``wait_for``) while
+    the loop runs here."""
     reconciler = TimedReconciler(outcome)
     memo = _memo(reconciler)  # type: ignore[arg-type]
     setter, daemon = _start_loop(memo)
-    deadline = time.monotonic() + 5
-    while not reconciler.passes and time.monotonic() < deadline:
-        await asyncio.sleep(0.001)
+    await asyncio.to_thread(wait_for, lambda: reconciler.passes, 120, "the first pass", 0.001)
     for _ in range(3):  # the job's pods change one after another
         memo.wakeups[("ns", "job")].set()
         await asyncio.sleep(0.02)
-    while len(reconciler.passes) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.001)
+    await asyncio.to_thread(
+        wait_for, lambda: len(reconciler.passes) >= 2, 120, "a second pass", 0.001
+    )
     await asyncio.sleep(0.05)  # a third pass would start at once
     setter.set(reason=kopf.DaemonStoppingReason.OPERATOR_EXITING)
     daemon.cancel()
@@ -215,14 +216,14 @@ def test_the_pod_watch_feeds_the_cache_wakes_its_job_and_takes_up_where_it_ended
         await resync(memo)
         resyncs = asyncio.create_task(_resync_forever(memo))
         watch = asyncio.create_task(watch_pods(memo, "ns"))
-        await asyncio.wait_for(memo.wakeups[("ns", "j")].wait(), 5)
-        while len(kube.since) < 4:  # the fourth watch, after the resync its expiry asked
-            await asyncio.sleep(0.01)  # polling, bounded by the test's timeout below
+        await asyncio.wait_for(memo.wakeups[("ns", "j")].wait(), 120)
+        # The fourth watch, after the resync its expiry asked.
+        await asyncio.to_thread(wait_for, lambda: len(kube.since) >= 4, 120, "a fourth watch", 0.01)
         watch.cancel()
         resyncs.cancel()
         return memo
 
-    memo = asyncio.run(asyncio.wait_for(scenario(), 10))
+    memo = asyncio.run(asyncio.wait_for(scenario(), 300))
     # From the first resync's version; after the API went away, from the last version
     # seen (a bookmark's included); after the expiry, from the new resync's.
     assert kube.since == ["100", "103", "104", "200"]

@@ -9,7 +9,6 @@ import asyncio
 import json
 import re
 import threading
-import time
 import urllib.parse
 from typing import Any
 
@@ -18,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from etj.controller.kube import Kube, WatchExpired, watch_lines
+from etj_testcluster.waiting import wait_for
 
 
 class Recorder:
@@ -313,10 +313,12 @@ def test_leaving_a_watch_ends_its_reading_thread():
 
     assert asyncio.run(first()) == "ADDED"
     assert answer.shut.is_set() and answer.released
-    deadline = time.monotonic() + 10
-    while any(t.name == "etj-pod-watch" for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "the watch's thread outlived it"
-        time.sleep(0.01)  # polling a deadline-bounded wait
+    wait_for(
+        lambda: not any(t.name == "etj-pod-watch" for t in threading.enumerate()),
+        120,
+        "the watch's thread to end with it",
+        every=0.01,
+    )
 
 
 def test_a_connection_lost_before_the_answer_is_tried_once_more_on_a_new_one():

@@ -25,7 +25,7 @@ class _Pass:
         self.job = world.job
         status = world.job.status or EmbeddingTrainingJobStatus()
         # A shallow copy (a deep one of the whole status, shard plan and conditions
-        # included, was a tenth of every pass): the rules give the status new values (new
+        # included, costs a tenth of every pass): the rules give the status new values (new
         # lists, conditions, counts, back-off entries) and change in place only the
         # back-off map, copied here; the world's status is never changed (the unit tests
         # check it after every decision).

@@ -1,4 +1,5 @@
-"""Which failures are retried, and which replicas restart together (DESIGN.md's table).
+"""Which failures are retried, and which replicas restart together (README.md's table
+under "Failure handling").
 
 restartPolicy: ``Never`` — every failure is permanent; ``OnFailure`` — every failure is
 retried; ``ExitCode`` — exit codes 1-127 are permanent (the program said it cannot go on),

@@ -63,9 +63,7 @@ def test_the_trainers_reason_comes_from_the_termination_message():
 
 def test_a_log_tail_fallback_is_no_reason():
     """FallbackToLogsOnError puts the end of the log there: not a reason to act on."""
-    tail = (
-        "2026-11-22 23:51:17,162 ERROR etj_trainer: something\nTraceback (most recent call last):"
-    )
+    tail = "2026-11-22 23:51:17,162 ERROR etj_trainer.main: something\nTraceback (most recent call last):"
     p = observe_pod(_terminated(tail))
     assert p and p.message == tail and p.trainer_reason is None
     assert p.describe() == "j-worker-1 failed with exit code 138 (Error)"

@@ -1,0 +1,61 @@
+"""etj.api.spec.data: synthetic or file input, and the rules of delimited files."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from etj.api.spec import DataSpec, FileData
+
+
+def test_the_default_is_synthetic_data():
+    d = DataSpec()
+    assert d.source == "synthetic" and d.files is None and d.max_bad_records == 0
+
+
+def test_a_files_source_needs_its_files_and_validation_needs_them_too():
+    with pytest.raises(ValidationError, match=r"data\.files is required"):
+        DataSpec(source="files")
+    with pytest.raises(ValidationError, match=r"data\.validation needs data\.files"):
+        DataSpec.model_validate({"validation": {"pattern": "/data/eval-*"}})
+    ok = DataSpec.model_validate(
+        {
+            "source": "files",
+            "files": {"pattern": "/data/train-*.csv", "format": "csv"},
+            "validation": {"pattern": "/data/eval-*.csv"},
+        }
+    )
+    assert ok.validation is not None and ok.validation.max_examples == 100_000
+
+
+def test_headerless_csv_names_its_columns():
+    with pytest.raises(ValidationError, match="columns must name the columns when header is false"):
+        FileData(pattern="/d/*.csv", format="csv", header=False)
+    f = FileData(pattern="/d/*.csv", format="csv", header=False, columns=["label", "user"])
+    assert f.columns == ["label", "user"]
+
+
+def test_the_quote_cannot_be_the_delimiter():
+    with pytest.raises(ValidationError, match="needs quote: none"):
+        FileData(pattern="/d/*.csv", format="csv", delimiter='"')
+    assert FileData(pattern="/d/*.csv", format="csv", delimiter='"', quote="none").quote == "none"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"pattern": ""},
+        {"pattern": "/d/*", "delimiter": "||"},
+        {"pattern": "/d/*", "format": "json"},
+        {"pattern": "/d/*", "compression": "zstd"},
+    ],
+)
+def test_malformed_file_settings_are_refused(bad):
+    with pytest.raises(ValidationError):
+        FileData.model_validate(bad)
+
+
+def test_synthetic_settings_are_bounded():
+    with pytest.raises(ValidationError):
+        DataSpec.model_validate({"synthetic": {"zipfExponent": 1.0}})
+    assert DataSpec.model_validate({"synthetic": {"zipfExponent": 1.5}}).synthetic.seed == 0

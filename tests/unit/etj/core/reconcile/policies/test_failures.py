@@ -1,0 +1,66 @@
+"""etj.core.reconcile.policies.failures, through ``decide``: which failures count, the
+back-off said with the restart, per-role restart counts, the OOM cap, and a scaled-away
+replica's end."""
+
+from __future__ import annotations
+
+from etj.api.roles import Role
+from etj.api.status import ConditionType, Phase
+from tests.unit.reconcile_helpers import all_pods, make_job, pod, run, with_status
+
+
+def _failed(job, role: Role, index: int, **kw):
+    return [
+        p if p.key != (role, index) else pod(role, index, "Failed", **kw) for p in all_pods(job)
+    ]
+
+
+def test_a_repeated_failure_waits_and_says_until_when_and_why():
+    job = make_job(status={"phase": "Running", "restartBackoff": {"j-worker-1": {"failures": 1}}})
+    d = run(job, _failed(job, Role.WORKER, 1, exit_code=1))
+    (event,) = [e for e in d.events if e.reason == "Restarting"]
+    assert "restarting j-worker-1 in 20s, at 2026-11-22T12:00:20Z" in event.message
+    assert "(back-off after 2 consecutive failures of j-worker-1)" in event.message
+    entry = d.status.restart_backoff["j-worker-1"]
+    assert (entry.failures, entry.next_restart_time) == (2, "2026-11-22T12:00:20Z")
+    restarting = next(c for c in d.status.conditions if c.type == ConditionType.RESTARTING)
+    assert restarting.status == "True" and "next restart in 20s" in restarting.message
+
+
+def test_restarts_are_counted_per_role_of_the_group():
+    job = make_job(status={"phase": "Running"})
+    d = run(job, _failed(job, Role.PS, 0, exit_code=1))
+    # A ps restarts with the chief: one restart of the job, one of each role.
+    assert d.status.restarts == 1
+    assert d.status.replica_statuses.ps.restarts == 1
+    assert d.status.replica_statuses.chief.restarts == 1
+    assert d.status.replica_statuses.worker.restarts == 0
+    assert sorted(d.delete_pods) == ["j-chief-0", "j-ps-0"]
+    assert d.status.phase == Phase.RESTARTING
+
+
+def test_a_failure_already_restarting_is_not_counted_twice():
+    job = make_job(status={"phase": "Running"})
+    pods = _failed(job, Role.WORKER, 0, exit_code=1)
+    first = run(job, pods)
+    again = run(with_status(job, first), pods)
+    assert again.status.restarts == first.status.restarts == 1
+    assert not [e for e in again.events if e.reason == "Restarting"]
+
+
+def test_an_oom_kill_at_the_cap_says_the_limit_cannot_grow():
+    job = make_job(runPolicy={"maxMemoryOnOOM": "2Gi"}, status={"phase": "Running"})
+    pods = _failed(job, Role.WORKER, 0, exit_code=137, reason="OOMKilled", memory_limit=2 * 2**30)
+    d = run(job, pods)
+    (oom,) = [e for e in d.events if e.reason == "OOMKilled"]
+    assert "its memory limit cannot grow" in oom.message and "cap 2.00 GiB" in oom.message
+    assert d.status.memory_limits == {}
+    assert d.status.phase == Phase.RESTARTING  # restarted all the same, at its limit
+
+
+def test_the_end_of_a_replica_the_spec_no_longer_has_is_no_failure():
+    job = make_job(workers=1, status={"phase": "Running"})
+    pods = [*all_pods(job), pod(Role.WORKER, 1, "Failed", exit_code=143)]
+    d = run(job, pods)
+    assert d.status.restarts == 0
+    assert not [e for e in d.events if e.reason == "Restarting"]
