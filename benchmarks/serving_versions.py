@@ -3,37 +3,14 @@ MultiWorkerMirrored.
 
 One job per strategy (chief + 2 workers + 2 ps; 2 mirrored workers), each run twice with
 the same seed and steps: without versions, and with a version every ``--every`` steps.
-Prints per run the training throughput (examples/s from the first to the last progress
-record: compile and the final export left out) and, per version, how long its write took
+Prints per run the training throughput (the median examples/s of its progress records,
+the first, which includes compiling, left out) and, per version, how long its write took
 and how many steps were trained meanwhile (the ``exported`` lines' ``seconds`` and
 ``trainedDuring``). Not a test: nothing is asserted.
 
 ``python benchmarks/serving_versions.py [--steps N] [--every K] [--rows R]``
 
-Measured (``--steps 2000 --every 200 --rows 200000``: tables of 200,000 and 50,000 rows x
-16, 2026-11-27, a 2-core machine shared with a CI run at load 16-20, so the throughputs
-are noise within +-25 %; the versions' columns are the point):
-
-    ParameterServer      no versions            median examples/s     14,674
-    ParameterServer      versions every 200     median examples/s     19,214
-        version at step    210:   6.96 s,   450 steps trained meanwhile   (the first traces)
-        version at step    680:   2.87 s,   190 steps trained meanwhile
-        ... 7 more of 1.7-3.5 s, 180-240 steps each; the final one (step 2000) 1.01 s
-    MultiWorkerMirrored  no versions            median examples/s      3,763
-    MultiWorkerMirrored  versions every 200     median examples/s      3,335
-        version at step    200:   3.56 s,    40 steps trained meanwhile
-        version at step    400:   1.16 s,    10 steps trained meanwhile
-        ... 7 more of 2.2-4.5 s, 0-10 steps each; the final one (step 2000) 1.72 s
-
-Under ParameterServer training does not notice a version: the chief, which writes it,
-trains nothing itself, and the steps go on at the rate they had (~70 steps/s here, as
-between versions). Under MultiWorkerMirrored the writer shares worker 0's cores with its
-steps, and every worker waits for worker 0: on these two loaded cores training ran at
-about half its rate while a version was written (~10 steps in ~3 s, against ~7 steps/s),
-i.e. a version cost about 1.5 s of training here (the -11 % of the median above, at a
-version every ~30 s) — with a core to spare on worker 0, much less. Of a version's own time, ~0.5 s is the save of a model already
-traced, ~0.4 s tracing the serving graph anew (measured in one process: 0.85 s fresh,
-0.45 s with the module reused; the first version traces everything, ~4 s).
+Results: ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
