@@ -435,6 +435,42 @@ CASES: list[Case] = [
         "required",
         _set("spec.model.custom", {"module": "my_tower"}),
     ),
+    Case(
+        "export-keep-zero",
+        "schema",
+        "spec.export.keep",
+        "greater than or equal to 1",
+        _set("spec.export", {"everySteps": 100, "keep": 0}),
+    ),
+    Case(
+        "export-every-seconds-zero",
+        "schema",
+        "spec.export.everySeconds",
+        "greater than or equal to 1",
+        _set("spec.export", {"everySeconds": 0}),
+    ),
+    # ---- cel: serving versions and TensorBoard ------------------------------------------------
+    Case(
+        "export-two-intervals",
+        "cel",
+        "spec.export",
+        "export: set everySteps or everySeconds, not both",
+        _set("spec.export", {"everySteps": 100, "everySeconds": 60}),
+    ),
+    Case(
+        "tensorboard-s3",
+        "cel",
+        "spec.tensorboard",
+        "tensorboard.uri: s3:// and hdfs:// are not built into TensorFlow 2.21",
+        _set("spec.tensorboard", {"uri": "s3://bucket/tb"}),
+    ),
+    Case(
+        "tensorboard-relative-uri",
+        "cel",
+        "spec.tensorboard",
+        "tensorboard.uri must be gs://bucket/prefix or an absolute path",
+        _set("spec.tensorboard", {"uri": "logs/tb"}),
+    ),
     # ---- cel: where checkpoints and data may be ---------------------------------------------
     Case(
         "checkpoint-two-places",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from etj.api.spec import EmbeddingTrainingJobSpec
-from etj.api.trainer import TrainerCheckpoint, TrainerConfig
+from etj.api.trainer import TrainerCheckpoint, TrainerConfig, TrainerExport
 from etj.core.planner import build_plan
 from etj.local.launch import bind_to, machine_share
 from etj_testcluster.waiting import wait_exit, wait_for
@@ -85,6 +85,8 @@ def trainer_config(
     keep: int = 3,
     export_dir: Path | None = None,
     watchdog_seconds: int = 120,
+    export: TrainerExport | None = None,
+    tensorboard_dir: Path | None = None,
 ) -> TrainerConfig:
     plan = build_plan(spec)
     return TrainerConfig(
@@ -102,6 +104,8 @@ def trainer_config(
         metrics_port=9102,
         export_dir=str(export_dir) if export_dir else None,
         watchdog_seconds=watchdog_seconds,
+        export=export,
+        tensorboard_dir=str(tensorboard_dir) if tensorboard_dir else None,
     )
 
 

@@ -9,8 +9,8 @@ the leader's log) and in the completion message; the operator reads either with
 etj.core.reconcile.progress (``progress_record``, ``evaluation_record``).
 
 The trainer (and a job's own program through ``etj_trainer.sdk``) serves the gauges named
-here on its metrics page; the operator scrapes them into ``status.progress`` and
-``status.evaluation`` (etj.core.reconcile.progress). The metric names are the contract: a
+here on its metrics page; the operator scrapes them into ``status.progress``,
+``status.evaluation`` and ``status.export`` (etj.core.reconcile.progress). The metric names are the contract: a
 name changed on one side only would leave the job's progress empty.
 
 Pure: no I/O.
@@ -41,6 +41,12 @@ METRIC_EVAL_EXAMPLES = "etj_trainer_eval_examples"
 # (etj.core.reconcile.policies.completion.LEADER_EXIT_GRACE_SECONDS).
 METRIC_FINISHED_TIME = "etj_trainer_finished_time_seconds"
 
+# The newest serving version (spec.export): its number, the step it holds and the Unix time
+# it was moved into place (status.export; 0 until the first).
+METRIC_EXPORT_VERSION = "etj_trainer_export_version"
+METRIC_EXPORT_STEP = "etj_trainer_export_step"
+METRIC_EXPORT_TIME = "etj_trainer_export_time_seconds"
+
 # Metric name -> status.progress field (Progress, by Python name).
 PROGRESS_METRICS: dict[str, str] = {
     METRIC_STEP: "step",
@@ -58,9 +64,20 @@ EVALUATION_METRICS: dict[str, str] = {
     METRIC_EVAL_EXAMPLES: "examples",
 }
 
+# Metric name -> status.export field (ExportStatus, by Python name; the time is Unix
+# seconds on the page, RFC 3339 in the status).
+EXPORT_METRICS: dict[str, str] = {
+    METRIC_EXPORT_VERSION: "last_version",
+    METRIC_EXPORT_STEP: "step",
+    METRIC_EXPORT_TIME: "time",
+}
+
 # The ``event`` of the trainer's JSON lines that carry the record.
 EVENT_PROGRESS = "progress"
 EVENT_EVALUATION = "evaluation"
+# A serving version moved into place: status.export's wire fields (lastVersion, step, time,
+# location).
+EVENT_EXPORTED = "exported"
 
 # Only in the trainer's progress lines (not in status): how often this process resumed.
 RESTARTS_SEEN_KEY = "restartsSeen"
@@ -117,12 +134,19 @@ def progress_fields(
     }
 
 
-def completion_json(progress: dict[str, Any], evaluation: dict[str, Any] | None = None) -> str:
+def completion_json(
+    progress: dict[str, Any],
+    evaluation: dict[str, Any] | None = None,
+    export: dict[str, Any] | None = None,
+) -> str:
     """What follows ``REASON_COMPLETED`` in the leader's termination message once it trained
-    every step: the final progress (and held-out evaluation), status field names."""
+    every step: the final progress (and held-out evaluation, and last serving version),
+    status field names."""
     doc: dict[str, Any] = {"progress": progress}
     if evaluation is not None:
         doc["evaluation"] = evaluation
+    if export is not None:
+        doc["export"] = export
     return json.dumps(doc, separators=(",", ":"))
 
 

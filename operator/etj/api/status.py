@@ -150,6 +150,28 @@ class Evaluation(ApiModel):
     update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
 
 
+class ExportStatus(ApiModel):
+    """The newest serving version (spec.export), as the leader last reported it."""
+
+    last_version: int = Field(
+        ge=1,
+        description=(
+            "Its directory under location: TensorFlow Serving loads the highest (the Unix "
+            "second it was started)."
+        ),
+    )
+    step: int = Field(ge=0, description="The training step it holds.")
+    time: str | None = Field(
+        default=None,
+        description="When it was moved into place (RFC 3339, the leader's clock).",
+    )
+    location: str | None = Field(
+        default=None,
+        description="The serving base path (TensorFlow Serving's --model_base_path).",
+    )
+    update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
+
+
 class ReplicaBackoff(ApiModel):
     """The restart back-off of one replica (kept in status so an operator restart keeps it)."""
 
@@ -187,6 +209,10 @@ class EmbeddingTrainingJobStatus(ApiModel):
     progress: Progress | None = Field(default=None, description="Training progress.")
     evaluation: Evaluation | None = Field(
         default=None, description="The last held-out evaluation (AUC, log-loss) of a checkpoint."
+    )
+    export: ExportStatus | None = Field(
+        default=None,
+        description="The newest serving version written (spec.export): number, step, time.",
     )
     warm_start: WarmStartStatus | None = Field(
         default=None,

@@ -31,6 +31,17 @@ class TrainerCheckpoint(ApiModel):
     keep: int = Field(ge=1, description="Checkpoints kept.")
 
 
+class TrainerExport(ApiModel):
+    """Where and when the leader writes serving versions (spec.export)."""
+
+    directory: str = Field(
+        min_length=1, description="The serving base path (TensorFlow Serving's model_base_path)."
+    )
+    every_steps: int | None = Field(default=None, ge=1, description="Steps between versions.")
+    every_seconds: int | None = Field(default=None, ge=1, description="Seconds between versions.")
+    keep: int = Field(ge=1, description="Versions kept.")
+
+
 class TrainerConfig(ApiModel):
     """Everything the trainer needs beyond TF_CONFIG."""
 
@@ -45,6 +56,12 @@ class TrainerConfig(ApiModel):
     shard_plan: ShardPlan = Field(description="The shard plan the variables must follow.")
     metrics_port: int = Field(ge=1, le=65535, description="Port of the chief's metrics.")
     export_dir: str | None = Field(default=None, description="Where the final export goes.")
+    export: TrainerExport | None = Field(
+        default=None, description="Serving versions written while training (spec.export)."
+    )
+    tensorboard_dir: str | None = Field(
+        default=None, description="Where the leader's TensorBoard summaries go."
+    )
     watchdog_seconds: int = Field(
         default=600, ge=10, description="The chief fails if no step completes for this long."
     )

@@ -206,6 +206,14 @@ def _warm_start_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
     return rows
 
 
+def _export_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
+    """The newest serving version (status.export), when spec.export wrote one."""
+    ex = st.export
+    if ex is None:
+        return []
+    return [("serving version", f"{ex.last_version} (step {ex.step}) in {ex.location or '-'}")]
+
+
 def _summary(
     console: Console, st: EmbeddingTrainingJobStatus, seconds: float, workdir: Path
 ) -> None:
@@ -224,6 +232,7 @@ def _summary(
             str(p.last_checkpoint_step) if p and p.last_checkpoint_step is not None else "-",
         ),
         *_warm_start_rows(st),
+        *_export_rows(st),
         ("restarts", str(st.restarts)),
         ("wall time", f"{seconds:.0f} s"),
         ("work directory", str(workdir)),

@@ -55,7 +55,12 @@ from etj.core.reconcile.policies.claim import claim_wait
 from etj.core.reconcile.policies.finish import failed_status
 from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE, gang_unavailable
 from etj.core.reconcile.policies.queue import owners_wanted
-from etj.core.reconcile.progress import parse_evaluation, parse_progress, parse_warm_start
+from etj.core.reconcile.progress import (
+    parse_evaluation,
+    parse_export,
+    parse_progress,
+    parse_warm_start,
+)
 from etj.core.render import RenderSettings, build_config_map, build_pod, build_service
 from etj.core.render.build import build_checkpoint_claim, build_gang_object
 from etj.core.render.networkpolicy import build_network_policy
@@ -493,6 +498,7 @@ class Reconciler:
         return {
             "progress": parse_progress(text, iso(now)),
             "evaluation": parse_evaluation(text, iso(now)),
+            "export": parse_export(text, iso(now)),
             "warm_start_report": parse_warm_start(text),
         }
 

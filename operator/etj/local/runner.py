@@ -34,15 +34,22 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.progress import EVENT_EVALUATION, EVENT_PROGRESS, EVENT_WARM_STARTED
+from etj.api.progress import EVENT_EVALUATION, EVENT_EXPORTED, EVENT_PROGRESS, EVENT_WARM_STARTED
 from etj.api.roles import Role
-from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Evaluation, Progress
+from etj.api.status import (
+    FINISHED_PHASES,
+    EmbeddingTrainingJobStatus,
+    Evaluation,
+    ExportStatus,
+    Progress,
+)
 from etj.api.warmstart import WarmStartStatus
 from etj.core.reconcile import PodState, World, decide
 from etj.core.reconcile.decision import Event, iso
 from etj.core.reconcile.progress import (
     WarmStartReport,
     evaluation_record,
+    export_record,
     progress_record,
     warm_start_record,
 )
@@ -87,6 +94,12 @@ def progress_from_log(path: Path, now: str) -> Progress | None:
 def evaluation_from_log(path: Path, now: str) -> Evaluation | None:
     """The last held-out ``{"event": "evaluation", ...}`` line of the trainer's log."""
     return evaluation_record(last_event(path, EVENT_EVALUATION), now)
+
+
+def export_from_log(path: Path, now: str) -> ExportStatus | None:
+    """The last ``{"event": "exported", ...}`` line of the trainer's log: the newest serving
+    version (spec.export)."""
+    return export_record(last_event(path, EVENT_EXPORTED), now)
 
 
 def warm_start_from_log(path: Path) -> WarmStartReport | None:
@@ -221,6 +234,7 @@ class LocalRunner:
             self.reporter.event(f"WarmStart: from {ws.source}: {ws.location}")
         self._last_progress = 0.0
         self.evaluation: Evaluation | None = None
+        self.export: ExportStatus | None = None
         self._write_trainer_config()
         # A command that cannot run locally fails now, not after some replicas started.
         for role, index in self.replicas.tasks():
@@ -334,6 +348,7 @@ class LocalRunner:
         self._last_progress = time.monotonic()
         log = self._leader_log()
         self.evaluation = evaluation_from_log(log, iso(now)) or self.evaluation
+        self.export = export_from_log(log, iso(now)) or self.export
         return progress_from_log(log, iso(now))
 
     def _warm_start_report(self) -> WarmStartReport | None:
@@ -364,6 +379,7 @@ class LocalRunner:
             now=now,
             progress=self._progress(now),
             evaluation=self.evaluation,
+            export=self.export,
             warm_start_report=self._warm_start_report(),
         )
         d = decide(world)
@@ -452,6 +468,8 @@ class LocalRunner:
                 self.status.progress = final
             if self.evaluation is not None:
                 self.status.evaluation = self.evaluation
+            if self.export is not None:
+                self.status.export = self.export
         finally:
             self.stop_all()
         return RunResult(self.status, time.monotonic() - started, self.workdir)

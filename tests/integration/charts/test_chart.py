@@ -117,6 +117,65 @@ def test_lint_and_template(locked: LocalCluster):
     assert "--checkpoint-storage-class=efs-sc" in _args(deployment)
 
 
+def _template(*values: str) -> list[dict]:
+    """``helm template`` of the chart with ``values`` set (no cluster needed)."""
+    import subprocess
+
+    sets = [arg for v in values for arg in ("--set", v)]
+    result = subprocess.run(
+        [str(require_binaries() / "helm"), "template", RELEASE, CHART, *sets],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def test_tensorboard_is_off_by_default_and_reads_the_log_dir_it_is_given():
+    assert not [d for d in _template() if "tensorboard" in d["metadata"]["name"]]
+    docs = _template(
+        "tensorboard.enabled=true",
+        "tensorboard.namespace=team-a",
+        "tensorboard.claimName=ctr-checkpoints",
+        "tensorboard.logDir=/var/lib/etj/checkpoints/ctr/tensorboard",
+    )
+    board = {d["kind"]: d for d in docs if "tensorboard" in d["metadata"]["name"]}
+    assert sorted(board) == ["Deployment", "Service"]
+    assert {d["metadata"]["namespace"] for d in board.values()} == {"team-a"}
+    pod = board["Deployment"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert "--logdir=/var/lib/etj/checkpoints/ctr/tensorboard" in container["args"]
+    assert {"name": "logs", "mountPath": "/var/lib/etj/checkpoints", "readOnly": True} in (
+        container["volumeMounts"]
+    )
+    claims = [
+        v["persistentVolumeClaim"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v
+    ]
+    assert claims == [{"claimName": "ctr-checkpoints", "readOnly": True}]
+    # The Service selects the TensorBoard pod, not the operator's.
+    service = board["Service"]["spec"]
+    assert service["selector"] == pod["metadata"]["labels"]
+    assert service["selector"]["app.kubernetes.io/component"] == "tensorboard"
+    assert service["ports"] == [{"name": "http", "port": 6006, "targetPort": "http"}]
+    # A gs:// log dir with a key: mounted as a file, named by GOOGLE_APPLICATION_CREDENTIALS.
+    (gcs,) = [
+        d
+        for d in _template(
+            "tensorboard.enabled=true",
+            "tensorboard.logDir=gs://bucket/tb/team-a",
+            "tensorboard.credentialsSecret.name=gcs-key",
+        )
+        if d["kind"] == "Deployment" and "tensorboard" in d["metadata"]["name"]
+    ]
+    (container,) = gcs["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["GOOGLE_APPLICATION_CREDENTIALS"] == "/var/run/secrets/etj/gcs/key.json"
+    assert not [
+        v for v in gcs["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v
+    ]
+
+
 def _args(deployment_spec: dict) -> list[str]:
     return list(deployment_spec["template"]["spec"]["containers"][0]["args"])
 
@@ -303,6 +362,40 @@ def test_every_pod_of_the_chart_passes_restricted_pod_security(installed: LocalC
     ).stdout
     dry_run = installed.kubectl(
         "create", "--dry-run=server", "-n", RELEASE_NS, "-f", "-", input=test_pod, check=False
+    )
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert "would violate" not in dry_run.stderr
+    # The optional TensorBoard's pod (tensorboard.enabled), as its Deployment would make it.
+    board = helm(
+        installed,
+        "template",
+        RELEASE,
+        CHART,
+        "--namespace",
+        RELEASE_NS,
+        "--set",
+        "tensorboard.enabled=true",
+        "--set",
+        "tensorboard.claimName=ctr-checkpoints",
+        "--show-only",
+        "templates/tensorboard.yaml",
+    ).stdout
+    deployment = next(d for d in yaml.safe_load_all(board) if d and d["kind"] == "Deployment")
+    board_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "tensorboard", **deployment["spec"]["template"]["metadata"]},
+        "spec": deployment["spec"]["template"]["spec"],
+    }
+    dry_run = installed.kubectl(
+        "create",
+        "--dry-run=server",
+        "-n",
+        RELEASE_NS,
+        "-f",
+        "-",
+        input=json.dumps(board_pod),
+        check=False,
     )
     assert dry_run.returncode == 0, dry_run.stderr
     assert "would violate" not in dry_run.stderr

@@ -33,7 +33,7 @@ from etj_trainer.models.dynamic_relayout import restore_dynamic
 from etj_trainer.task.auc import BINS, auc_from_histogram
 from etj_trainer.task.cluster import Task
 from etj_trainer.task.events import emit
-from etj_trainer.task.progress import write_scalars
+from etj_trainer.task.progress import EVAL_RUN, TAG_AUC, TAG_LOGLOSS, tensorboard_dir, write_scalars
 from etj_trainer.task.restore import restore_components
 from etj_trainer.task.state import checkpoint_keys
 from etj_trainer.task.step import histogram
@@ -125,7 +125,9 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
         .take(batches)
         .cache()
     )
-    writer = tf.summary.create_file_writer(f"{directory}/tensorboard/eval")
+    writer = tf.summary.create_file_writer(
+        f"{(tensorboard_dir(config) or directory).rstrip('/')}/{EVAL_RUN}"
+    )
     scorer = Scorer(model, data)
 
     seen = None
@@ -139,7 +141,7 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
             emit(EVENT_EVALUATION, checkpoint=path, **result)
             auc = result["auc"]
             write_scalars(
-                writer, at, {"logloss": result["logloss"], **({"auc": auc} if auc else {})}
+                writer, at, {TAG_LOGLOSS: result["logloss"], **({TAG_AUC: auc} if auc else {})}
             )
             if at >= config.training.steps:
                 emit("done", step=at)

@@ -35,7 +35,8 @@ An export to a TensorFlow filesystem URI (``gs://``, next to checkpoints on
 ``checkpoint.uri``) is written locally first, then copied up file by file with
 ``tf.io.gfile``, the manifest last: a reader that finds ``tables.json`` finds the rest.
 
-Runs once, on the chief, after training; it neither trains nor checkpoints.
+Runs once, on the chief, after training (its serving SavedModel also as numbered versions
+while training goes on: ``etj_trainer.task.versions``); it neither trains nor checkpoints.
 """
 
 from __future__ import annotations
@@ -149,13 +150,19 @@ def index_file(name: str) -> str:
     return f"embeddings/{name}.index.npy"
 
 
-def write_serving(state: TrainingState, path: Path) -> None:
+def write_serving(
+    state: TrainingState,
+    path: Path,
+    indexes: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> None:
     """The serving SavedModel on raw features of the trained tables and tower (their own
-    variables: nothing copied; under ParameterServer each ps writes its shards), with the
-    dynamic tables' indexes."""
+    variables: nothing copied into a model of the chief's), with the dynamic tables'
+    indexes (``indexes``: as read earlier; by default read now)."""
     model = state.model
     tables = [model.table_components(i) for i in range(len(model.tables))]
-    save_serving(state.config.model, tables, model.tower, str(path), dynamic_indexes(state))
+    if indexes is None:
+        indexes = dynamic_indexes(state)
+    save_serving(state.config.model, tables, model.tower, str(path), indexes)
 
 
 def manifest(state: TrainingState) -> dict[str, Any]:
@@ -224,13 +231,15 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
-def upload(local: Path, remote: str) -> None:
-    """Copy the export ``local`` to ``remote`` (replacing an older one), the manifest last."""
+def upload(local: Path, remote: str, last: str = MANIFEST) -> None:
+    """Copy the directory ``local`` to ``remote`` (replacing an older one), the file named
+    ``last`` (the manifest of an export) last."""
     remote = remote.rstrip("/")
     if tf.io.gfile.exists(remote):
         tf.io.gfile.rmtree(remote)
     files = sorted(
-        (p for p in local.rglob("*") if p.is_file()), key=lambda p: (p.name == MANIFEST, str(p))
+        (p for p in local.rglob("*") if p.is_file()),
+        key=lambda p: (p.relative_to(local).as_posix() == last, str(p)),
     )
     for path in files:
         target = f"{remote}/{path.relative_to(local).as_posix()}"

@@ -4,8 +4,9 @@
 ``stepsPerExecution`` steps or sized by their time (``chunk_size``; ``LoopParts`` says how
 a role runs and waits for a chunk),
 checkpoints every ``everySteps`` and on SIGTERM, evaluates held-out data after each
-checkpoint, reports progress, feeds the watchdog, exports at the end, and returns the
-exit code (``etj_trainer.exitcodes``). ``classify`` maps an error that escaped training
+checkpoint, reports progress (and TensorBoard summaries), feeds the watchdog, starts the
+serving versions of ``spec.export`` between chunks (``etj_trainer.task.versions``: written
+beside training), exports at the end, and returns the exit code (``etj_trainer.exitcodes``). ``classify`` maps an error that escaped training
 to an exit code: distributed failures a restart cures are retryable (138).
 
 Strategy-neutral: it never builds a strategy, a dataset or the training state.
@@ -14,7 +15,6 @@ Strategy-neutral: it never builds a strategy, a dataset or the training state.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -33,10 +33,11 @@ from etj_trainer.task.chunk_size import TARGET_SECONDS, ChunkSizer
 from etj_trainer.task.evaluate import Scorer, held_out
 from etj_trainer.task.events import emit
 from etj_trainer.task.export import export_to
-from etj_trainer.task.progress import ProgressReporter
+from etj_trainer.task.progress import EVAL_RUN, ProgressReporter, tensorboard_dir
 from etj_trainer.task.state import TrainingState
 from etj_trainer.task.step import ChunkResult, block_steps
 from etj_trainer.task.supervisor import Heartbeat
+from etj_trainer.task.versions import Versions
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,6 @@ PS_LOST_ERRORS: tuple[type[Exception], ...] = (
     tf.errors.NotFoundError,
     tf.errors.FailedPreconditionError,
 )
-TENSORBOARD_ENV = "ETJ_TENSORBOARD_DIR"
 
 
 class Terminated(Exception):
@@ -126,6 +126,17 @@ def train_loop(
         reporter.dynamic_source = state.dynamic_stats
     reporter.start(start, checkpoints.restarts, restored)
     validation = held_out(config) if is_chief else None
+    versions = None
+    if is_chief and config.export is not None:
+        versions = Versions(state, config.export, steps_done=lambda: reporter.last_step)
+    if versions is not None:
+        versions.start(start)
+
+    def between_chunks() -> None:
+        if versions is not None:
+            versions.tick(reporter.last_step)
+            _report_versions(versions, reporter)
+
     scorer = Scorer(state.model, validation) if validation is not None else None
     if is_chief:
         warm = checkpoints.warm_started
@@ -160,7 +171,9 @@ def train_loop(
     try:
         step = start
         for boundary in _boundaries(start, total, every):
-            step = _run_round(state, parts, reporter, watchdog, step, boundary, sizer, stop)
+            step = _run_round(
+                state, parts, reporter, watchdog, step, boundary, sizer, stop, between_chunks
+            )
             # Boundaries are the checkpoint steps (and the last step), or where SIGTERM cut.
             if checkpoints.enabled:
                 reporter.checkpointed(checkpoints.save())
@@ -178,6 +191,11 @@ def train_loop(
         reporter.report()
         if is_chief and config.export_dir:
             export_to(state, config.export_dir)
+        if versions is not None:
+            # The last version, at the final step (TF Serving's newest), after the one
+            # being written.
+            versions.final(int(state.step.numpy()))
+            _report_versions(versions, reporter)
         reporter.complete()  # the chief's final record; nothing elsewhere
         return exitcodes.SUCCESS
     except Terminated:
@@ -196,9 +214,10 @@ def _run_round(
     boundary: int,
     sizer: ChunkSizer,
     stop: StopFlag,
+    between_chunks: Callable[[], None] = lambda: None,
 ) -> int:
     """Chunks from ``step`` to ``boundary`` (fewer on SIGTERM), of the sizes ``sizer``
-    gives; the exact step after."""
+    gives, ``between_chunks`` called after each chunk's result; the exact step after."""
     pending: deque[tuple[int, Any]] = deque()
 
     def drain_one() -> None:
@@ -215,6 +234,7 @@ def _run_round(
             return
         watchdog.beat()
         reporter.chunk_done(n, done.loss, done.hist, done.bad)
+        between_chunks()
         before = sizer.next()
         after = sizer.observe(n, done.seconds)
         if after >= 2 * before or 2 * after <= before:  # not each small correction
@@ -251,15 +271,23 @@ def _run_round(
     return exact
 
 
+def _report_versions(versions: Versions, reporter: ProgressReporter) -> None:
+    """Report the serving versions written since the last call (on the loop's thread)."""
+    for w in versions.collect():
+        if w.error is None:
+            reporter.exported(w.version, w.step, w.time, w.location, w.seconds, w.trained_during)
+        else:
+            emit("exportFailed", version=w.version, step=w.step, error=w.error)
+
+
 def _reporter(
     config: TrainerConfig, parts: LoopParts, metrics_port: int | None, is_chief: bool
 ) -> ProgressReporter:
-    writer = None
-    logdir = os.environ.get(TENSORBOARD_ENV) or (
-        f"{config.checkpoint.directory}/tensorboard" if config.checkpoint else None
-    )
+    writer = eval_writer = None
+    logdir = tensorboard_dir(config)
     if is_chief and logdir:
         writer = tf.summary.create_file_writer(logdir)
+        eval_writer = tf.summary.create_file_writer(f"{logdir.rstrip('/')}/{EVAL_RUN}")
     # Only the chief reports; the other workers' reporters stay silent. The port is the
     # config's (main.metrics_port); 0: no metrics page.
     return ProgressReporter(
@@ -267,6 +295,7 @@ def _reporter(
         port=metrics_port or 0,
         enabled=is_chief,
         summary_writer=writer,
+        eval_writer=eval_writer,
     )
 
 

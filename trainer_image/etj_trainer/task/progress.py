@@ -37,6 +37,7 @@ from etj.api.constants import (
 from etj.api.progress import (
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
+    EVENT_EXPORTED,
     EVENT_PROGRESS,
     METRIC_AUC,
     METRIC_BAD_RECORDS,
@@ -45,6 +46,9 @@ from etj.api.progress import (
     METRIC_EVAL_LOGLOSS,
     METRIC_EVAL_STEP,
     METRIC_EXAMPLES_PER_SECOND,
+    METRIC_EXPORT_STEP,
+    METRIC_EXPORT_TIME,
+    METRIC_EXPORT_VERSION,
     METRIC_FINISHED_TIME,
     METRIC_LAST_CHECKPOINT_STEP,
     METRIC_LOSS,
@@ -59,6 +63,8 @@ from etj.api.progress import (
 )
 from etj.api.roles import Role
 from etj.api.roles import is_leader as leader_rule
+from etj.api.status import ExportStatus
+from etj.api.trainer import TrainerConfig
 from etj_trainer.config import config_field
 from etj_trainer.task.auc import BINS, auc_from_histogram
 from etj_trainer.task.events import emit
@@ -68,6 +74,32 @@ log = logging.getLogger(__name__)
 
 # Chunks of steps whose prediction histograms make up the reported AUC.
 AUC_WINDOW = 50
+
+# The leader's TensorBoard scalars (their tags). In the summaries directory itself, every
+# report: the training curves, the bad records skipped so far, the times this job resumed
+# from a checkpoint, and each dynamic table's stats as ``dynamic/<table>/<stat>`` (rowsUsed,
+# capacity, admitted, evicted, fallbackLookups). In its ``EVAL_RUN`` subdirectory, each
+# held-out evaluation: TensorBoard shows it as a second run, its auc beside training's.
+TAG_LOSS = "loss"
+TAG_AUC = "auc"
+TAG_EXAMPLES_PER_SECOND = "examples_per_second"
+TAG_BAD_RECORDS = "bad_records"
+TAG_RESTARTS = "restarts"
+TAG_DYNAMIC = "dynamic"
+TAG_LOGLOSS = "logloss"
+EVAL_RUN = "eval"
+# Overrides where the summaries go (the trainer config's ``tensorboardDir``).
+TENSORBOARD_ENV = "ETJ_TENSORBOARD_DIR"
+
+
+def tensorboard_dir(config: TrainerConfig) -> str | None:
+    """Where the leader's summaries go: ``ETJ_TENSORBOARD_DIR``, else the config's
+    ``tensorboardDir``, else beside the checkpoints; None: nowhere."""
+    return (
+        os.environ.get(TENSORBOARD_ENV)
+        or config.tensorboard_dir
+        or (f"{config.checkpoint.directory}/tensorboard" if config.checkpoint else None)
+    )
 
 
 class Metrics:
@@ -115,6 +147,14 @@ class Metrics:
         )
         self.warm_start_source_step = gauge(
             METRIC_WARM_START_SOURCE_STEP, "The step of the checkpoint a warm start read."
+        )
+        # The newest serving version (spec.export): 0 until the first.
+        self.export_version = gauge(
+            METRIC_EXPORT_VERSION, "Number of the newest serving version (spec.export)."
+        )
+        self.export_step = gauge(METRIC_EXPORT_STEP, "Training step the newest version holds.")
+        self.export_time = gauge(
+            METRIC_EXPORT_TIME, "Unix time the newest serving version was moved into place."
         )
         self.port = port
         if port:
@@ -172,12 +212,15 @@ class ProgressReporter:
         enabled: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         summary_writer: Any = None,
+        eval_writer: Any = None,
     ):
         self.enabled = is_leader() if enabled is None else enabled
         self.examples_per_step = examples_per_step
         self.interval = float(os.environ.get(PROGRESS_SECONDS_ENV, interval))
         self.clock = clock
         self.writer = summary_writer
+        # The held-out evaluations' summaries (the EVAL_RUN subdirectory of the writer's).
+        self.eval_writer = eval_writer
         self.metrics = Metrics(
             (port if port is not None else metrics_port()) if self.enabled else None
         )
@@ -191,6 +234,8 @@ class ProgressReporter:
         # words (``completion``).
         self.last: dict[str, Any] = {"step": 0}
         self.last_evaluation: dict[str, Any] | None = None
+        # The newest serving version (status.export's wire fields), for the final words.
+        self.last_export: dict[str, Any] | None = None
         # Per dynamic table, its stats (rows used, capacity, ...): read at each report.
         self.dynamic_source: Callable[[], dict[str, dict[str, int]]] | None = None
         self._loss: float | None = None
@@ -279,6 +324,45 @@ class ProgressReporter:
         m.eval_logloss.set(result["logloss"])
         if result.get("auc") is not None:
             m.eval_auc.set(result["auc"])
+        if self.eval_writer is not None:
+            values = {TAG_LOGLOSS: result["logloss"], TAG_AUC: result.get("auc")}
+            write_scalars(
+                self.eval_writer,
+                int(result["step"]),
+                {k: float(v) for k, v in values.items() if v is not None},
+            )
+
+    def exported(
+        self,
+        version: int,
+        step: int,
+        when: float,
+        location: str,
+        seconds: float | None = None,
+        trained_during: int | None = None,
+    ) -> None:
+        """A serving version (spec.export) is in place: its gauges (status.export), an
+        ``exported`` line (with how long it took and the steps trained meanwhile), and
+        the final words' ``export``."""
+        if not self.enabled:
+            return
+        m = self.metrics
+        m.export_version.set(version)
+        m.export_step.set(step)
+        m.export_time.set(when)
+        record = ExportStatus(
+            last_version=version,
+            step=step,
+            time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+            location=location,
+        ).to_wire()
+        self.last_export = record
+        emit(
+            EVENT_EXPORTED,
+            **record,
+            seconds=round(seconds, 2) if seconds is not None else None,
+            trainedDuring=trained_during,
+        )
 
     def checkpointed(self, step: int) -> None:
         """A checkpoint of ``step`` was written (status.progress.lastCheckpointStep)."""
@@ -326,7 +410,7 @@ class ProgressReporter:
             DYNAMIC_TABLES_KEY: dynamic or None,
         }
         emit(EVENT_PROGRESS, **fields)
-        self._write_summaries(step, loss, auc, eps)
+        self._write_summaries(step, loss, auc, eps, dynamic or {})
         self._mark, self._reported = (now, step), now
         self.last = {k: v for k, v in fields.items() if v is not None}
         return fields
@@ -341,6 +425,8 @@ class ProgressReporter:
         out: dict[str, Any] = {"progress": progress}
         if self.last_evaluation is not None:
             out["evaluation"] = {k: v for k, v in self.last_evaluation.items() if v is not None}
+        if self.last_export is not None:
+            out["export"] = self.last_export
         return out
 
     def complete(self) -> None:
@@ -357,11 +443,25 @@ class ProgressReporter:
         emit("done", step=self.last_step)
 
     def _write_summaries(
-        self, step: int, loss: float | None, auc: float | None, eps: float
+        self,
+        step: int,
+        loss: float | None,
+        auc: float | None,
+        eps: float,
+        dynamic: dict[str, dict[str, int]],
     ) -> None:
         if self.writer is None:
             return
-        values = {"loss": loss, "auc": auc, "examples_per_second": eps}
+        values: dict[str, float | None] = {
+            TAG_LOSS: loss,
+            TAG_AUC: auc,
+            TAG_EXAMPLES_PER_SECOND: eps,
+            TAG_BAD_RECORDS: float(self.bad_records),
+            TAG_RESTARTS: float(self.restarts) if self.restarts is not None else None,
+        }
+        for table, stats in sorted(dynamic.items()):
+            for stat, value in stats.items():
+                values[f"{TAG_DYNAMIC}/{table}/{stat}"] = float(value)
         write_scalars(self.writer, step, {k: v for k, v in values.items() if v is not None})
 
 

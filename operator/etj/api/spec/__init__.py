@@ -10,6 +10,7 @@ before the operator sees it; checks only code can make (does the plan fit?) live
 
 The sections: ``strategy``, ``sizing`` (optimizers, dtypes and the bytes of a table row),
 ``replicas``, ``model``, ``data``, ``training`` (and sharding), ``checkpoint``,
+``export`` (serving versions and TensorBoard),
 ``run_policy``, ``pod`` (pod overrides and placement) and ``job`` (the whole spec and the
 rules that join its sections). This package re-exports every public name, so
 ``from etj.api.spec import X`` reads any of them.
@@ -32,6 +33,7 @@ from etj.api.spec.data import (
     SyntheticData,
     ValidationData,
 )
+from etj.api.spec.export import ExportSpec, TensorBoardSpec
 from etj.api.spec.job import CHIEF_RULES, IMMUTABLE_MANAGED_BY, EmbeddingTrainingJobSpec
 from etj.api.spec.model import EmbeddingTable, ModelSpec
 from etj.api.spec.pod import EnvVar, Placement, PodTemplateOverrides
@@ -92,6 +94,7 @@ __all__ = [
     "EmbeddingTable",
     "EmbeddingTrainingJobSpec",
     "EnvVar",
+    "ExportSpec",
     "FileData",
     "GangScheduler",
     "ModelSpec",
@@ -111,6 +114,7 @@ __all__ = [
     "Strategy",
     "SuccessPolicy",
     "SyntheticData",
+    "TensorBoardSpec",
     "TrainingSpec",
     "ValidationData",
     "largest_variable_row_bytes",

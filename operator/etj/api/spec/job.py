@@ -15,6 +15,7 @@ from etj.api.constants import MANAGED_BY
 from etj.api.rules import Rule, cel_extra, check_rules
 from etj.api.spec.checkpoint import CheckpointSpec
 from etj.api.spec.data import UNSUPPORTED_SCHEME_REASON, UNSUPPORTED_SCHEMES, DataSpec
+from etj.api.spec.export import ExportSpec, TensorBoardSpec
 from etj.api.spec.model import ModelSpec
 from etj.api.spec.pod import Placement, PodTemplateOverrides
 from etj.api.spec.replicas import ReplicasSpec
@@ -186,6 +187,21 @@ class EmbeddingTrainingJobSpec(ApiModel):
         default_factory=ShardingSpec, description="Embedding sharding over parameter servers."
     )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
+    export: ExportSpec | None = Field(
+        default=None,
+        description=(
+            "Serving versions written while the job trains (everySteps or everySeconds), "
+            "for TensorFlow Serving: <checkpoint directory>/serving/<version>/, the last "
+            "keep kept. Without it: only the final export at the end."
+        ),
+    )
+    tensorboard: TensorBoardSpec | None = Field(
+        default=None,
+        description=(
+            "Where the leader's TensorBoard summaries go (default: <checkpoint "
+            "directory>/tensorboard)."
+        ),
+    )
     run_policy: RunPolicy = Field(
         default_factory=RunPolicy, description="Restarts, deadlines, clean-up."
     )

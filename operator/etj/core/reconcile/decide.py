@@ -57,7 +57,7 @@ from etj.core.reconcile.policies.warmstart import (
     event_message,
     resolve,
 )
-from etj.core.reconcile.progress import parse_completion
+from etj.core.reconcile.progress import completion_export, parse_completion
 from etj.core.reconcile.status import all_running
 from etj.core.render.pod import replica_set
 from etj.core.render.scheduling import min_available
@@ -120,8 +120,12 @@ def decide(world: World) -> Decision:
         # The chief exits 0 only once it has trained every step; its last metrics page
         # may not have been read before it exited, but its termination message has the
         # final step and the evaluation of the end.
-        final, final_evaluation = parse_completion(p.pods[replicas.leader()].message, p.now)
+        message = p.pods[replicas.leader()].message
+        final, final_evaluation = parse_completion(message, p.now)
         p.st.evaluation = final_evaluation or world.evaluation or p.st.evaluation
+        # The version written at the end (spec.export), which no scrape may have seen.
+        version = completion_export(message, p.now) or world.export
+        p.st.export = p.export_status(version) or p.st.export
         earlier = world.progress or p.st.progress
         last = final or earlier or Progress()
         if last.dynamic_tables is None and earlier is not None:

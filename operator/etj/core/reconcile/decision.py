@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.status import EmbeddingTrainingJobStatus, Evaluation, Progress
+from etj.api.status import EmbeddingTrainingJobStatus, Evaluation, ExportStatus, Progress
 from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.progress import WarmStartReport
 
@@ -37,6 +37,8 @@ class World:
     progress: Progress | None = None
     # The chief's last held-out evaluation (data.validation), when it has made one.
     evaluation: Evaluation | None = None
+    # The newest serving version the leader reported (spec.export), when it has written one.
+    export: ExportStatus | None = None
     # The operator's cap for memory limits raised after OOM kills (bytes).
     default_max_memory: int = 64 * 2**30
     # The job's gang scheduler (etj.core.render.scheduling.gang_scheduler); None: no gang.

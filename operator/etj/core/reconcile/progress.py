@@ -7,6 +7,10 @@ The trainer's chief serves the gauges ``etj.api.progress`` names (``etj_trainer_
 status.progress.dynamicTables, which its progress line carries as ``{table: {rowsUsed:
 ...}}`` under ``DYNAMIC_TABLES_KEY``).
 
+The newest serving version (spec.export) is three gauges, ``etj_trainer_export_version``,
+``_export_step`` and ``_export_time_seconds`` (status.export; ``exported`` lines for ``etj
+run``).
+
 A chief that trained every step says the same once more in its termination message
 (``REASON_COMPLETED``): the final values, which the last scrape may have missed.
 """
@@ -24,6 +28,7 @@ from etj.api.progress import (
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
     EVALUATION_METRICS,
+    EXPORT_METRICS,
     METRIC_FINISHED_TIME,
     METRIC_WARM_START_SOURCE_STEP,
     METRIC_WARM_START_TABLE,
@@ -31,7 +36,7 @@ from etj.api.progress import (
     WARM_START_TABLE_LABELS,
     completion_record,
 )
-from etj.api.status import DynamicTableStatus, Evaluation, Progress
+from etj.api.status import DynamicTableStatus, Evaluation, ExportStatus, Progress
 from etj.api.warmstart import WarmStartTable
 
 _PROGRESS = PROGRESS_METRICS
@@ -117,7 +122,7 @@ def _finished_time(families: list[Any]) -> str | None:
         if family.name == METRIC_FINISHED_TIME and family.samples:
             value = float(family.samples[0].value)
             if math.isfinite(value) and value > 0:
-                return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                return _rfc3339(value)
     return None
 
 
@@ -128,6 +133,52 @@ def parse_evaluation(text: str, now: str) -> Evaluation | None:
     if not values.get("examples") or "step" not in values:
         return None
     return Evaluation(update_time=now, **values)
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_export(text: str, now: str) -> ExportStatus | None:
+    """The newest serving version from a metrics page; None before the first one (its
+    gauges read 0 until then). The location is the operator's to add (it knows the job)."""
+    values: dict[str, float] = {}
+    for family in _families(text):
+        field = EXPORT_METRICS.get(family.name)
+        if field is not None and family.samples:
+            value = float(family.samples[0].value)
+            if math.isfinite(value):
+                values[field] = value
+    version, step = values.get("last_version", 0), values.get("step")
+    if version < 1 or step is None or step < 0:
+        return None
+    when = values.get("time")
+    return ExportStatus(
+        last_version=int(version),
+        step=int(step),
+        time=_rfc3339(when) if when and when > 0 else None,
+        update_time=now,
+    )
+
+
+def export_record(doc: Any, now: str) -> ExportStatus | None:
+    """status.export from an export record (an ``exported`` line, a completion message's
+    ``export``: ExportStatus's wire fields); None when it is not one."""
+    if not isinstance(doc, dict):
+        return None
+    aliases = {f.alias or n for n, f in ExportStatus.model_fields.items()}
+    fields = {k: v for k, v in doc.items() if k in aliases and k != "updateTime"}
+    try:
+        return ExportStatus.model_validate({**fields, "updateTime": now})
+    except ValidationError:
+        return None
+
+
+def completion_export(message: str | None, now: str) -> ExportStatus | None:
+    """The last serving version from a chief's ``TrainingComplete: {...}`` termination
+    message; None when it names none (no spec.export) or is no such message."""
+    doc = completion_record(message)
+    return export_record(doc.get("export"), now) if doc is not None else None
 
 
 def _model_fields(doc: Any, model: type[Progress] | type[Evaluation]) -> dict[str, Any] | None:

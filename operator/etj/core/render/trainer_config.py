@@ -1,12 +1,14 @@
 """The trainer's config for a job: what the trainer reads from its ConfigMap (model, data,
-training, the shard plan, the checkpoint directory). Pure: no I/O.
+training, the shard plan, the checkpoint directory, where exports and summaries go). Pure:
+no I/O.
 """
 
 from __future__ import annotations
 
+from etj.api.export import serving_location
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.trainer import TrainerCheckpoint, TrainerConfig
+from etj.api.trainer import TrainerCheckpoint, TrainerConfig, TrainerExport
 from etj.core.render.settings import RenderSettings
 from etj.core.render.warmstart import checkpoint_dir, trainer_warm_start
 
@@ -29,6 +31,30 @@ def build_trainer_config(
         shard_plan=plan,
         metrics_port=settings.metrics_port,
         export_dir=f"{checkpoint_dir(job)}/export",
+        export=trainer_export(job),
+        tensorboard_dir=tensorboard_dir(job),
         watchdog_seconds=spec.run_policy.watchdog_seconds,
         warm_start=trainer_warm_start(job),
     )
+
+
+def trainer_export(job: EmbeddingTrainingJob) -> TrainerExport | None:
+    """spec.export for the trainer: the serving base path and when to write versions."""
+    export = job.spec.export
+    if export is None:
+        return None
+    return TrainerExport(
+        directory=serving_location(checkpoint_dir(job)),
+        every_steps=export.every_steps,
+        every_seconds=export.every_seconds,
+        keep=export.keep,
+    )
+
+
+def tensorboard_dir(job: EmbeddingTrainingJob) -> str:
+    """Where the job's leader writes its summaries: a per-job directory under
+    spec.tensorboard.uri (as checkpoint.uri), else beside its checkpoints."""
+    tensorboard = job.spec.tensorboard
+    if tensorboard is not None:
+        return f"{tensorboard.uri.rstrip('/')}/{job.namespace}/{job.name}"
+    return f"{checkpoint_dir(job)}/tensorboard"

@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 from etj.api import conventions
-from etj.api.progress import EVALUATION_METRICS, METRIC_RESTARTS_SEEN, PROGRESS_METRICS
+from etj.api.progress import (
+    EVALUATION_METRICS,
+    EXPORT_METRICS,
+    METRIC_RESTARTS_SEEN,
+    PROGRESS_METRICS,
+)
 from etj.api.roles import ALL_ROLES
 from etj.api.status import ConditionType
 
@@ -36,7 +41,7 @@ SHARED_ENV = set(conventions.ENV_VARS)
 LABELS_AND_ANNOTATIONS = set(conventions.LABELS) | set(conventions.ANNOTATIONS)
 # Prefixes of every label and annotation key etj sets or reads.
 KEY_PREFIXES = ("training.etj.dev/", "app.kubernetes.io/", "kueue.x-k8s.io/")
-METRICS = {*PROGRESS_METRICS, *EVALUATION_METRICS, METRIC_RESTARTS_SEEN}
+METRICS = {*PROGRESS_METRICS, *EVALUATION_METRICS, *EXPORT_METRICS, METRIC_RESTARTS_SEEN}
 
 # Literals that spell a contract name but mean something else, each with why.
 ALLOWED: dict[tuple[str, str], str] = {

@@ -54,6 +54,7 @@ def _leader_did_not_exit(p: _Pass, replicas: ReplicaSet) -> None:
     leader = p.pods[replicas.leader()]
     if p.w.progress is not None:
         p.st.progress = p.w.progress
+    p.st.export = p.export_status(p.w.export) or p.st.export
     p.finish(
         Phase.SUCCEEDED,
         "JobSucceeded",

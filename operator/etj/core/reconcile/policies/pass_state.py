@@ -7,13 +7,14 @@ Pure: no I/O; the caller passes the time.
 from __future__ import annotations
 
 from etj.api.roles import ReplicaSet, Role
-from etj.api.status import ConditionType, EmbeddingTrainingJobStatus, Phase
+from etj.api.status import ConditionType, EmbeddingTrainingJobStatus, ExportStatus, Phase
 from etj.core.reconcile.conditions import set_condition
 from etj.core.reconcile.decision import Decision, Event, World, iso
 from etj.core.reconcile.policies.completion import pods_to_clean
 from etj.core.reconcile.policies.queue import pods_to_mark_unretriable
 from etj.core.reconcile.policies.warmstart import REASON_READ, event_message, summary_lines
 from etj.core.reconcile.status import replica_statuses, worker_selector, workers_column
+from etj.core.render.trainer_config import trainer_export
 
 
 class _Pass:
@@ -77,6 +78,14 @@ class _Pass:
         message = event_message(summary_lines(self.st.warm_start))
         self.d.events.append(Event("Normal", REASON_READ, message))
 
+    def export_status(self, reported: ExportStatus | None) -> ExportStatus | None:
+        """A serving version the leader reported, with the base path it is under (the
+        metrics page does not say it; the job's spec does)."""
+        export = trainer_export(self.job)
+        if reported is None or export is None or reported.location is not None:
+            return reported
+        return reported.model_copy(update={"location": export.directory})
+
     def requeue(self, seconds: float | None) -> None:
         if seconds is not None:
             current = self.d.requeue_after
@@ -97,6 +106,8 @@ class _Pass:
             self.st.progress = self.w.progress
         if self.w.evaluation is not None and self.st.phase != Phase.SUCCEEDED:
             self.st.evaluation = self.w.evaluation
+        if self.w.export is not None and self.st.phase != Phase.SUCCEEDED:
+            self.st.export = self.export_status(self.w.export)
         self._trainer_warm_start()
         self.st.observed_generation = self.gen
         self.d.status = self.st

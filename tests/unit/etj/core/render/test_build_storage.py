@@ -187,3 +187,26 @@ def test_the_jobs_own_toleration_of_a_node_taint_wins():
     tolerations = pod(j)["spec"]["tolerations"]
     assert [t for t in tolerations if t["key"] == "node.kubernetes.io/unreachable"] == [own]
     assert _tolerations(pod(j))["node.kubernetes.io/not-ready"] == 30
+
+
+# ---- spec.export and spec.tensorboard ----------------------------------------------------
+
+
+def test_serving_versions_go_beside_the_checkpoints_as_the_spec_says():
+    j = job(checkpoint={"uri": "gs://bucket/etj/"}, export={"everySeconds": 600, "keep": 2})
+    export = trainer_config(j).export
+    assert export is not None
+    assert export.directory == "gs://bucket/etj/team-a/ctr/serving"
+    assert (export.every_steps, export.every_seconds, export.keep) == (None, 600, 2)
+    # The final export stays where it was.
+    assert trainer_config(j).export_dir == "gs://bucket/etj/team-a/ctr/export"
+    assert trainer_config(job(checkpoint={"storage": {}})).export is None
+
+
+def test_summaries_go_beside_the_checkpoints_or_per_job_under_the_tensorboard_uri():
+    assert (
+        trainer_config(job(checkpoint={"storage": {}})).tensorboard_dir
+        == "/var/lib/etj/checkpoints/ctr/tensorboard"
+    )
+    j = job(checkpoint={"storage": {}}, tensorboard={"uri": "gs://logs/tb/"})
+    assert trainer_config(j).tensorboard_dir == "gs://logs/tb/team-a/ctr"
