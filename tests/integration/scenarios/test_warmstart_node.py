@@ -65,8 +65,11 @@ def files(directory: Path) -> dict[str, str]:
     }
 
 
-# In CI's suite (2.4 min here): the one check that the operator's pinned location and the
-# trainer's reading of it agree end to end.
+# make test-all (2.4 min): CI has its faster sibling, the daily chain on the node
+# (test_daily_chain_node: the same label lookup, third ps and new table, from the operator's
+# pinned location to the trainer's restore); the restored digests are checked in
+# tests/trainer/etj_trainer/task/test_warmstart.py.
+@pytest.mark.extended
 def test_day_two_warm_starts_from_day_one_found_by_label(
     crds: LocalCluster, namespace: str, node: Path, operator: OperatorProcess, shared_dir: Path
 ):
