@@ -65,7 +65,7 @@ def files(directory: Path) -> dict[str, str]:
     }
 
 
-# make test-all (2.4 min): CI has its faster sibling, the daily chain on the node
+# make test-all (2.4 min): CI has the daily chain on the node, which covers its path
 # (test_daily_chain_node: the same label lookup, third ps and new table, from the operator's
 # pinned location to the trainer's restore); the restored digests are checked in
 # tests/trainer/etj_trainer/task/test_warmstart.py.
