@@ -80,6 +80,7 @@ kueue:
 ifeq ($(shell id -u),0)
 TEST_DEPS := binaries kueue node-packages kind-packages
 TEST_DEPS_ENV := ETJ_WITH_KUBELET=1
+HOST_PACKAGES := node-packages kind-packages
 else
 TEST_DEPS := binaries kueue
 endif
@@ -88,15 +89,21 @@ test-deps:
 	$(TEST_DEPS_ENV) $(MAKE) --no-print-directory $(TEST_DEPS)
 
 # CI's suite: everything but the tests marked `extended` (long acceptance checks, each
-# with a faster sibling here), so a warm run stays within CI's budget. In lanes, each
-# failing fast: lint and the unit tests first (no cluster, no TensorFlow process: their
-# verdict within minutes of the start), then the dependencies' cache checks, then two
-# lanes side by side (tests/cluster/lanes.sh): the clusters' (integration on the local
-# control plane, then the e2e on kind) and the processes' (trainer, etj run). The images
-# and the kind cluster come up beside the suite.
-test: venv lint unit test-deps lint-objects
+# with a faster sibling here), so a warm run stays within CI's budget. Failing fast: lint
+# and the unit tests first (no cluster, no TensorFlow process: their verdict within
+# minutes of the start). Then, scheduled for a cold machine, where the Go builds and the
+# kind node image take most of half an hour: the images and the kind cluster start in the
+# background (host packages first: the engines they need), and two lanes side by side
+# (tests/cluster/lanes.sh): the processes' (trainer, needs no build) at once, and the
+# clusters' (integration on the local control plane, etj run, then the e2e on kind), which
+# first builds the control plane and lints the rendered objects, and builds Kueue beside
+# its tests (the Kueue test waits for it). Warm, every build is a cache check (seconds).
+test: venv lint unit $(HOST_PACKAGES)
 	bash tests/cluster/images-in-background.sh bash tests/cluster/kind-in-background.sh \
-		env PY=$(PY) bash tests/cluster/lanes.sh -q -m "not extended"
+		env PY=$(PY) \
+		ETJ_CLUSTER_LANE_BEFORE="$(TEST_DEPS_ENV) $(MAKE) --no-print-directory binaries lint-objects" \
+		ETJ_CLUSTER_LANE_BESIDE="bash tests/cluster/build-kueue.sh" \
+		bash tests/cluster/lanes.sh -q -m "not extended"
 
 # The whole suite, the extended checks included (about 20 min more): before a release.
 test-all: venv lint test-deps lint-objects

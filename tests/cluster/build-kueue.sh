@@ -20,6 +20,11 @@ SRC="$CACHE/src/kueue-$KUEUE_VERSION"
 
 say() { printf '[build-kueue %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+mkdir -p "$CACHE/bin"
+# One build at a time, and a test that needs Kueue waits for this one to end
+# (etj_testcluster.kueue.build_lock: keep the paths in step).
+exec 9>"$CACHE/bin/kueue-$KUEUE_VERSION.lock"
+flock 9
 if [ -x "$BIN/kueue" ]; then say "kueue $KUEUE_VERSION: cached"; exit 0; fi
 command -v go >/dev/null || { echo "build-kueue: go is required (https://go.dev/dl)" >&2; exit 1; }
 export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOFLAGS="-mod=mod -buildvcs=false"

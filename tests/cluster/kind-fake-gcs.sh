@@ -18,7 +18,7 @@
 # the e2e reads them from the host. The bucket etj-ckpt exists from the start.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-NAME="${1:?cluster name}"
+NAME="${1:?cluster name, or --binaries}"
 CACHE="${ETJ_CACHE:-$HOME/.cache/etj}"
 KIND="$CACHE/bin/kind"
 FAKE_GCS_VERSION="${ETJ_FAKE_GCS_VERSION:-v1.56.1}"
@@ -28,7 +28,6 @@ GCS_IP="${ETJ_KIND_GCS_IP:-10.96.0.50}"
 CA_DIR="$CACHE/kind/gcs-ca"
 SHARED=/tmp/etj-kind-shared
 GOENV=(GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod)
-eval "$(bash "$HERE/kind-docker.sh" env)"
 say() { printf '[kind-fake-gcs %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 kubectl() { "$KUBECTL" "$@"; }
 
@@ -40,6 +39,10 @@ if ! "$CACHE/bin/fake-gcs-server" -help 2>&1 | grep -q -- -public-host \
   echo "$FAKE_GCS_VERSION" >"$CACHE/bin/fake-gcs-server.version"
 fi
 (cd "$HERE/gcs-front" && env "${GOENV[@]}" go build -trimpath -ldflags "-s -w" -o "$CACHE/bin/gcs-front" .)
+# `kind-fake-gcs.sh --binaries`: only the builds above (kind-up.sh starts them early,
+# beside the node image, so they are done when the cluster is).
+[ "$NAME" != --binaries ] || exit 0
+eval "$(bash "$HERE/kind-docker.sh" env)"
 front_sum=$(sha256sum "$CACHE/bin/gcs-front" | cut -c1-12)
 IMAGE="localhost/etj-kind/fake-gcs-server:$FAKE_GCS_VERSION-$front_sum"
 

@@ -42,12 +42,32 @@ mkdir -p "$KIND_CACHE"
 exec 8>"$KIND_CACHE/.lock"
 flock 8
 
-bash "$HERE/kind-binaries.sh" >&2
+# ---- 1. the base root filesystem (debootstrap; cached by its package list) ----
+# Started first and beside the Go builds of kind-binaries.sh: debootstrap mostly waits for
+# the mirror and dpkg, the Go builds for the CPU, so on a cold machine they overlap.
+ROOTFS_KEY=$(printf '%s\n' "$SUITE" "$PACKAGES" | sha256sum | cut -c1-12)
+ROOTFS="$KIND_CACHE/rootfs-$ROOTFS_KEY"
+(
+  if [ ! -f "$ROOTFS/.complete" ]; then
+    command -v debootstrap >/dev/null || {
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null; }
+    rm -rf "$ROOTFS.tmp"
+    say "debootstrap $SUITE ($PACKAGES)"
+    nice -n 10 debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS.tmp" "$MIRROR" >&2
+    # Package lists and caches are not needed in a node.
+    rm -rf "$ROOTFS.tmp"/var/cache/apt/archives/*.deb "$ROOTFS.tmp"/var/lib/apt/lists/*
+    touch "$ROOTFS.tmp/.complete"
+    rm -rf "$ROOTFS"
+    mv "$ROOTFS.tmp" "$ROOTFS"
+  fi
+) &
+rootfs_pid=$!
+bash "$HERE/kind-binaries.sh" >&2 || { kill "$rootfs_pid" 2>/dev/null; wait "$rootfs_pid"; exit 1; }
+wait "$rootfs_pid" || die "the base root filesystem (debootstrap) failed"
 NODE_BINS=(kubeadm kubelet kubectl)
 IMAGE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns-kind pause)
 for b in "${NODE_BINS[@]}" "${IMAGE_BINS[@]}"; do [ -x "$BIN/$b" ] || die "missing $BIN/$b"; done
 
-ROOTFS_KEY=$(printf '%s\n' "$SUITE" "$PACKAGES" | sha256sum | cut -c1-12)
 KEY=$({
   printf '%s\n' "$RECIPE" "$K8S_VERSION" "$ROOTFS_KEY"
   (cd "$BIN" && sha256sum "${NODE_BINS[@]}" "${IMAGE_BINS[@]}")
@@ -61,20 +81,6 @@ if docker image inspect "$TAG" >/dev/null 2>&1; then
 fi
 start=$SECONDS
 
-# ---- 1. the base root filesystem (debootstrap; cached by its package list) ----
-ROOTFS="$KIND_CACHE/rootfs-$ROOTFS_KEY"
-if [ ! -f "$ROOTFS/.complete" ]; then
-  command -v debootstrap >/dev/null || {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null; }
-  rm -rf "$ROOTFS.tmp"
-  say "debootstrap $SUITE ($PACKAGES)"
-  nice -n 10 debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS.tmp" "$MIRROR" >&2
-  # Package lists and caches are not needed in a node.
-  rm -rf "$ROOTFS.tmp"/var/cache/apt/archives/*.deb "$ROOTFS.tmp"/var/lib/apt/lists/*
-  touch "$ROOTFS.tmp/.complete"
-  rm -rf "$ROOTFS"
-  mv "$ROOTFS.tmp" "$ROOTFS"
-fi
 BASE_TAG="etj-kind-base:$ROOTFS_KEY"
 if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
   say "importing the base root filesystem as $BASE_TAG"

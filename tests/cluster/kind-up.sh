@@ -48,11 +48,17 @@ fi
 bash "$HERE/kind-docker.sh" start
 eval "$(bash "$HERE/kind-docker.sh" env)"
 
+# kind itself and fake-gcs-server are Go builds beside the node image's (on a cold machine
+# all three are mostly module downloads and compiles that overlap); waited for where used.
+kind_build=""
 if ! "$KIND" version 2>/dev/null | grep -q "^kind $KIND_VERSION "; then
   say "building kind $KIND_VERSION"
   (export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local CGO_ENABLED=0 \
-    GOBIN="$CACHE/bin" GOFLAGS=-mod=mod; nice -n 10 go install "sigs.k8s.io/kind@$KIND_VERSION")
+    GOBIN="$CACHE/bin" GOFLAGS=-mod=mod; nice -n 10 go install "sigs.k8s.io/kind@$KIND_VERSION") &
+  kind_build=$!
 fi
+bash "$HERE/kind-fake-gcs.sh" --binaries &
+gcs_build=$!
 KUBECTL="$CACHE/bin/${ETJ_K8S_VERSION:-v1.35.4}/kubectl"
 kubectl() { "$KUBECTL" "$@"; }
 
@@ -175,6 +181,7 @@ JSON
   say "pod network: ${nodes[*]} -> ${cidrs[*]}"
 }
 
+[ -z "$kind_build" ] || wait "$kind_build" || die "building kind $KIND_VERSION failed (above)"
 if cluster_running; then
   say "cluster $NAME is running: kept"
 else
@@ -206,6 +213,7 @@ kubectl -n kube-system rollout status deployment coredns --timeout=300s >/dev/nu
 say "nodes Ready: $(kubectl get nodes -o name | tr '\n' ' ')"
 
 bash "$HERE/kind-shared-storage.sh" "$NAME"
-[ -x "$HERE/kind-fake-gcs.sh" ] && bash "$HERE/kind-fake-gcs.sh" "$NAME"
+wait "$gcs_build" || die "building fake-gcs-server failed (above)"
+bash "$HERE/kind-fake-gcs.sh" "$NAME"
 bash "$HERE/kind-load-images.sh" "$NAME"
 say "ready in $((SECONDS - total)) s; KUBECONFIG=$KUBECONFIG"

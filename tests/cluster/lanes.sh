@@ -21,6 +21,8 @@
 #
 #   bash tests/cluster/lanes.sh PYTEST_ARGS...    (e.g. -q -m "not extended")
 #   ETJ_JUNIT_DIR=DIR: each lane also writes DIR/<lane>.xml (per-test times).
+#   ETJ_CLUSTER_LANE_BEFORE=CMD: run first in the cluster lane (its tests only if it passes).
+#   ETJ_CLUSTER_LANE_BESIDE=CMD: run beside the cluster lane's tests (a failure fails it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -42,12 +44,31 @@ lane() {
   [ -z "${ETJ_JUNIT_DIR:-}" ] || junit=("--junitxml=$ETJ_JUNIT_DIR/$name.xml")
   # setsid: an interrupt kills each lane's whole process group (its clusters' fixtures
   # then stop what they started).
-  setsid bash -c 'set -o pipefail; "$@" 2>&1 | tee "'"$logs/$name"'" | sed -u "s/^/['"$name"'] /"' \
-    _ "$PY" -m pytest --basetemp="/tmp/pytest-etj-lane-$name/t" "${junit[@]}" "$@" &
+  # The lane's script: its dependencies (before), what builds beside its tests (beside:
+  # started after the dependencies, waited for at the end, its failure the lane's), pytest.
+  local before="${LANE_BEFORE[$name]:-}" beside="${LANE_BESIDE[$name]:-}"
+  setsid bash -c '
+    set -o pipefail
+    {
+      if [ -n "$1" ]; then echo "[lanes] $3: $1"; eval "$1" || exit; fi
+      side=""
+      if [ -n "$2" ]; then echo "[lanes] $3, beside its tests: $2"; eval "$2" & side=$!; fi
+      "${@:4}"
+      rc=$?
+      if [ -n "$side" ] && ! wait "$side"; then echo "[lanes] $3: failed beside the tests: $2"; [ "$rc" != 0 ] || rc=1; fi
+      exit "$rc"
+    } 2>&1 | tee "'"$logs/$name"'" | sed -u "s/^/['"$name"'] /"' \
+    _ "$before" "$beside" "$name" "$PY" -m pytest --basetemp="/tmp/pytest-etj-lane-$name/t" "${junit[@]}" "$@" &
   pids+=($!)
   names+=("$name")
 }
 trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null; done; wait; exit 130' INT TERM
+
+# What a lane needs before its tests, and what may build beside them (e.g. make test's
+# Go builds for the cluster lane: the processes lane needs none of them, so it starts at
+# once instead of waiting for them).
+declare -A LANE_BEFORE=([cluster]="${ETJ_CLUSTER_LANE_BEFORE:-}")
+declare -A LANE_BESIDE=([cluster]="${ETJ_CLUSTER_LANE_BESIDE:-}")
 
 start=$SECONDS
 lane cluster "$@" "${CLUSTER_PATHS[@]}"

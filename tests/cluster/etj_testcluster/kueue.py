@@ -20,6 +20,7 @@ also dies with its starter), or touch anything outside its state directory and t
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -56,10 +57,42 @@ def kueue_module() -> Path:
     return cache_dir() / "go" / "mod" / "sigs.k8s.io" / f"kueue@{kueue_version()}"
 
 
+def build_lock() -> Path:
+    """The lock tests/cluster/build-kueue.sh holds while it builds (keep the paths in step)."""
+    return cache_dir() / "bin" / f"kueue-{kueue_version()}.lock"
+
+
+def wait_for_build(timeout: float = 3600.0) -> None:
+    """Wait for a Kueue build in progress to end: ``make test`` builds Kueue beside the
+    cluster lane's tests, so the first test that needs it may come before it is done. The
+    deadline only stops a build that hangs; a cold build takes minutes."""
+    lock = build_lock()
+    if not lock.exists():
+        return
+    with lock.open("a") as f:
+
+        def taken() -> bool:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+        wait_for(
+            taken,
+            timeout=timeout,
+            what="the Kueue build beside the tests (build-kueue.sh)",
+            every=2.0,
+        )
+
+
 def missing() -> str | None:
-    """Why Kueue cannot run here, or None."""
+    """Why Kueue cannot run here, or None; first waits for a build in progress
+    (``wait_for_build``)."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return "Kueue runs in a mount namespace of its own here: it needs root and unshare(1)"
+    wait_for_build()
     if not os.access(kueue_binary(), os.X_OK):
         return f"no {kueue_binary()}: run `make kueue` (tests/cluster/build-kueue.sh)"
     if not (kueue_module() / "config" / "components").is_dir():

@@ -3,11 +3,20 @@
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
+import pytest
 import yaml
 
-from etj_testcluster.kueue import crds_with_conversion, webhook_configurations
+from etj_testcluster.kueue import (
+    build_lock,
+    crds_with_conversion,
+    kueue_version,
+    wait_for_build,
+    webhook_configurations,
+)
+from etj_testcluster.waiting import WaitTimeout
 
 MANIFESTS = """
 apiVersion: admissionregistration.k8s.io/v1
@@ -63,3 +72,27 @@ def test_converted_kinds_get_the_conversion_webhook_by_url(tmp_path: Path):
     assert conversion["strategy"] == "Webhook"
     assert conversion["webhook"]["clientConfig"]["url"] == "https://127.0.0.1:9443/convert"
     assert "conversion" not in by_plural["resourceflavors"]["spec"]
+
+
+def test_a_test_waits_for_the_kueue_build_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """make test builds Kueue beside the cluster lane's tests: while build-kueue.sh holds
+    its lock, the Kueue test waits (here: misses a short deadline); once it is released,
+    it goes on. No lock file (no build ever started): no wait."""
+    monkeypatch.setenv("ETJ_CACHE", str(tmp_path))
+    wait_for_build(timeout=0.1)  # no lock file
+    lock = build_lock()
+    lock.parent.mkdir(parents=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(WaitTimeout, match="Kueue build"):
+            wait_for_build(timeout=0.5)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    wait_for_build(timeout=60)
+
+
+def test_the_build_script_and_the_tests_name_one_lock():
+    script = (Path(__file__).parents[3] / "tests/cluster/build-kueue.sh").read_text()
+    assert 'exec 9>"$CACHE/bin/kueue-$KUEUE_VERSION.lock"' in script
+    assert build_lock().name == f"kueue-{kueue_version()}.lock"
