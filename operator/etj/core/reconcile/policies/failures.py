@@ -12,12 +12,20 @@ from etj.api.roles import ReplicaSet
 from etj.api.status import ConditionType, Phase, ReplicaBackoff
 from etj.core.reconcile.decision import iso
 from etj.core.reconcile.policies.backoff import due_time, restart_wait
+from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.reconcile.policies.queue import QUEUE_REASONS, REASON_PREEMPTED, queue_eviction
 from etj.core.reconcile.policies.restart import Failure, classify, restart_group
 from etj.core.reconcile.status import replica_statuses
 from etj.core.tfconfig import pod_name
+
+
+def fail_or_restart(p: _Pass, replicas: ReplicaSet) -> bool:
+    """The failures step of a pass: pods of lost nodes force-deleted, failed replicas
+    restarted with their group; True when the job itself failed."""
+    p.d.force_delete_pods = pods_to_force_delete(p.w.pods)
+    return _handle_failures(p, replicas)
 
 
 def _failures(p: _Pass, replicas: ReplicaSet) -> list[Failure]:

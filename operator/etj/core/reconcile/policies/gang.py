@@ -4,16 +4,20 @@ The scheduler binds a gang's pods all together or none (etj.core.render.scheduli
 gang object). What the job says comes from its pods: those bound (``spec.nodeName``)
 against the gang's minimum, and the scheduler's ``PodScheduled=False/Unschedulable``
 message on any that cannot be placed (the v1.35 Workload has no status of its own; a
-PodGroup's phase says no more than its pods do).
+PodGroup's phase says no more than its pods do). ``gang_step`` is the step of a pass
+(``decide``) that keeps the gang object and the Scheduled condition.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from etj.api.roles import ReplicaSet
 from etj.api.status import ConditionType, EmbeddingTrainingJobStatus
 from etj.core.reconcile.conditions import set_condition
 from etj.core.reconcile.observe import PodState
+from etj.core.reconcile.policies.pass_state import _Pass
+from etj.core.render.scheduling import min_available
 
 # The job's condition type and its reasons.
 CONDITION_SCHEDULED = ConditionType.SCHEDULED
@@ -70,3 +74,18 @@ def gang_unavailable(
         st.conditions, CONDITION_SCHEDULED, False, REASON_UNAVAILABLE, message, now, generation
     )
     return st
+
+
+def gang_step(p: _Pass, replicas: ReplicaSet) -> None:
+    """Keep the gang object as the plan wants it; say whether the gang is placed."""
+    if p.w.gang is None:
+        return
+    p.d.apply_gang = not p.w.gang_current
+    state = gang_state(p.w.pods, min_available(p.job, replicas), p.w.gang)
+    old = next((c for c in p.st.conditions if c.type == CONDITION_SCHEDULED), None)
+    if old is None or old.reason != state.reason:
+        if state.reason == REASON_UNSCHEDULABLE:
+            p.event("Warning", state.reason, state.message)
+        elif state.reason == REASON_SCHEDULED:
+            p.event("Normal", state.reason, state.message)
+    p.condition(CONDITION_SCHEDULED, state.scheduled, state.reason, state.message)

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from etj.api.roles import Role
 from etj.api.status import ConditionType, Phase
+from etj.core.planner import build_plan
+from etj.core.reconcile.policies.failures import fail_or_restart
+from etj.core.reconcile.policies.pass_state import _Pass
+from etj.core.render.pod import replica_set
+from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
 from tests.unit.reconcile_helpers import all_pods, make_job, pod, run, with_status
 
 
@@ -64,3 +69,12 @@ def test_the_end_of_a_replica_the_spec_no_longer_has_is_no_failure():
     d = run(job, pods)
     assert d.status.restarts == 0
     assert not [e for e in d.events if e.reason == "Restarting"]
+
+
+def test_the_failures_step_force_deletes_lost_pods_and_ends_the_pass_only_on_failure():
+    job = make_job(runPolicy={"restartPolicy": "Never"})
+    replicas = replica_set(job, build_plan(job.spec))
+    healthy = _Pass(_world(job, all_pods(job)))
+    assert not fail_or_restart(healthy, replicas) and healthy.d.force_delete_pods == []
+    failed = _Pass(_world(job, _failed(job, Role.WORKER, 0, exit_code=1)))
+    assert fail_or_restart(failed, replicas) and failed.st.phase == Phase.FAILED

@@ -4,12 +4,17 @@ object (re)made when it is not as the plan wants it."""
 
 from __future__ import annotations
 
+from etj.core.planner import build_plan
 from etj.core.reconcile.policies.gang import (
     REASON_SCHEDULED,
     REASON_UNSCHEDULABLE,
     REASON_WAITING,
     gang_state,
+    gang_step,
 )
+from etj.core.reconcile.policies.pass_state import _Pass
+from etj.core.render.pod import replica_set
+from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
 from tests.unit.reconcile_helpers import all_pods, make_job, pod, run, with_status
 
 NO_CPU = "0/1 nodes are available: 1 Insufficient cpu."
@@ -126,3 +131,15 @@ def test_observe_reads_the_node_and_the_schedulers_word():
     ]
     state = observe_pod(raw)
     assert state is not None and state.unschedulable is None
+
+
+def test_the_gang_step_is_silent_without_a_gang_and_remakes_a_stale_one():
+    job = make_job()
+    replicas = replica_set(job, build_plan(job.spec))
+    none = _Pass(_world(job, all_pods(job)))
+    gang_step(none, replicas)
+    assert not none.d.apply_gang and none.st.conditions == []
+    stale = _Pass(_world(job, all_pods(job), gang="Workload", gang_current=False))
+    gang_step(stale, replicas)
+    assert stale.d.apply_gang
+    assert [c.reason for c in stale.st.conditions] == [REASON_WAITING]
