@@ -620,6 +620,62 @@ CASES: list[Case] = [
         "training.epochs needs data.source files",
         _set("spec.training.epochs", 2),
     ),
+    # ---- following files (data.files.follow) -----------------------------------------------
+    Case(
+        "follow-poll-zero",
+        "schema",
+        "spec.data.files.follow.pollSeconds",
+        "greater than or equal to 1",
+        _set(
+            "spec.data",
+            {"source": "files", "files": {"pattern": "/d/*", "follow": {"pollSeconds": 0}}},
+        ),
+    ),
+    Case(
+        "follow-idle-zero",
+        "schema",
+        "spec.data.files.follow.stopAfterIdleSeconds",
+        "greater than or equal to 1",
+        _set(
+            "spec.data",
+            {
+                "source": "files",
+                "files": {"pattern": "/d/*", "follow": {"stopAfterIdleSeconds": 0}},
+            },
+        ),
+    ),
+    Case(
+        "follow-parquet",
+        "cel",
+        "spec.data.files",
+        "data.files.follow reads tfrecord or csv files",
+        _set(
+            "spec.data",
+            {"source": "files", "files": {"pattern": "/d/*", "format": "parquet", "follow": {}}},
+        ),
+    ),
+    Case(
+        "follow-with-epochs",
+        "cel",
+        "spec",
+        "training.epochs cannot be used with data.files.follow",
+        _both(
+            _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "follow": {}}}),
+            _set("spec.training.epochs", 2),
+        ),
+    ),
+    Case(
+        "follow-mirrored-two-workers",
+        "cel",
+        "spec",
+        "data.files.follow under MultiWorkerMirrored takes one training process",
+        _both(
+            _set("spec.strategy", "MultiWorkerMirrored"),
+            _delete("spec.replicas.ps"),
+            _delete("spec.replicas.chief"),
+            _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "follow": {}}}),
+        ),
+    ),
     Case(
         "feature-kind-unknown",
         "schema",
@@ -682,6 +738,18 @@ CASES: list[Case] = [
         "spec.replicas.ps.resources",
         "empty ps",
         _set("spec.replicas.ps.resources.limits.memory", "256Mi"),
+    ),
+    Case(
+        "follow-auto-chose-mirrored",
+        "plan",
+        "spec.data.files.follow",
+        "strategy Auto chose MultiWorkerMirrored",
+        _both(
+            _set("spec.strategy", "Auto"),
+            _delete("spec.replicas.ps"),
+            _delete("spec.replicas.chief"),
+            _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "follow": {}}}),
+        ),
     ),
     # ---- plan: checkpoints and data several pods cannot share (etj.api.storage) -----------
     Case(

@@ -108,3 +108,5 @@ def check_consistent(config: TrainerConfig) -> None:
         raise ConfigError(f"strategy {config.strategy} but the shard plan is for {plan.strategy}")
     if config.data.source == "files" and config.data.files is None:
         raise ConfigError("data.source is files but data.files is missing")
+    if config.data.files is not None and config.data.files.follow is not None:
+        raise ConfigError("data.files.follow: this trainer cannot follow files yet")

@@ -19,6 +19,7 @@ from etj.api.spec import (
     ModelSpec,
     Strategy,
     TrainingSpec,
+    step_limit,
 )
 from etj.api.warmstart import TrainerWarmStart
 
@@ -72,6 +73,12 @@ class TrainerConfig(ApiModel):
             "(spec.warmStart, resolved by the operator)."
         ),
     )
+
+    @property
+    def steps(self) -> int | None:
+        """The steps to train (``etj.api.spec.step_limit``): None for a job that follows its
+        files without ``training.steps`` (it trains until stopped or idle)."""
+        return step_limit(self.training, self.data)
 
     @property
     def steps_per_execution(self) -> int:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from etj.api.roles import Role
+from etj.api.spec import step_limit
 from etj.api.status import EmbeddingTrainingJobStatus, Phase
 from etj.cli.files import file_argument
 
@@ -87,9 +88,11 @@ def run(
             click.echo(f"{display_name(file)}: {problem}", err=True)
         raise SystemExit(2)
     job, plan = result.job, result.plan
-    steps = job.spec.training.steps
+    steps = step_limit(job.spec.training, job.spec.data)
     epochs = job.spec.training.epochs
     length = f"{epochs} epochs (steps counted by the trainer)" if epochs else f"{steps} steps"
+    if steps is None:
+        length = "following its files (until stopped or idle)"
     if any(template_command(role_template(job, role)) for role in (Role.CHIEF, Role.WORKER)):
         length = "its own program (the template's command)"
     tasks = replica_set(job, plan)

@@ -18,7 +18,7 @@ from etj.api.job import EmbeddingTrainingJob
 from etj.api.names import job_name_problem
 from etj.api.plan import ShardPlan
 from etj.api.rules import check_rules
-from etj.api.spec import CHIEF_RULES, Strategy
+from etj.api.spec import CHIEF_RULES, FOLLOW_STRATEGY_RULES, Strategy
 from etj.api.storage import sharing_problems
 from etj.core.planner import PlanError, build_plan
 
@@ -127,7 +127,7 @@ def validate_manifest(
         plan = build_plan(job.spec)
     except PlanError as exc:
         return Validated(job, None, [*problems, Problem(exc.field, exc.message)])
-    chief = _chief_problem(job, plan)
+    chief = _chief_problem(job, plan) or _follow_problem(job, plan)
     if chief is not None:
         return Validated(job, None, [*problems, chief])
     if shared_storage:
@@ -170,4 +170,17 @@ def _chief_problem(job: EmbeddingTrainingJob, plan: ShardPlan) -> Problem | None
         return Problem(
             "spec.replicas.chief.replicas", f"{exc} (strategy Auto chose {plan.strategy})"
         )
+    return None
+
+
+def _follow_problem(job: EmbeddingTrainingJob, plan: ShardPlan) -> Problem | None:
+    """The rules of a job following its files (``etj.api.spec.FOLLOW_STRATEGY_RULES``) for
+    the strategy ``Auto`` chose."""
+    if job.spec.strategy != Strategy.AUTO:
+        return None
+    decided = job.spec.model_copy(update={"strategy": plan.strategy})
+    try:
+        check_rules(decided, FOLLOW_STRATEGY_RULES)
+    except ValueError as exc:
+        return Problem("spec.data.files.follow", f"{exc} (strategy Auto chose {plan.strategy})")
     return None

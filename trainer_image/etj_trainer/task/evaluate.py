@@ -143,7 +143,7 @@ def run_evaluator(config: TrainerConfig, task: Task) -> int:
             write_scalars(
                 writer, at, {TAG_LOGLOSS: result["logloss"], **({TAG_AUC: auc} if auc else {})}
             )
-            if at >= config.training.steps:
+            if config.steps is not None and at >= config.steps:
                 emit("done", step=at)
                 return exitcodes.SUCCESS
         time.sleep(poll)

@@ -27,7 +27,8 @@ def block_steps(config: TrainerConfig) -> int:
     """Steps written out per loop iteration of a chunk: never more than a chunk runs."""
     spe = config.steps_per_execution
     training = config.training
-    long_job = training.epochs is not None or training.steps >= LONG_UNROLL_MIN_STEPS
+    steps = config.steps
+    long_job = training.epochs is not None or (steps is not None and steps >= LONG_UNROLL_MIN_STEPS)
     return LONG_UNROLL if spe >= LONG_UNROLL and long_job else min(UNROLL, spe)
 
 

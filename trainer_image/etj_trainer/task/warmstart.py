@@ -229,10 +229,10 @@ def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
         for table in dynamic.values():
             _rebase(table, source_step - step)
     report = WarmStartReport(ws.source, path, source_step, step, decisions, tower_line)
-    if step >= config.training.steps:
+    if config.steps is not None and step >= config.steps:
         report.notes.append(
             f"the step count goes on at {step} (stepCount Continue), at or past "
-            f"training.steps {config.training.steps}: nothing is left to train; raise "
+            f"training.steps {config.steps}: nothing is left to train; raise "
             "training.steps or use stepCount Restart"
         )
     for line in report.lines():

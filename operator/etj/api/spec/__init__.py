@@ -30,11 +30,17 @@ from etj.api.spec.data import (
     UNSUPPORTED_SCHEMES,
     DataSpec,
     FileData,
+    FollowFiles,
     SyntheticData,
     ValidationData,
 )
 from etj.api.spec.export import ExportSpec, TensorBoardSpec
-from etj.api.spec.job import CHIEF_RULES, IMMUTABLE_MANAGED_BY, EmbeddingTrainingJobSpec
+from etj.api.spec.job import (
+    CHIEF_RULES,
+    FOLLOW_STRATEGY_RULES,
+    IMMUTABLE_MANAGED_BY,
+    EmbeddingTrainingJobSpec,
+)
 from etj.api.spec.model import EmbeddingTable, ModelSpec
 from etj.api.spec.pod import EnvVar, Placement, PodTemplateOverrides
 from etj.api.spec.replicas import (
@@ -66,16 +72,20 @@ from etj.api.spec.sizing import (
 )
 from etj.api.spec.strategy import Strategy
 from etj.api.spec.training import (
+    DEFAULT_STEPS,
     DEFAULT_STEPS_PER_EXECUTION,
     MAX_STEPS_PER_EXECUTION,
     ShardingSpec,
     TrainingSpec,
+    step_limit,
 )
 
 __all__ = [
     "CHECKPOINT_NOT_SHARED",
     "CHIEF_RULES",
+    "DEFAULT_STEPS",
     "DEFAULT_STEPS_PER_EXECUTION",
+    "FOLLOW_STRATEGY_RULES",
     "DTYPE_BYTES",
     "GCS_CREDENTIALS_MOUNT",
     "IMMUTABLE_MANAGED_BY",
@@ -96,6 +106,7 @@ __all__ = [
     "EnvVar",
     "ExportSpec",
     "FileData",
+    "FollowFiles",
     "GangScheduler",
     "ModelSpec",
     "Optimizer",
@@ -119,5 +130,6 @@ __all__ = [
     "ValidationData",
     "largest_variable_row_bytes",
     "slot_bytes_per_row",
+    "step_limit",
     "table_row_bytes",
 ]

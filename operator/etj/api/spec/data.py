@@ -28,7 +28,35 @@ class SyntheticData(ApiModel):
     seed: int = Field(default=0, ge=0, description="Seed of the generator.")
 
 
+class FollowFiles(ApiModel):
+    """Follow the location of ``data.files.pattern``: files that land under it are trained
+    as they arrive, each once, in the order of their names."""
+
+    poll_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=86_400,
+        description="Seconds between two listings of the pattern while no new file is there.",
+    )
+    stop_after_idle_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "End the job (Succeeded) when no new file has landed for this long; without it "
+            "the job follows until it is suspended or deleted (or reaches training.steps)."
+        ),
+    )
+
+
+_FOLLOW_FORMATS = ("tfrecord", "csv")
+
 _FILE_RULES = (
+    Rule(
+        "!has(self.follow) || !has(self.format) || self.format != 'parquet'",
+        "data.files.follow reads tfrecord or csv files (parquet's Python reader cannot take "
+        "files that land while it reads)",
+        lambda f: f.follow is None or f.format in _FOLLOW_FORMATS,
+    ),
     Rule(
         "!has(self.header) || self.header || has(self.columns)",
         "data.files.columns must name the columns when header is false",
@@ -87,6 +115,16 @@ class FileData(ApiModel):
         return self
 
     label_key: str = Field(default="label", min_length=1, description="Name of the label column.")
+    follow: FollowFiles | None = Field(
+        default=None,
+        description=(
+            "Follow the pattern's location: train the files that land under it as they "
+            "arrive (ordered by name; a file must be complete when its name appears: write "
+            "it aside and rename it into place), each exactly once across restarts (the "
+            "last file trained is saved in the checkpoint with the tables). "
+            "training.steps may then be left out."
+        ),
+    )
     volume: dict[str, Any] | None = Field(
         default=None,
         description="A Pod volume source holding the files, mounted read-only at /data.",

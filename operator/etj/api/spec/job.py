@@ -52,6 +52,46 @@ _EPOCH_RULES = (
     ),
 )
 
+_FOLLOWS = "has(self.data) && has(self.data.files) && has(self.data.files.follow)"
+
+
+def _follows(s: EmbeddingTrainingJobSpec) -> bool:
+    return s.data.files is not None and s.data.files.follow is not None
+
+
+def _training_processes(s: EmbeddingTrainingJobSpec) -> int:
+    """Processes that train under MultiWorkerMirrored: the chief (none by default) and the
+    workers."""
+    return (_chief_count(s) or 0) + s.replicas.worker.replicas
+
+
+# Rules of a job that follows its files (data.files.follow). FOLLOW_STRATEGY_RULES hold for
+# the strategy Auto chooses too (etj.core.validation checks them again after the plan).
+FOLLOW_STRATEGY_RULES = (
+    Rule(
+        f"!({_FOLLOWS}) || self.strategy != 'MultiWorkerMirrored' || "
+        "((has(self.replicas) && has(self.replicas.chief) ? self.replicas.chief.replicas : 0) + "
+        "(has(self.replicas) && has(self.replicas.worker) ? self.replicas.worker.replicas : 2)) == 1",
+        "data.files.follow under MultiWorkerMirrored takes one training process (a chief or "
+        "one worker): its collectives need every worker to run the same steps, and the files "
+        "that land do not divide into equal shares; use strategy ParameterServer for more",
+        lambda s: (
+            not _follows(s)
+            or s.strategy != Strategy.MULTI_WORKER_MIRRORED
+            or _training_processes(s) == 1
+        ),
+    ),
+)
+_FOLLOW_RULES = (
+    Rule(
+        f"!({_FOLLOWS}) || !has(self.training) || !has(self.training.epochs)",
+        "training.epochs cannot be used with data.files.follow (a followed location has no "
+        "end to count passes over); give training.steps or leave both out",
+        lambda s: not _follows(s) or s.training.epochs is None,
+    ),
+    *FOLLOW_STRATEGY_RULES,
+)
+
 _DATA_SCHEME_RULES = (
     Rule(
         "!has(self.data) || !has(self.data.files) || !(self.data.files.pattern.startsWith('s3://') || self.data.files.pattern.startsWith('hdfs://'))",
@@ -146,6 +186,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
         "json_schema_extra": _cel(
             *_EPOCH_RULES,
             *_DATA_SCHEME_RULES,
+            *_FOLLOW_RULES,
             (
                 "!(self.strategy == 'MultiWorkerMirrored' && has(self.replicas) && has(self.replicas.ps))",
                 "replicas.ps is only for strategy ParameterServer (or Auto); remove it for MultiWorkerMirrored",
@@ -235,5 +276,6 @@ class EmbeddingTrainingJobSpec(ApiModel):
         if self.strategy == Strategy.PARAMETER_SERVER and r.worker.replicas < 1:
             raise ValueError("strategy ParameterServer needs at least one worker")
         check_rules(self, _DATA_SCHEME_RULES)
+        check_rules(self, _FOLLOW_RULES)
         check_rules(self, WARM_START_SPEC_RULES)
         return self

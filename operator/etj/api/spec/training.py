@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from etj.api.base import ApiModel, Quantity
+from etj.api.spec.data import DataSpec
 from etj.api.spec.sizing import Optimizer
 from etj.api.spec.strategy import Strategy
 
@@ -21,6 +22,8 @@ from etj.api.spec.strategy import Strategy
 DEFAULT_STEPS_PER_EXECUTION = {Strategy.PARAMETER_SERVER: 50, Strategy.MULTI_WORKER_MIRRORED: 10}
 # The most a chunk runs, given or sized by time.
 MAX_STEPS_PER_EXECUTION = 10_000
+# training.steps when a job leaves it out (and neither epochs nor data.files.follow decide).
+DEFAULT_STEPS = 1000
 
 
 class TrainingSpec(ApiModel):
@@ -29,8 +32,14 @@ class TrainingSpec(ApiModel):
     batch_size_per_replica: int = Field(
         default=1024, ge=1, le=1 << 20, description="Examples per step per worker."
     )
-    steps: int = Field(
-        default=1000, ge=1, description="Total training steps (unless epochs is given)."
+    steps: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            f"Total training steps (default {DEFAULT_STEPS}, unless epochs is given). A job "
+            "following its files (data.files.follow) without steps trains until it is "
+            "suspended, deleted or idle for data.files.follow.stopAfterIdleSeconds."
+        ),
     )
     epochs: int | None = Field(
         default=None,
@@ -92,3 +101,14 @@ class ShardingSpec(ApiModel):
         default="1Gi",
         description="strategy Auto picks MultiWorkerMirrored when all tables fit in this; else ParameterServer.",
     )
+
+
+def step_limit(training: TrainingSpec, data: DataSpec) -> int | None:
+    """The steps a job trains: ``training.steps``, else none for a job that follows its
+    files (it ends when stopped or idle), else ``DEFAULT_STEPS``. (``training.epochs`` is
+    resolved into steps by the trainer, which counts the records.)"""
+    if training.steps is not None:
+        return training.steps
+    if data.files is not None and data.files.follow is not None:
+        return None
+    return DEFAULT_STEPS

@@ -41,3 +41,20 @@ def test_only_a_parameter_server_job_that_leaves_the_count_out_sizes_its_chunks_
     assert not config(Strategy.PARAMETER_SERVER, stepsPerExecution=50).sized_by_time
     assert not config(Strategy.MULTI_WORKER_MIRRORED).sized_by_time
     assert sent(Strategy.PARAMETER_SERVER).sized_by_time
+
+
+FOLLOW = {
+    "source": "files",
+    "files": {"pattern": "/data/part-*.csv", "format": "csv", "follow": {}},
+}
+
+
+def test_a_following_job_without_steps_has_no_step_limit_on_both_sides():
+    job = make_job("ParameterServer", checkpoint={"uri": "/shared/ckpt"}, data=FOLLOW)
+    built = build_trainer_config(job, build_plan(job.spec), RenderSettings())
+    read = TrainerConfig.model_validate_json(built.model_dump_json(by_alias=True))
+    assert built.steps is None and read.steps is None
+    assert read.data.files is not None and read.data.files.follow is not None
+    assert read.data.files.follow.poll_seconds == 60
+    assert config(Strategy.PARAMETER_SERVER).steps == 1000
+    assert config(Strategy.PARAMETER_SERVER, steps=30).steps == 30

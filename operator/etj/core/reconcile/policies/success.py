@@ -9,7 +9,7 @@ Pure: no I/O; the step changes the pass it is given.
 from __future__ import annotations
 
 from etj.api.roles import ReplicaSet
-from etj.api.spec import SuccessPolicy
+from etj.api.spec import SuccessPolicy, step_limit
 from etj.api.status import Phase, Progress
 from etj.core.reconcile.decision import parse_time
 from etj.core.reconcile.policies.completion import (
@@ -58,7 +58,9 @@ def succeeded(p: _Pass, replicas: ReplicaSet) -> bool:
         spec is not None and spec.template is not None and spec.template.runs_own_program
         for spec in (p.job.spec.replicas.chief, p.job.spec.replicas.worker)
     )
-    steps = 0 if p.job.spec.training.epochs or own else p.job.spec.training.steps
+    # A job that follows its files without steps: the trainer's count too.
+    limit = step_limit(p.job.spec.training, p.job.spec.data)
+    steps = 0 if p.job.spec.training.epochs or own or limit is None else limit
     p.st.progress = last.model_copy(update={"step": max(last.step, steps)})
     p.finish(Phase.SUCCEEDED, REASON_SUCCEEDED, success_message(replicas, rp.success_policy))
     p.d.requeue_after = seconds_to_expiry(world.now, rp.ttl_seconds_after_finished, world.now)

@@ -59,3 +59,25 @@ def test_synthetic_settings_are_bounded():
     with pytest.raises(ValidationError):
         DataSpec.model_validate({"synthetic": {"zipfExponent": 1.0}})
     assert DataSpec.model_validate({"synthetic": {"zipfExponent": 1.5}}).synthetic.seed == 0
+
+
+def test_following_files_has_a_poll_interval_and_no_idle_stop_by_default():
+    f = FileData.model_validate({"pattern": "/d/dt=*/part-*.csv", "format": "csv", "follow": {}})
+    assert f.follow is not None
+    assert (f.follow.poll_seconds, f.follow.stop_after_idle_seconds) == (60, None)
+    g = FileData.model_validate(
+        {"pattern": "/d/*", "follow": {"pollSeconds": 5, "stopAfterIdleSeconds": 600}}
+    )
+    assert g.follow is not None and g.follow.stop_after_idle_seconds == 600
+    assert FileData(pattern="/d/*").follow is None
+
+
+def test_following_parquet_files_is_refused():
+    with pytest.raises(ValidationError, match="follow reads tfrecord or csv"):
+        FileData.model_validate({"pattern": "/d/*", "format": "parquet", "follow": {}})
+
+
+@pytest.mark.parametrize("bad", [{"pollSeconds": 0}, {"stopAfterIdleSeconds": 0}, {"every": 3}])
+def test_malformed_follow_settings_are_refused(bad):
+    with pytest.raises(ValidationError):
+        FileData.model_validate({"pattern": "/d/*", "follow": bad})

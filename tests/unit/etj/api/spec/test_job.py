@@ -89,6 +89,38 @@ def test_parquet_needs_features_and_is_not_for_parameter_server():
     )
 
 
+FOLLOW = {"source": "files", "files": {"pattern": "/d/part-*.tfrecord", "follow": {}}}
+
+
+def test_a_following_job_has_no_epochs():
+    training = {**_spec()["training"], "epochs": 2}
+    training.pop("steps")
+    _refused(_spec(data=FOLLOW, training=training), "epochs cannot be used with data.files.follow")
+
+
+def test_a_following_job_under_parameter_server_may_leave_steps_out():
+    training = {**_spec()["training"]}
+    training.pop("steps")
+    spec = EmbeddingTrainingJobSpec.model_validate(_spec(data=FOLLOW, training=training))
+    assert spec.training.steps is None
+
+
+@pytest.mark.parametrize(
+    ("chief", "workers", "ok"), [(0, 1, True), (1, 0, True), (0, 2, False), (1, 1, False)]
+)
+def test_a_following_job_under_multi_worker_mirrored_is_one_process(chief, workers, ok):
+    spec = _spec(
+        strategy=MWMS,
+        data=FOLLOW,
+        replicas={"chief": {"replicas": chief}, "worker": {"replicas": workers}},
+    )
+    spec["checkpoint"] = {"storage": {"size": "1Gi"}}
+    if ok:
+        assert EmbeddingTrainingJobSpec.model_validate(spec).data.files.follow is not None
+    else:
+        _refused(spec, "follow under MultiWorkerMirrored takes one training process")
+
+
 @pytest.mark.parametrize("scheme", UNSUPPORTED_SCHEMES)
 def test_data_on_an_unsupported_scheme_says_why(scheme):
     data = {"source": "files", "files": {"pattern": f"{scheme}b/train-*", "format": "csv"}}

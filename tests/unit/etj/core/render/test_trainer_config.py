@@ -51,3 +51,24 @@ def test_the_config_round_trips_through_the_configmaps_json():
     job, plan = _job()
     config = build_trainer_config(job, plan, RenderSettings())
     assert TrainerConfig.model_validate_json(config.model_dump_json(by_alias=True)) == config
+
+
+def test_the_config_carries_how_the_job_follows_its_files():
+    spec = copy.deepcopy(load_example("quickstart.yaml")["spec"])
+    spec["data"] = {
+        "source": "files",
+        "files": {
+            "pattern": "/data/dt=*/part-*.csv",
+            "format": "csv",
+            "follow": {"pollSeconds": 15, "stopAfterIdleSeconds": 900},
+        },
+    }
+    spec["training"].pop("steps", None)
+    job, plan = _job(spec)
+    config = TrainerConfig.model_validate_json(
+        build_trainer_config(job, plan, RenderSettings()).model_dump_json(by_alias=True)
+    )
+    assert config.data.files is not None and config.data.files.follow is not None
+    assert config.data.files.follow.poll_seconds == 15
+    assert config.data.files.follow.stop_after_idle_seconds == 900
+    assert config.steps is None
