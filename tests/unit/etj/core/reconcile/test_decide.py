@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from etj.api.spec import step_limit
 from etj.api.status import EmbeddingTrainingJobStatus, Evaluation, Phase, Progress
 from etj.core.reconcile import World, decide
 from tests.unit.reconcile_helpers import T0, all_pods, later, make_job, pod, run, with_status
@@ -207,7 +208,9 @@ def test_chief_success_succeeds_job_stops_ps_and_sets_completion():
     assert d.status.phase == Phase.SUCCEEDED
     assert d.status.completion_time == "2026-11-22T12:01:00Z"
     assert d.delete_pods == ["j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"]
-    assert d.status.progress.step == job.spec.training.steps  # exit 0 means every step ran
+    assert d.status.progress.step == step_limit(
+        job.spec.training, job.spec.data
+    )  # exit 0 means every step ran
 
 
 def test_success_takes_the_final_step_and_evaluation_from_the_chiefs_message():
@@ -255,7 +258,9 @@ def test_a_leader_that_finished_and_does_not_exit_is_stopped_after_the_grace():
     job = make_job("MultiWorkerMirrored", runPolicy={"cleanPodPolicy": "None"})
     job = job.model_copy(update={"status": EmbeddingTrainingJobStatus(phase=Phase.RUNNING)})
     pods = [pod("worker", 0, "Running"), pod("worker", 1, "Succeeded", exit_code=0)]
-    reported = Progress(step=job.spec.training.steps, finished_time="2026-11-22T12:00:00Z")
+    reported = Progress(
+        step=step_limit(job.spec.training, job.spec.data), finished_time="2026-11-22T12:00:00Z"
+    )
     waiting = run(job, pods, now=later(20), progress=reported)
     assert waiting.status.phase == Phase.RUNNING and waiting.delete_pods == []
     assert waiting.requeue_after == 40
@@ -263,7 +268,7 @@ def test_a_leader_that_finished_and_does_not_exit_is_stopped_after_the_grace():
     d = run(with_status(job, waiting), pods, now=later(61))
     assert d.status.phase == Phase.SUCCEEDED
     assert d.delete_pods == ["j-worker-0"]
-    assert d.status.progress.step == job.spec.training.steps
+    assert d.status.progress.step == step_limit(job.spec.training, job.spec.data)
     assert "had not exited 60s after it reported its last step" in d.status.message
     assert [e.reason for e in d.events] == ["JobSucceeded"]
 

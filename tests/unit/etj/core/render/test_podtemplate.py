@@ -19,6 +19,7 @@ from etj.api.constants import (
 )
 from etj.api.plan import ShardPlan
 from etj.api.podtemplate import PodTemplate
+from etj.api.spec import step_limit
 from etj.api.status import Phase, Progress
 from etj.core.planner import build_plan
 from etj.core.render import RenderSettings, build_config_map, build_pod
@@ -290,7 +291,7 @@ def test_own_program_success_keeps_the_programs_last_step():
         replicas={"chief": {"replicas": 1, "template": template}, "worker": {"replicas": 2}},
         status={"phase": "Running"},
     )
-    assert job.spec.training.steps == 1000
+    assert step_limit(job.spec.training, job.spec.data) == 1000
     message = 'TrainingComplete: {"progress":{"step":300,"loss":0.5}}'
     chief = pod("chief", 0, "Succeeded", exit_code=0, message=message)
     pods = [p if p.key != ("chief", 0) else chief for p in all_pods(job)]
