@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages e2e kueue test-deps kind-up kind-down kind-packages
+	node-packages e2e kueue fake-gcs test-deps kind-up kind-down kind-packages
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -21,6 +21,7 @@ help:
 	@echo "make crds      - regenerate crds/, the chart's CRD and admission policy from the API models"
 	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
 	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
+	@echo "make fake-gcs  - build (or reuse) fake-gcs-server and gcs-front under $(ETJ_CACHE) for the gs:// tests"
 	@echo "make kind-up   - the 3-node kind cluster of kind-config.yaml, offline (root; cached)"
 	@echo "make kind-down - delete it and check nothing is left behind"
 	@echo "make e2e       - the end-to-end suite on the kind cluster (root: brings it up, deletes it)"
@@ -69,6 +70,12 @@ binaries:
 kueue:
 	nice -n 19 bash tests/cluster/build-kueue.sh
 
+# fake-gcs-server (Go modules) and tests/cluster/gcs-front, for the tests that use gs:// on
+# loopback (etj_testcluster.fake_gcs: the warm start from a gs:// location under etj run,
+# TF's checkpoint round trip); the kind cluster's gs:// stand-in is the same build.
+fake-gcs:
+	nice -n 10 bash tests/cluster/kind-fake-gcs.sh --binaries
+
 # What the suite runs against, all cached under $(ETJ_CACHE): the control plane and Kueue
 # (for the Kueue admission test; 150 s cold) always; as root also the packages the image
 # build (buildah) and the kind cluster's private Docker engine need, and the kubelet in the
@@ -78,11 +85,11 @@ kueue:
 # the end-to-end tests on it (tests/e2e, as root; elsewhere they skip saying why) run last.
 # Warm, every step is a cache check (seconds).
 ifeq ($(shell id -u),0)
-TEST_DEPS := binaries kueue node-packages kind-packages
+TEST_DEPS := binaries kueue fake-gcs node-packages kind-packages
 TEST_DEPS_ENV := ETJ_WITH_KUBELET=1
 HOST_PACKAGES := node-packages kind-packages
 else
-TEST_DEPS := binaries kueue
+TEST_DEPS := binaries kueue fake-gcs
 endif
 
 test-deps:
@@ -101,7 +108,7 @@ test-deps:
 test: venv lint unit $(HOST_PACKAGES)
 	bash tests/cluster/images-in-background.sh bash tests/cluster/kind-in-background.sh \
 		env PY=$(PY) \
-		ETJ_CLUSTER_LANE_BEFORE="$(TEST_DEPS_ENV) $(MAKE) --no-print-directory binaries lint-objects" \
+		ETJ_CLUSTER_LANE_BEFORE="$(TEST_DEPS_ENV) $(MAKE) --no-print-directory binaries lint-objects fake-gcs" \
 		ETJ_CLUSTER_LANE_BESIDE="bash tests/cluster/build-kueue.sh" \
 		bash tests/cluster/lanes.sh -q -m "not extended"
 

@@ -31,7 +31,11 @@ GOENV=(GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local CG
 say() { printf '[kind-fake-gcs %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 kubectl() { "$KUBECTL" "$@"; }
 
-# The binary (Go modules; no replace directives, so `go install` works).
+# The binary (Go modules; no replace directives, so `go install` works). One build at a
+# time: kind-up.sh and `make fake-gcs` (the cluster lane's) may both run it on a cold machine.
+mkdir -p "$CACHE/bin"
+exec 8>"$CACHE/bin/.fake-gcs.lock"
+flock 8
 if ! "$CACHE/bin/fake-gcs-server" -help 2>&1 | grep -q -- -public-host \
   || [ "$(cat "$CACHE/bin/fake-gcs-server.version" 2>/dev/null)" != "$FAKE_GCS_VERSION" ]; then
   say "building fake-gcs-server $FAKE_GCS_VERSION"
@@ -39,6 +43,7 @@ if ! "$CACHE/bin/fake-gcs-server" -help 2>&1 | grep -q -- -public-host \
   echo "$FAKE_GCS_VERSION" >"$CACHE/bin/fake-gcs-server.version"
 fi
 (cd "$HERE/gcs-front" && env "${GOENV[@]}" go build -trimpath -ldflags "-s -w" -o "$CACHE/bin/gcs-front" .)
+flock -u 8
 # `kind-fake-gcs.sh --binaries`: only the builds above (kind-up.sh starts them early,
 # beside the node image, so they are done when the cluster is).
 [ "$NAME" != --binaries ] || exit 0

@@ -53,8 +53,10 @@ from typing import Generic, TypeVar
 import pytest
 import yaml
 
+from etj_testcluster.fake_gcs import GCS_HOSTS
+
 from .conftest import CACHE, KIND_BIN_DIR, ROOT, kind_is_ours, sh, wait_for
-from .test_fake_gcs import CHECKPOINT_ROUNDTRIP, GCS_HOSTS
+from .test_fake_gcs import CHECKPOINT_ROUNDTRIP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
