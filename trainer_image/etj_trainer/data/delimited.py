@@ -8,11 +8,22 @@ bad line is found and reported as ``<file>:<line>: <what>`` (or skipped and coun
 ``data.maxBadRecords``).
 
 Quoting (``data.files.quote``, default ``"``; ``none`` reads ``"`` as data): a field quoted
-whole may hold the delimiter, ``""`` inside it is one quote, ``""`` alone is an empty
-field, and a UTF-8 byte-order mark before a file's first line is dropped. A quoted field
-ends on its line: a quote still open at the end of a line (or of the file) is a
-``DataError`` naming that line, as is a quote inside an unquoted field or text after a
-closing quote (what TensorFlow's own CSV parsers reject too).
+whole may hold the delimiter and line breaks (RFC 4180, as Python's ``csv`` reads it:
+a record goes on over the next lines while a quote is open), ``""`` inside it is one
+quote, ``""`` alone is an empty field, and a UTF-8 byte-order mark before a file's first
+line is dropped. A record is numbered by its first line, so ``DataError`` line numbers
+count the file's lines. A quote still open at the end of the file is a ``DataError``
+naming the line it opened on, as is a quote inside an unquoted field or text after a
+closing quote (what TensorFlow's own CSV parsers reject too). A line break inside a
+quoted field is read as ``\n`` (TextLineDataset drops ``\r``; Python keeps ``\r\n``).
+
+A header that is not UTF-8 (a UTF-16 export, Latin-1 bytes in a column name) stops before
+training with the encoding to convert from (``etj.api.textfiles``); Latin-1 bytes in data
+cells are data (hashed as they are).
+
+Records over several lines are joined per file before sharding, by a ``scan`` over the
+file's batches carrying a record still open at a batch's end (``join_quoted_lines``): a
+batch without a quote and with nothing carried passes as it is (one byte scan).
 
 Why these ops: most lines of a click log have no quote, and ``tf.strings.split`` (one
 split of the batch) is the fastest way to cut them (about twice as fast as
@@ -37,6 +48,7 @@ import tensorflow as tf
 
 from etj.api.features import MISSING_ROW, Feature, ValueType
 from etj.api.spec import FileData
+from etj.api.textfiles import encoding_problem
 from etj_trainer.data import features as fx
 from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY, input_key
 from etj_trainer.data.records import (
@@ -65,6 +77,9 @@ def first_line(path: str, files: FileData) -> str:
             head = gzip.GzipFile(fileobj=io.BytesIO(head)).read1(1 << 20)
         except (OSError, EOFError) as e:
             raise DataError(f"{path}:1: cannot decompress: {e}") from None
+    problem = encoding_problem(head.split(b"\n", 1)[0], header=files.header)
+    if problem:
+        raise DataError(f"{path}:1: {problem}")
     line = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").rstrip("\r")
     return line.removeprefix(BOM)
 
@@ -114,6 +129,74 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
     return columns
 
 
+def _has_quote(line: tf.Tensor) -> tf.Tensor:
+    """Whether any line of a batch holds a quote (byte splits, not a regular expression:
+    RE2 matches no byte of invalid UTF-8)."""
+    return tf.size(tf.strings.split(tf.strings.reduce_join(line), '"')) > 1
+
+
+def join_quoted_lines(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """One file's numbered batches of lines as batches of records: a line leaving a quote
+    open (an odd number of quotes since the record began) goes on with the next line,
+    joined by ``\n``, across batches; a record is numbered by its first line. A record
+    still open at the end of the file is emitted as it is, for the parser to name.
+
+    A ``scan`` carries the open record from batch to batch; a final empty batch flushes
+    it (``scan`` has no end-of-input hook)."""
+    end = tf.data.Dataset.from_tensors(
+        (tf.zeros([0], tf.string), tf.zeros([0], tf.int64), tf.zeros([0], tf.string))
+    )
+    # (file, carried text, its first line number, carrying)
+    start = (tf.constant(""), tf.constant(""), tf.constant(0, tf.int64), tf.constant(False))
+
+    def step(state: tuple, batch: tuple) -> tuple[tuple, tuple]:
+        carried_file, text, first, carrying = state
+        file, number, line = batch
+        return tf.cond(
+            tf.logical_or(carrying, tf.logical_or(tf.size(line) == 0, _has_quote(line))),
+            lambda: _join(carried_file, text, first, carrying, file, number, line),
+            lambda: ((carried_file, text, first, carrying), batch),
+        )
+
+    return batches.concatenate(end).scan(start, step)
+
+
+def _join(
+    carried_file: tf.Tensor,
+    text: tf.Tensor,
+    first: tf.Tensor,
+    carrying: tf.Tensor,
+    file: tf.Tensor,
+    number: tf.Tensor,
+    line: tf.Tensor,
+) -> tuple[tuple, tuple]:
+    """One step of ``join_quoted_lines``: the batch's records and what is carried on."""
+    k = tf.cast(carrying, tf.int32)
+    lines = tf.concat([tf.reshape(text, [1])[:k], line], 0)
+    numbers = tf.concat([tf.reshape(first, [1])[:k], number], 0)
+    name = tf.cond(tf.size(file) > 0, lambda: file[0], lambda: carried_file)
+    quotes = tf.strings.split(lines, '"').row_lengths() - 1
+    open_after = tf.math.floormod(tf.cumsum(quotes), 2) == 1
+    ends = tf.logical_not(open_after)
+    record = tf.cumsum(tf.cast(ends, tf.int64), exclusive=True)
+    count = tf.cond(tf.size(lines) > 0, lambda: record[-1] + 1, lambda: tf.constant(0, tf.int64))
+    joined = tf.strings.reduce_join(
+        tf.RaggedTensor.from_value_rowids(lines, record, nrows=count), axis=1, separator="\n"
+    )
+    starts = tf.math.unsorted_segment_min(numbers, record, count)
+    at_end = tf.size(line) == 0  # the final empty batch: nothing is carried past it
+    still_open = tf.logical_and(count > 0, tf.logical_not(at_end))
+    still_open = tf.logical_and(still_open, tf.reduce_any(open_after[-1:]))
+    done = count - tf.cast(still_open, tf.int64)
+    carry = (
+        name,
+        tf.cond(still_open, lambda: joined[-1], lambda: tf.constant("")),
+        tf.cond(still_open, lambda: starts[-1], lambda: tf.constant(0, tf.int64)),
+        still_open,
+    )
+    return carry, (tf.fill([done], name), starts[:done], joined[:done])
+
+
 def _char(c: str) -> str:
     """``c`` as an RE2 escape, valid inside and outside a character class."""
     return f"\\x{{{ord(c):x}}}"
@@ -151,8 +234,7 @@ class Fields:
         # Lines with a quote (few, in most logs) are cut again by decode_csv, once RE2
         # has shown them well-formed with n fields (decode_csv would fail the batch). A
         # batch without a quote (all of a click log) costs one byte scan of its text.
-        # (Byte splits, not a regular expression: RE2 matches no byte of invalid UTF-8.)
-        any_quote = tf.size(tf.strings.split(tf.strings.reduce_join(line), '"')) > 1
+        any_quote = _has_quote(line)
         no_quote = tf.zeros_like(found, dtype=tf.bool)
         cells, bad_quoting, has_quote = tf.cond(
             any_quote,
@@ -205,8 +287,8 @@ class Fields:
                 (
                     tf.equal(quotes % 2, 1),
                     lambda: tf.constant(
-                        "a quote is left open at the end of the line (a quoted field ends "
-                        f"on its line; {none})"
+                        "a quote opened here is left open to the end of the file (a quoted "
+                        f"field ends with a quote; {none})"
                     ),
                 ),
                 (
@@ -242,7 +324,7 @@ class DelimitedParser:
         # A UTF-8 byte-order mark may start a file (batches are cut within files: a
         # file's first line is the first of its batch).
         line = tf.cond(
-            tf.equal(number[0], 1),
+            tf.reduce_any(tf.equal(number[:1], 1)),  # (a batch may be empty: joined on)
             lambda: tf.concat([tf.strings.regex_replace(line[:1], "^\\x{feff}", ""), line[1:]], 0),
             lambda: line,
         )
@@ -371,7 +453,10 @@ def dataset(
         return tf.data.TextLineDataset(name, compression_type=compression)
 
     skip = 1 if data.header else 0
-    batches = sharded_batches(files, data, read, skip, sharding, batch_size, SHUFFLE_BATCHES)
+    join = join_quoted_lines if data.quote != "none" else None
+    batches = sharded_batches(
+        files, data, read, skip, sharding, batch_size, SHUFFLE_BATCHES, join=join
+    )
     parse = DelimitedParser(fs, columns, data.delimiter, max_bad, data.quote)
     parsed = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     # A batch of blank lines only (the end of a file) is no batch; one whose lines were

@@ -114,9 +114,15 @@ def sharded_batches(
     sharding: Sharding,
     batch_size: int,
     shuffle: int,
+    join: Any = None,
 ) -> tf.data.Dataset:
     """This shard's batches ``(file [n], number [n], record [n])``, numbers from 1 (the
     file's first line or record; ``skip`` header lines are dropped).
+
+    ``join`` (optional) maps one file's numbered batches to its records' batches, in file
+    order and before any sharding (records that span lines, such as a quoted field holding
+    a line break, are whole only when every line before them has been seen); a record is
+    numbered by its first line.
 
     Batches are cut within each file, so no per-record tf.data op runs: the record
     numbering costs one ``range`` per batch (a per-record ``map`` or ``filter`` would cost
@@ -131,7 +137,8 @@ def sharded_batches(
 
     def one(name: tf.Tensor, compression: tf.Tensor) -> tf.data.Dataset:
         batches = reader(name, compression).skip(skip).batch(batch_size).enumerate()
-        if not by_file and sharding.num_shards > 1:
+        by_batch = not by_file and sharding.num_shards > 1
+        if by_batch and join is None:
             # Every num_shards-th batch of each file: disjoint whatever order the files
             # come in and however often they repeat.
             batches = batches.shard(sharding.num_shards, sharding.shard_index)
@@ -141,7 +148,13 @@ def sharded_batches(
             first = i * batch_size + 1 + skip
             return tf.fill([n], name), tf.range(first, first + n), records
 
-        return batches.map(numbered)
+        numbered_batches = batches.map(numbered)
+        if join is None:
+            return numbered_batches
+        joined = join(numbered_batches)
+        # Sharded after joining: every shard reads the whole file to find where records
+        # start, and parses only its own batches of them.
+        return joined.shard(sharding.num_shards, sharding.shard_index) if by_batch else joined
 
     if by_file and sharding.num_shards > 1:
         names = names.shard(sharding.num_shards, sharding.shard_index)

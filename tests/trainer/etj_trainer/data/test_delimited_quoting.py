@@ -1,7 +1,9 @@
 """RFC 4180 quoting in delimited input: generated files with each case (a quoted field
 holding the delimiter, doubled quotes, quoted empty fields, CRLF line ends, a UTF-8
-byte-order mark) cut into the same values Python's ``csv`` module reads; bad quoting
-stops with ``<file>:<line>: <what>``; ``quote: none`` reads quotes as data."""
+byte-order mark, line breaks inside quoted fields, across batches) cut into the same
+values Python's ``csv`` module reads; bad quoting stops with ``<file>:<line>: <what>``
+counting the file's lines; ``quote: none`` reads quotes as data; a file that is not UTF-8
+is refused naming its encoding."""
 
 from __future__ import annotations
 
@@ -157,12 +159,19 @@ def test_quoted_values_hash_as_python_csv_reads_them(tmp_path: Path):
 
 BAD = [
     (
-        "open-at-line-end",
+        "open-to-file-end",
         '1,"Heat (1995),Drama,M\n1,x,y,z\n',
         2,
-        "a quote is left open at the end of the line",
+        "a quote opened here is left open to the end of the file",
     ),
-    ("open-at-file-end", '1,x,Drama,M\n0,"Heat, (1995),Drama,M', 3, "a quote is left open"),
+    ("open-at-file-end", '1,x,Drama,M\n0,"Heat, (1995),Drama,M', 3, "a quote opened here"),
+    (
+        "after-a-multiline-record",
+        '1,"two\nlines",Drama,M\n0,"a\n\nb",Drama,F\n1,x,Drama\n',
+        7,
+        "expected 4 fields, found 3",
+    ),
+    ("stray-quote-in-multiline", '1,"a\nb" c,Drama,M\n', 2, "a quote inside an unquoted"),
     ("stray-quote", '1,x,Drama,M\n0,He said "hi",Drama,M\n', 3, "a quote inside an unquoted field"),
     ("after-closing-quote", '0,"Heat" (1995),Drama,M\n', 2, "a quote inside an unquoted field"),
     ("too-many-quoted", '0,"a,b",Drama,M,"x"\n', 2, "expected 4 fields, found 5"),
@@ -190,7 +199,7 @@ def test_bad_quoting_is_skipped_and_counted_under_max_bad_records(tmp_path: Path
     from etj_trainer.data.pipeline import feature_dataset
 
     path = tmp_path / "m.csv"
-    body = _csv_text(ROWS) + '1,"open,Drama,M\n0,x"y,Drama,M\n'
+    body = _csv_text(ROWS) + '1,"closed"after,Drama,M\n0,x"y"z,Drama,M\n'
     path.write_text(",".join(HEADER) + "\n" + body, encoding="utf-8")
     model, data = _movies(str(path))
     data = data.model_copy(update={"max_bad_records": 5})
@@ -206,3 +215,104 @@ def test_quote_none_reads_quotes_as_data(tmp_path: Path):
     assert _cells(path, 4, "\t", quote="none") == [line.split("\t") for line in lines]
     model, data = _movies(str(path), delimiter="\t", quote="none")
     assert len(_read(model, data)["label"]) == 3
+
+
+MULTILINE = [
+    ["1", "Toy Story (1995)\nA cowboy doll", "Animation|Comedy", "M"],
+    ["0", "Heat (1995)", "Drama", "F"],
+    ["1", 'one\n\ntwo "quoted",\nthree', "Drama", "F"],  # a blank line, quotes, a comma
+    ["0", "", "Comedy", "M\n"],
+    ["1", "x\ny", "a\nb|c", "F"],
+]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 64])
+def test_line_breaks_in_quoted_fields_read_as_python_csv_reads_them(tmp_path: Path, batch: int):
+    """Records spanning lines, inside one batch and across batch ends (batch 1: every
+    line its own batch), read into the values (and line numbers) Python's csv gives."""
+    import tensorflow as tf
+
+    from etj_trainer.data.delimited import Fields, join_quoted_lines
+
+    path = tmp_path / "multi.csv"
+    path.write_text(_csv_text([HEADER, *MULTILINE * 3]), encoding="utf-8", newline="")
+    expected = _python(path)
+    assert len(expected) == 3 * len(MULTILINE)
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        next(reader)
+        firsts = []
+        for _ in reader:
+            firsts.append(reader.line_num)
+    lines = tf.data.TextLineDataset(str(path)).skip(1).batch(batch).enumerate()
+    numbered = lines.map(
+        lambda i, b: (tf.fill([tf.size(b)], "f"), i * batch + 2 + tf.range(tf.size(b, tf.int64)), b)
+    )
+    cells, numbers = [], []
+    for _, number, records in join_quoted_lines(numbered):
+        got, checks = Fields(len(HEADER), ",", '"')(records)
+        for mask, _ in checks:
+            assert not mask.numpy().any(), records.numpy()[mask.numpy()]
+        cells += [[c.decode() for c in row] for row in got.numpy()]
+        numbers += number.numpy().tolist()
+    assert cells == expected
+    # Python counts the line a record ends on; etj names the one it starts on.
+    ends = [firsts[0] - 0, *firsts[:-1]]
+    starts = [2, *(e + 1 for e in firsts[:-1])]
+    assert ends[0] == firsts[0]
+    assert numbers == starts
+
+
+def test_multiline_records_through_the_reader_and_its_line_numbers(tmp_path: Path):
+    """Through the whole reader (two workers' shards of one file, small batches): every
+    record once, and a bad record after multi-line ones named by its first file line."""
+    from etj_trainer.data.delimited import dataset, preflight
+    from etj_trainer.data.features import FeatureSet
+    from etj_trainer.data.records import DataError, Sharding, data_error_from
+
+    path = tmp_path / "multi.csv"
+    path.write_text(_csv_text([HEADER, *MULTILINE * 4]), encoding="utf-8", newline="")
+    model, data = _movies(str(path))
+    fs = FeatureSet(model)
+    columns = preflight([str(path)], data.files, fs)
+    labels = []
+    for shard in (0, 1):
+        sharding = Sharding(num_shards=2, shard_index=shard, repeat=False)
+        for b in dataset([str(path)], data.files, fs, columns, 2, 0, sharding):
+            labels += b["label"].numpy().tolist()
+    assert sorted(labels) == sorted(float(r[0]) for r in MULTILINE * 4)
+
+    bad = tmp_path / "bad.csv"
+    text = _csv_text([HEADER, *MULTILINE])
+    lines_before = text.count("\n") + 1
+    bad.write_text(text + "1,x,Drama\n", encoding="utf-8", newline="")
+    model, data = _movies(str(bad))
+    with pytest.raises(Exception) as caught:
+        _read(model, data)
+    error = data_error_from(caught.value)
+    assert isinstance(error, DataError), repr(caught.value)[:2000]
+    assert str(error).startswith(f"{bad}:{lines_before}: expected 4 fields, found 3"), str(error)
+
+
+@pytest.mark.parametrize(
+    ("encoded", "named"),
+    [
+        (",".join(HEADER).encode("utf-16") + "\n1,a,b,M\n".encode("utf-16-le"), "UTF-16LE"),
+        ("label,títle,genres,gender\n1,a,b,M\n".encode("latin-1"), "Latin-1"),
+    ],
+)
+def test_a_file_that_is_not_utf8_is_named_with_its_encoding(
+    tmp_path: Path, encoded: bytes, named: str
+):
+    from etj_trainer.data.delimited import preflight
+    from etj_trainer.data.features import FeatureSet
+    from etj_trainer.data.records import DataError
+
+    path = tmp_path / "export.csv"
+    path.write_bytes(encoded)
+    model, data = _movies(str(path))
+    with pytest.raises(DataError) as caught:
+        preflight([str(path)], data.files, FeatureSet(model))
+    assert str(caught.value).startswith(f"{path}:1: ")
+    assert named in str(caught.value)
+    assert "iconv -f" in str(caught.value)
