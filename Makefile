@@ -11,13 +11,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
-.PHONY: help venv lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
+.PHONY: help venv kernels lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
 	node-packages e2e kueue fake-gcs test-deps kind-up kind-down kind-packages
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
 	@echo "make test      - lint, type-check and run the test suite (CI's; not the extended checks)"
 	@echo "make test-all  - the same with the extended checks (minutes more)"
+	@echo "make kernels   - build (or reuse) the trainer's C++ kernels under ~/.cache/etj/kernels"
 	@echo "make crds      - regenerate crds/, the chart's CRD and admission policy from the API models"
 	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
 	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
@@ -36,6 +37,13 @@ $(VENV)/.installed: pyproject.toml tests/cluster/pyproject.toml
 	@# The test cluster (etj cluster, python -m etj_testcluster): dev only, not in the product.
 	$(PY) -m pip install -q -e tests/cluster
 	touch $@
+
+# The trainer's own TensorFlow ops (trainer_image/etj_trainer/kernels/*.cc) against the
+# installed TensorFlow, cached by the hash of the sources and TensorFlow's version
+# (~30 s cold on two cores; warm, a cache check). The tests that run them build them
+# through the same step, so a fresh clone needs no separate command.
+kernels: venv
+	nice -n 10 $(PY) -m etj_trainer.kernels.build
 
 lint: venv
 	$(VENV)/bin/ruff check operator trainer_image tests benchmarks
