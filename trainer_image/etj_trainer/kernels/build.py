@@ -113,6 +113,9 @@ def build(variant: str = "") -> Path:
                     f"building the etj kernels failed ({' '.join(command(Path(tmp), variant))}):\n"
                     + done.stderr[-4000:]
                 )
+            # Readable by every user (mkstemp makes it the builder's only): the image
+            # builds as root and runs as another user.
+            os.chmod(tmp, 0o755)
             # Atomic: a loader never sees half a library.
             os.replace(tmp, path)
         finally:

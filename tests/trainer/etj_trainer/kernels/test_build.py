@@ -46,6 +46,8 @@ def test_the_command_compiles_every_source_without_contraction():
 
 def test_a_built_library_is_reused_not_rebuilt(kernels: Path, monkeypatch: pytest.MonkeyPatch):
     assert kernels == build.library_path() and kernels.stat().st_size > 0
+    # Any user loads it (the image builds as root and runs as uid 1000).
+    assert kernels.stat().st_mode & 0o005 == 0o005
     mtime = kernels.stat().st_mtime_ns
 
     def no_compiler(*args: object, **kwargs: object) -> None:
