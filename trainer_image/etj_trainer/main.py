@@ -16,6 +16,7 @@ import traceback
 
 from etj.api.constants import TF_CONFIG_ENV
 from etj.api.roles import Role
+from etj.api.spec import Strategy
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, metrics_port
 from etj_trainer.ending import keep
@@ -79,18 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     return run(config, task, port)
 
 
-def _trains(strategy: str, task: Task) -> bool:
+def _trains(strategy: Strategy, task: Task) -> bool:
     """Whether this task runs the training loop (and so needs the watchdog)."""
     if task.type in (Role.PS, Role.EVALUATOR):
         return False
-    return not (strategy == "ParameterServer" and task.distributed and task.type == Role.WORKER)
+    return not (
+        strategy == Strategy.PARAMETER_SERVER and task.distributed and task.type == Role.WORKER
+    )
 
 
 def run(config: object, task: Task, port: int) -> int:
     from etj.api.trainer import TrainerConfig
 
     assert isinstance(config, TrainerConfig)
-    ps = config.strategy == "ParameterServer" and task.distributed
+    ps = config.strategy == Strategy.PARAMETER_SERVER and task.distributed
     try:
         from etj_trainer.task import roles  # TensorFlow loads here, after the config is known good
 

@@ -5,9 +5,10 @@ Pure: no I/O, no environment, no kopf or Kubernetes client.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from etj.api.quantity import QUANTITY_PATTERN, parse_quantity
@@ -47,3 +48,15 @@ Quantity = Annotated[
     BeforeValidator(_check_quantity),
     Field(json_schema_extra={"x-etj-quantity": True, "pattern": QUANTITY_PATTERN, "minimum": 0}),
 ]
+
+
+# An enum field of the status (or of the plan it holds) keeps the schema of a plain string:
+# the API server validates status writes against the CRD, and the field's enum is checked
+# by the model that writes it (the core holds the enum; the wire holds its value).
+WIRE_STRING = WithJsonSchema({"type": "string"})
+
+
+def inline_enum(enum: type[StrEnum]) -> WithJsonSchema:
+    """The schema of an enum field written in place (``enum`` and ``type: string``), as a
+    ``Literal`` of its values would be, instead of a reference to the enum's definition."""
+    return WithJsonSchema({"enum": [member.value for member in enum], "type": "string"})

@@ -6,10 +6,19 @@ so the operator, the trainer and the user all read the same plan. Pure data.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from etj.api.base import ApiModel
-from etj.api.spec import OPTIMIZER_SLOTS, largest_variable_row_bytes, slot_bytes_per_row
+from etj.api.base import WIRE_STRING, ApiModel
+from etj.api.spec import (
+    OPTIMIZER_SLOTS,
+    Dtype,
+    Optimizer,
+    Strategy,
+    largest_variable_row_bytes,
+    slot_bytes_per_row,
+)
 
 
 class TablePlan(ApiModel):
@@ -21,8 +30,10 @@ class TablePlan(ApiModel):
         description="Rows of the table: its vocabulary size (a dynamic table's: + capacity).",
     )
     dimension: int = Field(ge=1, description="Embedding width.")
-    dtype: str = Field(description="Storage dtype.")
-    optimizer: str = Field(description="The optimizer that updates this table.")
+    dtype: Annotated[Dtype, WIRE_STRING] = Field(description="Storage dtype.")
+    optimizer: Annotated[Optimizer, WIRE_STRING] = Field(
+        description="The optimizer that updates this table."
+    )
     bytes: int = Field(
         ge=0,
         description=(
@@ -76,7 +87,9 @@ class PsPlan(ApiModel):
 class ShardPlan(ApiModel):
     """How the embedding tables are sharded over parameter servers."""
 
-    strategy: str = Field(description="The strategy the plan is for (Auto resolved).")
+    strategy: Annotated[Strategy, WIRE_STRING] = Field(
+        description="The strategy the plan is for (Auto resolved)."
+    )
     ps_replicas: int = Field(ge=0, description="Number of ps tasks (0 under MultiWorkerMirrored).")
     total_bytes: int = Field(ge=0, description="Bytes of all tables with optimizer slots.")
     tables: list[TablePlan] = Field(description="Per-table sharding.")

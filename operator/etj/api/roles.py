@@ -40,7 +40,7 @@ def leader(has_chief: bool) -> tuple[Role, int]:
     return (Role.CHIEF, 0) if has_chief else (Role.WORKER, 0)
 
 
-def is_leader(role: str, index: int, has_chief: bool) -> bool:
+def is_leader(role: Role, index: int, has_chief: bool) -> bool:
     """Whether the task (role, index) is the ``leader`` of a job with or without a chief. A
     chief always is: a process that runs alone (no TF_CONFIG, no cluster) is the chief."""
     return role == Role.CHIEF or (role == Role.WORKER and index == 0 and not has_chief)
@@ -55,7 +55,7 @@ class ReplicaSet:
     ps: int = 0
     evaluator: int = 0
 
-    def count(self, role: Role | str) -> int:
+    def count(self, role: Role) -> int:
         return int(getattr(self, Role(role).value))
 
     def items(self) -> Iterator[tuple[Role, int]]:

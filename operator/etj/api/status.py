@@ -6,11 +6,13 @@ Written once per reconcile by the operator; read by ``kubectl get etj``. Pure da
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
-from etj.api.base import ApiModel
+from etj.api.base import WIRE_STRING, ApiModel
 from etj.api.plan import ShardPlan
+from etj.api.spec import Strategy
 from etj.api.warmstart import WarmStartStatus
 
 
@@ -24,6 +26,16 @@ class Phase(StrEnum):
 
 
 FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class PodPhase(StrEnum):
+    """A Pod's ``status.phase`` (Kubernetes' own values), as the core reads a replica."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
 
 
 class ConditionType(StrEnum):
@@ -187,7 +199,9 @@ class EmbeddingTrainingJobStatus(ApiModel):
     """The observed state of a job."""
 
     phase: Phase | None = Field(default=None, description="Summary of the job's state.")
-    strategy: str | None = Field(default=None, description="The strategy in use (Auto resolved).")
+    strategy: Annotated[Strategy, WIRE_STRING] | None = Field(
+        default=None, description="The strategy in use (Auto resolved)."
+    )
     workers: str | None = Field(
         default=None, description="Workers ready/desired, as shown by kubectl get."
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from etj.api.spec import CHECKPOINT_NOT_SHARED, EmbeddingTrainingJobSpec
+from etj.api.spec import CHECKPOINT_NOT_SHARED, EmbeddingTrainingJobSpec, Strategy
 
 # Volume kinds that are one pod's (emptyDir) or one node's (hostPath) own.
 _LOCAL_KINDS = {
@@ -34,10 +34,14 @@ WRITE_MANY = frozenset({"ReadWriteMany"})
 READ_MANY = frozenset({"ReadWriteMany", "ReadOnlyMany"})
 
 
-def job_pods(spec: EmbeddingTrainingJobSpec, strategy: str, ps: int) -> int:
+def job_pods(spec: EmbeddingTrainingJobSpec, strategy: Strategy, ps: int) -> int:
     """How many pods the job runs (a chief by default under ParameterServer only)."""
     r = spec.replicas
-    chief = r.chief.replicas if r.chief is not None else (1 if strategy == "ParameterServer" else 0)
+    chief = (
+        r.chief.replicas
+        if r.chief is not None
+        else (1 if strategy == Strategy.PARAMETER_SERVER else 0)
+    )
     evaluator = r.evaluator.replicas if r.evaluator is not None else 0
     return chief + r.worker.replicas + ps + evaluator
 
@@ -83,7 +87,7 @@ def _own_program(spec: EmbeddingTrainingJobSpec) -> bool:
 
 def sharing_problems(
     spec: EmbeddingTrainingJobSpec,
-    strategy: str,
+    strategy: Strategy,
     ps: int,
     claim_modes: dict[str, list[str]] | None = None,
 ) -> list[tuple[str, str]]:

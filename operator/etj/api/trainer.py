@@ -7,9 +7,7 @@ training sections unchanged, so there is one definition of each. Pure data.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from etj.api.base import ApiModel
 from etj.api.plan import ShardPlan
@@ -47,9 +45,7 @@ class TrainerConfig(ApiModel):
     """Everything the trainer needs beyond TF_CONFIG."""
 
     job_name: str = Field(min_length=1, description="Name of the job.")
-    strategy: Literal["ParameterServer", "MultiWorkerMirrored"] = Field(
-        description="Resolved strategy."
-    )
+    strategy: Strategy = Field(description="Resolved strategy (never Auto).")
     model: ModelSpec = Field(description="The model.")
     data: DataSpec = Field(description="Training data.")
     training: TrainingSpec = Field(description="The training loop.")
@@ -74,6 +70,13 @@ class TrainerConfig(ApiModel):
         ),
     )
 
+    @field_validator("strategy")
+    @classmethod
+    def _resolved(cls, value: Strategy) -> Strategy:
+        if value is Strategy.AUTO:
+            raise ValueError("the trainer runs a resolved strategy, never Auto")
+        return value
+
     @property
     def steps(self) -> int | None:
         """The steps to train (``etj.api.spec.step_limit``): None for a job that follows its
@@ -85,13 +88,12 @@ class TrainerConfig(ApiModel):
         """``training.stepsPerExecution``, or the strategy's default when the job left it
         out (``DEFAULT_STEPS_PER_EXECUTION``)."""
         given = self.training.steps_per_execution
-        return given if given is not None else DEFAULT_STEPS_PER_EXECUTION[Strategy(self.strategy)]
+        return given if given is not None else DEFAULT_STEPS_PER_EXECUTION[self.strategy]
 
     @property
     def sized_by_time(self) -> bool:
         """Left out under ParameterServer: the chief sizes each chunk by its time on the
         worker (``etj_trainer.task.chunk_size``), starting at ``steps_per_execution``."""
         return (
-            self.training.steps_per_execution is None
-            and Strategy(self.strategy) is Strategy.PARAMETER_SERVER
+            self.training.steps_per_execution is None and self.strategy is Strategy.PARAMETER_SERVER
         )

@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 from etj.api.architectures import LINEAR_SUFFIX
 from etj.api.base import ApiModel
 from etj.api.rules import Rule, cel_extra, check_rules
+from etj.api.spec.sizing import Dtype, Optimizer
 
 # The file beside a job's checkpoints naming the model they hold (``CheckpointManifest``).
 CHECKPOINT_MANIFEST_FILE = "etj-model.json"
@@ -321,7 +322,7 @@ class CheckpointManifest(ApiModel):
     model they hold, by table name (the checkpoint keys tables by position)."""
 
     model: Any = Field(description="The ModelSpec (wire form) of the job that wrote them.")
-    optimizer: str = Field(description="training.optimizer of that job.")
+    optimizer: Optimizer = Field(description="training.optimizer of that job.")
 
 
 @dataclass(frozen=True)
@@ -331,8 +332,8 @@ class TableInfo:
     name: str
     vocabulary_size: int
     dimension: int
-    dtype: str
-    optimizer: str
+    dtype: Dtype
+    optimizer: Optimizer
     capacity: int | None  # a dynamic table's pool; None: hashed
     # How each feature of the table maps its values to rows: (feature, valueType,
     # vocabularyFile) per categorical feature naming it (model.features; none without).
@@ -350,15 +351,15 @@ def _id_map(model: Any, table: str) -> tuple[tuple[str, str, str], ...]:
     )
 
 
-def table_infos(model: Any, default_optimizer: str) -> list[TableInfo]:
+def table_infos(model: Any, default_optimizer: Optimizer) -> list[TableInfo]:
     """``TableInfo`` of each of a ModelSpec's ``tables`` (first-order tables included)."""
     return [
         TableInfo(
             t.name,
             int(t.vocabulary_size),
             int(t.dimension),
-            str(t.dtype),
-            str(t.optimizer or default_optimizer),
+            Dtype(t.dtype),
+            Optimizer(t.optimizer or default_optimizer),
             t.dynamic.capacity if t.dynamic is not None else None,
             _id_map(model, t.name),
         )
@@ -481,8 +482,8 @@ def table_decisions(
     return out, problems
 
 
-def _has_slots(optimizer: str) -> bool:
-    return optimizer != "sgd"
+def _has_slots(optimizer: Optimizer) -> bool:
+    return optimizer != Optimizer.SGD
 
 
 def decision_line(t: WarmStartTable) -> str:

@@ -281,7 +281,7 @@ class Reconciler:
             now=now,
             **scraped,
             default_max_memory=self.settings.max_memory_on_oom,
-            gang=backend.value if gang is not None and backend is not None else None,
+            gang=backend if gang is not None else None,
             gang_current=gang_current,
             queue_owners=owners,
             jobs=jobs,

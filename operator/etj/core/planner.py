@@ -106,8 +106,10 @@ from etj.api.plan import PsPlan, ShardPlan, TablePlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.spec import (
     MAX_PS,
+    Dtype,
     EmbeddingTable,
     EmbeddingTrainingJobSpec,
+    Optimizer,
     Strategy,
     largest_variable_row_bytes,
     table_row_bytes,
@@ -141,8 +143,8 @@ class _Table:
     name: str
     rows: int
     dimension: int
-    dtype: str
-    optimizer: str
+    dtype: Dtype
+    optimizer: Optimizer
     bytes_per_row: int
     # A dynamic table's pool rows (``rows`` counts its fallback rows too); None: fixed.
     capacity: int | None = None
@@ -178,9 +180,9 @@ class _Table:
         )
 
 
-def table_bytes_per_row(table: EmbeddingTable, default_optimizer: str) -> int:
+def table_bytes_per_row(table: EmbeddingTable, default_optimizer: Optimizer) -> int:
     """Bytes of one row of the table together with its optimizer slots."""
-    optimizer = str(table.optimizer or default_optimizer)
+    optimizer = Optimizer(table.optimizer or default_optimizer)
     return table_row_bytes(table.dtype, optimizer, table.dimension)
 
 
@@ -224,7 +226,7 @@ def ids_per_example(spec: EmbeddingTrainingJobSpec, name: str) -> int:
 
 
 def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
-    default_opt = str(spec.training.optimizer)
+    default_opt = spec.training.optimizer
     out = []
     # The first-order tables of wideDeep/deepFM too: ModelSpec.tables is the one list.
     for t in spec.model.tables:
@@ -238,7 +240,7 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
                 rows=rows,
                 dimension=t.dimension,
                 dtype=t.dtype,
-                optimizer=str(t.optimizer or default_opt),
+                optimizer=t.optimizer or default_opt,
                 bytes_per_row=table_bytes_per_row(t, default_opt) + overhead,
                 capacity=t.dynamic.capacity if t.dynamic else None,
             )
@@ -258,7 +260,7 @@ def _bfloat16_tables(spec: EmbeddingTrainingJobSpec) -> list[int]:
 def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> Strategy:
     """The strategy the job runs with: ``Auto`` decided from the table sizes."""
     if spec.strategy != Strategy.AUTO:
-        return Strategy(spec.strategy)
+        return spec.strategy
     if spec.replicas.ps is not None or _bfloat16_tables(spec):
         return Strategy.PARAMETER_SERVER
     total = sum(t.bytes for t in _tables(spec))
@@ -477,7 +479,7 @@ def _check_dynamic_fits(
     for i, (t, e) in enumerate(zip(tables, spec.model.tables, strict=True)):
         if t.capacity is None or t.bytes <= room:
             continue
-        slots_row = table_bytes_per_row(e, str(spec.training.optimizer))
+        slots_row = table_bytes_per_row(e, spec.training.optimizer)
         fixed = e.vocabulary_size * slots_row + (
             dynamic_overhead_bytes(e, spec) - _capacity_overhead(t.capacity)
         )

@@ -20,19 +20,19 @@ import json
 from collections.abc import Callable
 
 from etj.api.constants import TF_PORT
-from etj.api.roles import ALL_ROLES, TRAINING_ROLES, ReplicaSet
+from etj.api.roles import ALL_ROLES, TRAINING_ROLES, ReplicaSet, Role
 
-AddressFn = Callable[[str, int], str]
+AddressFn = Callable[[Role, int], str]
 
 
-def pod_name(job: str, role: str, index: int) -> str:
+def pod_name(job: str, role: Role, index: int) -> str:
     return f"{job}-{role}-{index}"
 
 
 def dns_address(job: str, namespace: str, port: int = TF_PORT) -> AddressFn:
     """In-cluster addressing through the job's headless Service."""
 
-    def address(role: str, index: int) -> str:
+    def address(role: Role, index: int) -> str:
         return f"{pod_name(job, role, index)}.{job}.{namespace}.svc:{port}"
 
     return address
@@ -41,13 +41,13 @@ def dns_address(job: str, namespace: str, port: int = TF_PORT) -> AddressFn:
 def cluster_spec(replicas: ReplicaSet, address: AddressFn) -> dict[str, list[str]]:
     """The ``cluster`` part of TF_CONFIG (training roles with at least one task)."""
     return {
-        role.value: [address(role.value, i) for i in range(replicas.count(role))]
+        role.value: [address(role, i) for i in range(replicas.count(role))]
         for role in TRAINING_ROLES
         if replicas.count(role) > 0
     }
 
 
-def tf_config(replicas: ReplicaSet, role: str, index: int, address: AddressFn) -> str:
+def tf_config(replicas: ReplicaSet, role: Role, index: int, address: AddressFn) -> str:
     """The TF_CONFIG JSON of one task."""
     if role not in ALL_ROLES or not 0 <= index < replicas.count(role):
         raise ValueError(f"no task {role}/{index} in {replicas}")

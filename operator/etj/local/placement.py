@@ -33,7 +33,7 @@ from etj.api.roles import Role
 # The order processes are dealt cores in: the ones that compute most first.
 _DEAL_ORDER: dict[str, int] = {Role.WORKER: 0, Role.PS: 1, Role.CHIEF: 2, Role.EVALUATOR: 3}
 
-Task = tuple[str, int]
+Task = tuple[Role, int]
 
 # TensorFlow's own variable for its inter-op pool (read when the pool is made).
 TF_INTEROP_THREADS_ENV = "TF_NUM_INTEROP_THREADS"

@@ -41,6 +41,7 @@ from etj.api.status import (
     EmbeddingTrainingJobStatus,
     Evaluation,
     ExportStatus,
+    PodPhase,
     Progress,
 )
 from etj.api.warmstart import WarmStartStatus
@@ -212,7 +213,7 @@ class LocalRunner:
         self.replicas = replica_set(self.job, plan)
         # The leader checkpoints on SIGTERM: it alone gets a graceful stop.
         self._leader_name = pod_name(self.job.name, *self.replicas.leader())
-        self.ports: dict[tuple[str, int], int] = {t: free_port() for t in self.replicas.tasks()}
+        self.ports: dict[tuple[Role, int], int] = {t: free_port() for t in self.replicas.tasks()}
         self.metrics_port = free_port()
         self.settings = RenderSettings(metrics_port=self.metrics_port)
         self.python = python
@@ -225,7 +226,7 @@ class LocalRunner:
         self.restarted_at_step: int | None = None
         self.rejoined = False
         self.reporter = reporter or RunEvents()
-        self.procs: dict[tuple[str, int], Proc] = {}
+        self.procs: dict[tuple[Role, int], Proc] = {}
         # A warm start from another job of etj run is pinned before anything starts, as the
         # operator pins it before the first pod (a location is pinned by the first pass).
         self.status = EmbeddingTrainingJobStatus(warm_start=local_warm_start(job, self.workdir))
@@ -242,7 +243,7 @@ class LocalRunner:
 
     # ---- rendering ---------------------------------------------------------------------
 
-    def _address(self, role: str, index: int) -> str:
+    def _address(self, role: Role, index: int) -> str:
         if (role, index) not in self.ports:  # a worker added by scaling
             self.ports[(role, index)] = free_port()
         return f"127.0.0.1:{self.ports[(role, index)]}"
@@ -298,7 +299,7 @@ class LocalRunner:
                 command[i] = os.path.abspath(arg)
         return command
 
-    def _start(self, role: str, index: int) -> None:
+    def _start(self, role: Role, index: int) -> None:
         pod = build_pod(self._pinned(), self.plan, role, index, self.settings, self._address)
         spec = pod_process(pod, self._volume_dirs(pod), command=self._command(pod))
         env = {**os.environ, **spec.env, METRICS_PORT_ENV: str(self.metrics_port)}
@@ -322,7 +323,13 @@ class LocalRunner:
             if proc.stopping and code is not None:
                 del self.procs[(role, index)]  # a stopped process is a deleted pod: gone
                 continue
-            phase = "Running" if code is None else "Succeeded" if code == 0 else "Failed"
+            phase = (
+                PodPhase.RUNNING
+                if code is None
+                else PodPhase.SUCCEEDED
+                if code == 0
+                else PodPhase.FAILED
+            )
             states.append(
                 PodState(
                     name=proc.name,

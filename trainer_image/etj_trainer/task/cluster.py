@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from etj.api.roles import ALL_ROLES, TRAINING_ROLES, Role, is_leader
+from etj.api.spec import Strategy
 
 
 class ClusterError(ValueError):
@@ -100,11 +101,11 @@ def _cluster(value: object) -> dict[str, list[str]]:
     return cluster
 
 
-def check_strategy(task: Task, strategy: str) -> None:
+def check_strategy(task: Task, strategy: Strategy) -> None:
     """The cluster must have the roles the strategy needs."""
     if not task.distributed:
         return
-    if strategy == "ParameterServer":
+    if strategy == Strategy.PARAMETER_SERVER:
         missing = [r.value for r in TRAINING_ROLES if task.count(r) == 0]
         if missing:
             raise ClusterError(

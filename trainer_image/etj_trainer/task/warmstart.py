@@ -155,7 +155,7 @@ def warm_start(state: TrainingState, ws: TrainerWarmStart) -> WarmStartReport:
     source = ModelSpec.model_validate(manifest.model)
     decisions, problems = table_decisions(
         table_infos(source, manifest.optimizer),
-        table_infos(config.model, str(config.training.optimizer)),
+        table_infos(config.model, config.training.optimizer),
         ws.fresh_tables,
         ws.keep_optimizer,
     )

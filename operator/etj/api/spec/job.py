@@ -47,7 +47,7 @@ _EPOCH_RULES = (
         lambda s: (
             s.data.files is None
             or s.data.files.format != "parquet"
-            or s.strategy != "ParameterServer"
+            or s.strategy != Strategy.PARAMETER_SERVER
         ),
     ),
 )

@@ -19,12 +19,12 @@ from etj.api.architectures import (
     WideDeepSpec,
     linear_table_name,
 )
-from etj.api.base import ApiModel
+from etj.api.base import ApiModel, inline_enum
 from etj.api.custom import CUSTOM_RULES, CustomModel
 from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable, check_key_space
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.rules import cel_extra, check_rules
-from etj.api.spec.sizing import Optimizer
+from etj.api.spec.sizing import Dtype, Optimizer
 
 _cel = cel_extra
 
@@ -44,8 +44,8 @@ class EmbeddingTable(ApiModel):
         description="Number of rows (distinct ids); ids are taken modulo this size.",
     )
     dimension: int = Field(ge=1, le=8192, description="Embedding vector width.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        default="float32",
+    dtype: Annotated[Dtype, inline_enum(Dtype)] = Field(
+        default=Dtype.FLOAT32,
         description=(
             "Storage dtype of the table. Its optimizer slots are float32 whatever the dtype: "
             "a bfloat16/float16 table is updated in float32 and its rows are rounded "

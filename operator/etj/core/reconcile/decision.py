@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.roles import Role
+from etj.api.spec import GangScheduler
 from etj.api.status import EmbeddingTrainingJobStatus, Evaluation, ExportStatus, Progress
 from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.progress import WarmStartReport
@@ -42,7 +44,7 @@ class World:
     # The operator's cap for memory limits raised after OOM kills (bytes).
     default_max_memory: int = 64 * 2**30
     # The job's gang scheduler (etj.core.render.scheduling.gang_scheduler); None: no gang.
-    gang: str | None = None
+    gang: GangScheduler | None = None
     # Its gang object exists as the plan wants it (else it is made or remade).
     gang_current: bool = True
     # The Failed condition's reason when the job cannot run (plan is None): InvalidSpec,
@@ -74,7 +76,7 @@ class Decision:
     delete_pods: list[str] = field(default_factory=list)
     # Pods of lost nodes, deleted at once (grace 0): no kubelet will finish their deletion.
     force_delete_pods: list[str] = field(default_factory=list)
-    create_pods: list[tuple[str, int]] = field(default_factory=list)
+    create_pods: list[tuple[Role, int]] = field(default_factory=list)
     # Kueue's plain-Pod group (policies.queue): pods to mark unretriable (before any pod
     # is deleted) and pods whose Kueue finalizer etj removes (after the deletions).
     mark_unretriable: list[str] = field(default_factory=list)

@@ -24,6 +24,8 @@ from etj.api.constants import (
     REASON_MODEL_ERROR,
 )
 from etj.api.quantity import quantity_bytes
+from etj.api.roles import ALL_ROLES, Role
+from etj.api.status import PodPhase
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,10 @@ class PodState:
     """One replica's pod as observed."""
 
     name: str
-    # The replica-type label's value: a Role's (etj.api.roles), or whatever a stray pod has.
-    role: str
+    # The replica-type label's value (a pod whose label names no Role is not a replica).
+    role: Role
     index: int
-    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    phase: PodPhase
     ready: bool = False
     exit_code: int | None = None
     reason: str | None = None  # OOMKilled, Error, Evicted, ...
@@ -83,16 +85,19 @@ class PodState:
         )
 
     @property
-    def key(self) -> tuple[str, int]:
+    def key(self) -> tuple[Role, int]:
         return (self.role, self.index)
 
     @property
     def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
+        return self.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)
 
     @property
     def active(self) -> bool:
-        return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
+        return (
+            self.phase in (PodPhase.PENDING, PodPhase.RUNNING, PodPhase.UNKNOWN)
+            and not self.terminating
+        )
 
     @property
     def oom_killed(self) -> bool:
@@ -190,13 +195,20 @@ def node_lost(pod: dict[str, Any]) -> bool:
     )
 
 
+def _pod_phase(text: str | None) -> PodPhase:
+    """A pod without a phase yet is Pending; a phase Kubernetes does not have is Unknown."""
+    if not text:
+        return PodPhase.PENDING
+    return PodPhase(text) if text in set(PodPhase) else PodPhase.UNKNOWN
+
+
 def observe_pod(pod: dict[str, Any]) -> PodState | None:
     """The state of one of a job's pods; None for a pod that is not a replica."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     role = labels.get(LABEL_REPLICA_TYPE)
     index = labels.get(LABEL_REPLICA_INDEX)
-    if role is None or index is None or not str(index).isdigit():
+    if role not in ALL_ROLES or index is None or not str(index).isdigit():
         return None
     status = pod.get("status") or {}
     exit_code, reason, message = _container_termination(pod)
@@ -235,9 +247,9 @@ def observe_pod(pod: dict[str, Any]) -> PodState | None:
     )
     return PodState(
         name=meta.get("name", ""),
-        role=role,
+        role=Role(role),
         index=int(index),
-        phase=status.get("phase") or "Pending",
+        phase=_pod_phase(status.get("phase")),
         ready=conditions.get("Ready") == "True",
         exit_code=exit_code,
         # The pod-level reason (Evicted, DeadlineExceeded) wins over the container's.

@@ -46,7 +46,7 @@ def worker_selector(job_name: str) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def all_running(pods: dict[tuple[str, int], PodState], replicas: ReplicaSet) -> bool:
+def all_running(pods: dict[tuple[Role, int], PodState], replicas: ReplicaSet) -> bool:
     return all(
         (p := pods.get(task)) is not None and p.active and p.phase == "Running"
         for task in replicas.tasks()

@@ -28,6 +28,7 @@ from etj.api.constants import (
     KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
 )
+from etj.api.roles import Role
 
 _UID_CHARS = 8
 
@@ -57,7 +58,7 @@ def kueue_pod_metadata(
     job_name: str,
     uid: str | None,
     total_count: int,
-    role: str,
+    role: Role,
 ) -> KueueMetadata:
     """The Kueue labels and annotations of one pod of a job with ``total_count`` pods."""
     queue = queue_name(job_labels)

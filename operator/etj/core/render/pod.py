@@ -63,7 +63,7 @@ from etj.core.tfconfig import AddressFn, ReplicaSet, dns_address, pod_name, tf_c
 def replica_set(job: EmbeddingTrainingJob, plan: ShardPlan) -> ReplicaSet:
     """The tasks a job runs: chief defaults to one under ParameterServer, none otherwise."""
     r = job.spec.replicas
-    ps_strategy = plan.strategy == Strategy.PARAMETER_SERVER.value
+    ps_strategy = plan.strategy == Strategy.PARAMETER_SERVER
     chief = r.chief.replicas if r.chief is not None else (1 if ps_strategy else 0)
     return ReplicaSet(
         chief=chief,
@@ -73,7 +73,7 @@ def replica_set(job: EmbeddingTrainingJob, plan: ShardPlan) -> ReplicaSet:
     )
 
 
-def _role_spec(job: EmbeddingTrainingJob, role: str) -> Any:
+def _role_spec(job: EmbeddingTrainingJob, role: Role) -> Any:
     r = job.spec.replicas
     return {
         Role.CHIEF: r.chief,
@@ -83,14 +83,14 @@ def _role_spec(job: EmbeddingTrainingJob, role: str) -> Any:
     }[Role(role)]
 
 
-def role_template(job: EmbeddingTrainingJob, role: str) -> dict[str, Any] | None:
+def role_template(job: EmbeddingTrainingJob, role: Role) -> dict[str, Any] | None:
     """The wire form of ``spec.replicas.<role>.template``, if the role has one."""
     spec = _role_spec(job, role)
     template = getattr(spec, "template", None) if spec is not None else None
     return template.to_wire() if template is not None else None
 
 
-def _role_resources(job: EmbeddingTrainingJob, role: str) -> ResourceRequirements | None:
+def _role_resources(job: EmbeddingTrainingJob, role: Role) -> ResourceRequirements | None:
     """The role's resources: ``resources``, with the template container's over them."""
     spec = _role_spec(job, role)
     given = spec.resources if spec is not None else None
@@ -109,7 +109,7 @@ def _role_resources(job: EmbeddingTrainingJob, role: str) -> ResourceRequirement
 def replica_resources(
     job: EmbeddingTrainingJob,
     plan: ShardPlan,
-    role: str,
+    role: Role,
     index: int,
     settings: RenderSettings,
 ) -> dict[str, Any]:
@@ -203,7 +203,7 @@ def model_code_config_map(job: EmbeddingTrainingJob) -> str | None:
 NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
-def placement(job: EmbeddingTrainingJob, role: str, settings: RenderSettings) -> dict[str, Any]:
+def placement(job: EmbeddingTrainingJob, role: Role, settings: RenderSettings) -> dict[str, Any]:
     """Pod spec fields that spread a role's replicas over nodes and replace those of a lost
     node soon: a ScheduleAnyway spread on kubernetes.io/hostname (a role template's own
     topologySpreadConstraints replace it), and NoExecute tolerations of the not-ready and
@@ -255,7 +255,7 @@ def _pod_overrides(job: EmbeddingTrainingJob) -> dict[str, Any]:
 def build_pod(
     job: EmbeddingTrainingJob,
     plan: ShardPlan,
-    role: str,
+    role: Role,
     index: int,
     settings: RenderSettings,
     address: AddressFn | None = None,
@@ -316,9 +316,7 @@ def build_pod(
     # a chief (a TFJob-shaped own program) what a worker serves is the program's: no probe,
     # as in a TFJob.
     serves_tf = role == Role.PS or (
-        role == Role.WORKER
-        and plan.strategy == Strategy.PARAMETER_SERVER.value
-        and replicas.chief > 0
+        role == Role.WORKER and plan.strategy == Strategy.PARAMETER_SERVER and replicas.chief > 0
     )
     volumes, mounts = _volumes(job)
     container: dict[str, Any] = {

@@ -76,7 +76,7 @@ _GANG_ORDER = (Role.CHIEF, Role.PS, Role.WORKER, Role.EVALUATOR)
 
 
 # One pod's container requests, by (role, index).
-RequestsOf = Callable[[str, int], dict[str, Any] | None]
+RequestsOf = Callable[[Role, int], dict[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def gang_scheduler(job: EmbeddingTrainingJob, default: GangScheduler) -> GangSch
     return None if chosen == GangScheduler.NONE else chosen
 
 
-def gang_tasks(replicas: ReplicaSet) -> list[tuple[str, int]]:
+def gang_tasks(replicas: ReplicaSet) -> list[tuple[Role, int]]:
     """Every task of the job, the ones the gang needs first first."""
     return sorted(replicas.tasks(), key=lambda t: (_GANG_ORDER.index(t[0]), t[1]))
 

@@ -41,7 +41,7 @@ def delay_seconds(failures: int, policy: RestartBackoff) -> float:
     return float(min(policy.max_seconds, policy.initial_seconds * 2 ** min(failures - 1, 20)))
 
 
-def replaced_at_once(strategy: str, pod: PodState) -> bool:
+def replaced_at_once(strategy: Strategy, pod: PodState) -> bool:
     """A disrupted replica (any role), or a preempted ParameterServer worker: no back-off,
     no count."""
     return pod.disrupted or (
@@ -52,7 +52,7 @@ def replaced_at_once(strategy: str, pod: PodState) -> bool:
 def restart_wait(
     pod: PodState,
     previous: ReplicaBackoff | None,
-    strategy: str,
+    strategy: Strategy,
     policy: RestartBackoff,
     now: datetime,
 ) -> Wait:

@@ -19,19 +19,19 @@ from etj.api.spec import CleanPodPolicy, SuccessPolicy
 from etj.core.reconcile.observe import PodState
 
 
-def _succeeded(pods: dict[tuple[str, int], PodState], key: tuple[str, int]) -> bool:
+def _succeeded(pods: dict[tuple[Role, int], PodState], key: tuple[Role, int]) -> bool:
     pod = pods.get(key)
     return pod is not None and pod.phase == "Succeeded"
 
 
-def leader_succeeded(pods: dict[tuple[str, int], PodState], replicas: ReplicaSet) -> bool:
+def leader_succeeded(pods: dict[tuple[Role, int], PodState], replicas: ReplicaSet) -> bool:
     return _succeeded(pods, replicas.leader())
 
 
 def job_succeeded(
-    pods: dict[tuple[str, int], PodState],
+    pods: dict[tuple[Role, int], PodState],
     replicas: ReplicaSet,
-    policy: SuccessPolicy | str = SuccessPolicy.CHIEF,
+    policy: SuccessPolicy = SuccessPolicy.CHIEF,
 ) -> bool:
     """Whether the job has succeeded under ``policy`` (``runPolicy.successPolicy``)."""
     if policy == SuccessPolicy.ALL_WORKERS and replicas.chief == 0 and replicas.worker:
@@ -48,7 +48,7 @@ LEADER_EXIT_GRACE_SECONDS = 60.0
 
 
 def leader_exit_overdue(
-    pods: dict[tuple[str, int], PodState],
+    pods: dict[tuple[Role, int], PodState],
     replicas: ReplicaSet,
     finished_time: datetime | None,
     now: datetime,
@@ -61,7 +61,7 @@ def leader_exit_overdue(
     return max(0.0, LEADER_EXIT_GRACE_SECONDS - (now - finished_time).total_seconds())
 
 
-def success_message(replicas: ReplicaSet, policy: SuccessPolicy | str = SuccessPolicy.CHIEF) -> str:
+def success_message(replicas: ReplicaSet, policy: SuccessPolicy = SuccessPolicy.CHIEF) -> str:
     """What the Succeeded condition says happened."""
     stopped = "; parameter servers stopped" if replicas.ps else ""
     if policy == SuccessPolicy.ALL_WORKERS and replicas.chief == 0 and replicas.worker:
@@ -71,7 +71,7 @@ def success_message(replicas: ReplicaSet, policy: SuccessPolicy | str = SuccessP
     return f"worker 0 (the chief: the job has none) finished{stopped}"
 
 
-def pods_to_clean(pods: Iterable[PodState], policy: str) -> list[str]:
+def pods_to_clean(pods: Iterable[PodState], policy: CleanPodPolicy) -> list[str]:
     """Names of the pods to delete once the job has finished."""
     out = []
     for p in pods:

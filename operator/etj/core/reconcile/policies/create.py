@@ -9,7 +9,7 @@ Pure: no I/O; the step changes the pass it is given.
 
 from __future__ import annotations
 
-from etj.api.roles import ReplicaSet
+from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType
 from etj.core.reconcile.conditions import condition_true
 from etj.core.reconcile.policies.backoff import waiting_seconds
@@ -31,7 +31,7 @@ def create(p: _Pass, replicas: ReplicaSet) -> None:
     _create_missing(p, replicas, _scale(p, replicas))
 
 
-def _scale(p: _Pass, replicas: ReplicaSet) -> frozenset[tuple[str, int]]:
+def _scale(p: _Pass, replicas: ReplicaSet) -> frozenset[tuple[Role, int]]:
     """Apply a change of the worker count (policies.scale); the tasks to leave alone."""
     assert p.w.plan is not None
     step = scale_step(p.w.plan.strategy, replicas, p.w.pods, p.st.restarting_pods)
@@ -44,7 +44,7 @@ def _scale(p: _Pass, replicas: ReplicaSet) -> frozenset[tuple[str, int]]:
 
 
 def _create_missing(
-    p: _Pass, replicas: ReplicaSet, hold: frozenset[tuple[str, int]] = frozenset()
+    p: _Pass, replicas: ReplicaSet, hold: frozenset[tuple[Role, int]] = frozenset()
 ) -> None:
     """Make the pods the spec wants and no pod has, delete those of tasks it no longer
     has; ``hold``: tasks left as they are in this pass (a change of the worker count)."""

@@ -8,7 +8,7 @@ Pure: no I/O; each rule changes the pass it is given.
 from __future__ import annotations
 
 from etj.api.quantity import human_bytes, quantity_bytes
-from etj.api.roles import ReplicaSet
+from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType, Phase, ReplicaBackoff
 from etj.core.reconcile.decision import iso
 from etj.core.reconcile.policies.backoff import due_time, restart_wait
@@ -76,7 +76,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         )
         return True
     assert p.w.plan is not None
-    group: set[tuple[str, int]] = set()
+    group: set[tuple[Role, int]] = set()
     for f in failures:
         group |= restart_group(
             p.w.plan.strategy, replicas, f.pod.role, f.pod.index, f.pod.trainer_reason
@@ -162,7 +162,7 @@ def _back_off(p: _Pass, failures: list[Failure], names: list[str]) -> str:
     )
 
 
-def _count_role_restarts(p: _Pass, group: set[tuple[str, int]], replicas: ReplicaSet) -> None:
+def _count_role_restarts(p: _Pass, group: set[tuple[Role, int]], replicas: ReplicaSet) -> None:
     statuses = replica_statuses(p.w.pods, replicas, p.st.replica_statuses)
     for role in {r for r, _ in group}:
         current = getattr(statuses, role)

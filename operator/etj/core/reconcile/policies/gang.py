@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etj.api.roles import ReplicaSet
+from etj.api.roles import ReplicaSet, Role
+from etj.api.spec import GangScheduler
 from etj.api.status import ConditionType, EmbeddingTrainingJobStatus
 from etj.core.reconcile.conditions import set_condition
 from etj.core.reconcile.observe import PodState
@@ -35,7 +36,7 @@ class GangState:
     message: str
 
 
-def gang_state(pods: list[PodState], min_count: int, backend: str) -> GangState:
+def gang_state(pods: list[PodState], min_count: int, backend: GangScheduler) -> GangState:
     """Where the gang of ``min_count`` pods stands, from the job's current pods."""
     current = [p for p in pods if not p.terminating]
     bound = sum(1 for p in current if p.node_name)
@@ -59,7 +60,7 @@ def gang_state(pods: list[PodState], min_count: int, backend: str) -> GangState:
     )
 
 
-def _key(p: PodState) -> tuple[str, int]:
+def _key(p: PodState) -> tuple[Role, int]:
     return (p.role, p.index)
 
 

@@ -36,7 +36,7 @@ class Failure:
     why: str
 
 
-def classify(pod: PodState, restart_policy: str) -> Failure:
+def classify(pod: PodState, restart_policy: RestartPolicy) -> Failure:
     what = pod.describe()
     to_fix = PERMANENT_TRAINER_REASONS.get(pod.trainer_reason or "")
     if to_fix:
@@ -54,11 +54,10 @@ def classify(pod: PodState, restart_policy: str) -> Failure:
 
 
 def restart_group(
-    strategy: str, replicas: ReplicaSet, role: str, index: int, reason: str | None = None
-) -> set[tuple[str, int]]:
+    strategy: Strategy, replicas: ReplicaSet, role: Role, index: int, reason: str | None = None
+) -> set[tuple[Role, int]]:
     """The replicas that restart when (role, index) fails; ``reason`` is the one its
     trainer gave (the pod's termination message), if any."""
-    role = Role(role)
     if role == Role.EVALUATOR:
         return {(role, index)}
     if strategy == Strategy.MULTI_WORKER_MIRRORED:

@@ -48,7 +48,7 @@ class ScaleStep:
     # (never counted as failures; made again with the new TF_CONFIG once gone).
     replacing: list[str] = field(default_factory=list)
     # Tasks no pod is made for, and whose pods are not deleted, in this pass.
-    hold: frozenset[tuple[str, int]] = frozenset()
+    hold: frozenset[tuple[Role, int]] = frozenset()
     # Workers before and after; ``message`` says what happens, when the change begins now.
     before: int | None = None
     after: int = 0
@@ -69,7 +69,7 @@ def _before(old: list[PodState]) -> int | None:
 
 
 def scale_step(
-    strategy: str, replicas: ReplicaSet, pods: list[PodState], restarting: Iterable[str]
+    strategy: Strategy, replicas: ReplicaSet, pods: list[PodState], restarting: Iterable[str]
 ) -> ScaleStep:
     """This pass's part of applying ``replicas.worker`` to the running pods."""
     if strategy == Strategy.MULTI_WORKER_MIRRORED:
@@ -143,7 +143,7 @@ def _mirrored(replicas: ReplicaSet, pods: list[PodState], restarting: set[str]) 
     )
 
 
-def scale_done(strategy: str, pods: list[PodState], replicas: ReplicaSet) -> bool:
+def scale_done(strategy: Strategy, pods: list[PodState], replicas: ReplicaSet) -> bool:
     """Every pod whose cluster follows the worker count runs the spec's (ParameterServer:
     the chief; the ps and workers keep the cluster they were made with)."""
     if strategy == Strategy.MULTI_WORKER_MIRRORED:

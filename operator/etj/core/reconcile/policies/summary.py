@@ -31,9 +31,9 @@ def summarise(p: _Pass, replicas: ReplicaSet) -> None:
         p.st.phase = Phase.RUNNING
         p.condition(ConditionType.RUNNING, True, REASON_ALL_RUNNING, "")
         p.condition(ConditionType.RESTARTING, False, REASON_ALL_RUNNING, "")
-        strategy = p.w.plan.strategy if p.w.plan else ""
+        assert p.w.plan is not None
         if condition_true(p.st.conditions, ConditionType.SCALING) and scale_done(
-            strategy, p.w.pods, replicas
+            p.w.plan.strategy, p.w.pods, replicas
         ):
             p.condition(
                 ConditionType.SCALING,

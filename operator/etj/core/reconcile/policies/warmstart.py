@@ -114,8 +114,8 @@ def from_source_job(
             )
         )
     tables, problems = table_decisions(
-        table_infos(source.spec.model, str(source.spec.training.optimizer)),
-        table_infos(job.spec.model, str(job.spec.training.optimizer)),
+        table_infos(source.spec.model, source.spec.training.optimizer),
+        table_infos(job.spec.model, job.spec.training.optimizer),
         ws.fresh_tables or [],
         ws.optimizer_state == OptimizerState.KEEP,
     )
