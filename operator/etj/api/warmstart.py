@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 from etj.api.architectures import LINEAR_SUFFIX
 from etj.api.base import ApiModel
 from etj.api.rules import Rule, cel_extra, check_rules
-from etj.api.spec.sizing import Dtype, Optimizer
+from etj.api.sizing import Dtype, Optimizer
 
 # The file beside a job's checkpoints naming the model they hold (``CheckpointManifest``).
 CHECKPOINT_MANIFEST_FILE = "etj-model.json"

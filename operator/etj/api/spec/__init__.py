@@ -8,16 +8,28 @@ express lives in the section's module as field constraints (or as CEL rules unde
 before the operator sees it; checks only code can make (does the plan fit?) live in
 ``etj.core.validation``.
 
-The sections: ``strategy``, ``sizing`` (optimizers, dtypes and the bytes of a table row),
-``replicas``, ``model``, ``data``, ``training`` (and sharding), ``checkpoint``,
+The sections: ``strategy``, ``replicas``, ``model``, ``data``, ``training`` (and sharding), ``checkpoint``,
 ``export`` (serving versions and TensorBoard),
 ``run_policy``, ``pod`` (pod overrides and placement) and ``job`` (the whole spec and the
-rules that join its sections). This package re-exports every public name, so
-``from etj.api.spec import X`` reads any of them.
+rules that join its sections). This package re-exports every public name, and those of
+``etj.api.sizing`` (optimizers, dtypes and the bytes of a table row: outside the package,
+as ``etj.api.warmstart``, which the spec imports, needs them too), so ``from etj.api.spec
+import X`` reads any of them.
 
 Pure: no I/O, no environment, no kopf or Kubernetes client.
 """
 
+from etj.api.sizing import (
+    DTYPE_BYTES,
+    OPTIMIZER_SLOTS,
+    ROW_SLOT_OPTIMIZERS,
+    SLOT_DTYPE_BYTES,
+    Dtype,
+    Optimizer,
+    largest_variable_row_bytes,
+    slot_bytes_per_row,
+    table_row_bytes,
+)
 from etj.api.spec.checkpoint import (
     CHECKPOINT_NOT_SHARED,
     GCS_CREDENTIALS_MOUNT,
@@ -59,17 +71,6 @@ from etj.api.spec.run_policy import (
     RunPolicy,
     SchedulingPolicy,
     SuccessPolicy,
-)
-from etj.api.spec.sizing import (
-    DTYPE_BYTES,
-    OPTIMIZER_SLOTS,
-    ROW_SLOT_OPTIMIZERS,
-    SLOT_DTYPE_BYTES,
-    Dtype,
-    Optimizer,
-    largest_variable_row_bytes,
-    slot_bytes_per_row,
-    table_row_bytes,
 )
 from etj.api.spec.strategy import Strategy
 from etj.api.spec.training import (

@@ -24,7 +24,7 @@ from etj.api.custom import CUSTOM_RULES, CustomModel
 from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable, check_key_space
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.rules import cel_extra, check_rules
-from etj.api.spec.sizing import Dtype, Optimizer
+from etj.api.sizing import Dtype, Optimizer
 
 _cel = cel_extra
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from etj.api.base import ApiModel, Quantity
+from etj.api.sizing import Optimizer
 from etj.api.spec.data import DataSpec
-from etj.api.spec.sizing import Optimizer
 from etj.api.spec.strategy import Strategy
 
 # stepsPerExecution when a job leaves it out, by resolved strategy: under ParameterServer

@@ -1,4 +1,4 @@
-"""etj.api.spec.sizing: the bytes of a table row with its optimizer slots."""
+"""etj.api.sizing: the bytes of a table row with its optimizer slots."""
 
 from __future__ import annotations
 
