@@ -53,6 +53,7 @@ from typing import Generic, TypeVar
 import pytest
 import yaml
 
+from etj.api.export import version_of
 from etj_testcluster.fake_gcs import GCS_HOSTS
 
 from .conftest import CACHE, KIND_BIN_DIR, ROOT, kind_is_ours, sh, wait_for
@@ -816,14 +817,21 @@ def test_daily_chain_a_cronjob_creates_each_day_and_day_two_warm_starts(installe
         assert [(t["name"], t["action"]) for t in ws["tables"]] == [
             ("user", "Restored"), ("item", "Restored"), ("position", "StartedFresh"),
         ]  # fmt: skip
-        # Day 2's final export, on its claim's host directory (versioned exports, once
-        # spec.export has them: the newest export/<version>/).
+        # Day 2's serving versions (spec.export) and final export, on its claim's host
+        # directory: the newest version is status.export's, whole, and no other is left
+        # but the two kept.
         volume = k.kubectl(
             "get", "pvc", f"{second}-checkpoints", "-o", "jsonpath={.spec.volumeName}"
         ).stdout  # fmt: skip
         host_path = k.kubectl("get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout
         on_host = SHARED / host_path.removeprefix("/var/lib/etj-shared/")
         assert (on_host / second / "export" / "serving" / "saved_model.pb").is_file(), on_host
+        base = on_host / second / "serving"
+        versions = sorted(v for p in base.iterdir() if (v := version_of(p.name)) is not None)
+        assert 1 <= len(versions) <= 2, versions
+        assert warm["export"]["lastVersion"] == versions[-1], (warm["export"], versions)
+        assert warm["export"]["step"] == 160, warm["export"]
+        assert (base / str(versions[-1]) / "saved_model.pb").is_file()
 
         auc = {"warm": warm["evaluation"]["auc"], "scratch": cold["evaluation"]["auc"]}
         for status in (warm, cold):

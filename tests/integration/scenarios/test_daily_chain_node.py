@@ -3,8 +3,10 @@ RBAC, its ConfigMap template, `kubectl create` of a generateName job) creates da
 -> the operator and the process-backed node train it on day 1's click logs -> the CronJob
 creates day 2's job from the next model (a third ps, a new table), which finds day 1 by
 its label (the newest Succeeded of the selector), warm-starts from its final checkpoint
-and trains on day 2's logs. Beside them a job trains the same day-2 model on day 2 alone,
-from scratch, with the same budget (steps, batch, replicas).
+(the restored tables equal it: the chief's digest against the checkpoint file), trains on
+day 2's logs and writes serving versions as it trains (spec.export: the newest in
+status.export). Beside them a job trains the same day-2 model on day 2 alone, from
+scratch, with the same budget (steps, batch, replicas).
 
 The logs are etj_trainer.data.daily's: users and items keep their latent tastes from day
 to day (their biases drift a little, day 2 brings 10% new ids), so what day 1 learnt
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from etj.api.export import version_of
 from etj_testcluster import LocalCluster
 from etj_trainer.data.daily import write_days
 from tests.integration.conftest import wait_for
@@ -53,13 +56,6 @@ def on_this_host(job: dict[str, Any], shared: Path) -> dict[str, Any]:
     every = job["spec"]["checkpoint"]["everySteps"]
     job["spec"]["checkpoint"] = {"uri": str(shared / "ckpt"), "everySteps": every}
     return job
-
-
-def serving_model(job_dir: Path) -> Path:
-    """Where TF Serving loads a job's model from. The one place for versioned exports
-    (spec.export {everySteps | everySeconds, keep}: the newest export/<version>/); today the
-    final export's serving SavedModel."""
-    return job_dir / "export" / "serving"
 
 
 def succeeded(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
@@ -152,8 +148,33 @@ def test_day_two_warm_started_from_day_one_beats_day_two_from_scratch(
     logs = node / "logs" / namespace
     assert (logs / f"{second}-ps-2.log").is_file() and not (logs / f"{first}-ps-2.log").exists()
     assert "warmStart" not in cold
+
+    # Day 2's tables as restored (the chief's digest) equal day 1's checkpoint.
+    import numpy as np
+    import tensorflow as tf
+
+    lines = [
+        json.loads(x) for x in (logs / f"{second}-chief-0.log").read_text().splitlines()
+        if x.startswith("{")
+    ]  # fmt: skip
+    restored = next(e for e in lines if e.get("event") == "restored")
+    assert restored["warmStart"] is True and restored["step"] == 0
+    assert restored["path"] == str(shared_dir / "ckpt" / namespace / first / "ckpt-160")
+    reader = tf.train.load_checkpoint(restored["path"])
+    for key in ("model/tables/0", "model/tables/1", "slots/tables/item/accumulator"):
+        saved = reader.get_tensor(f"{key}/.ATTRIBUTES/VARIABLE_VALUE").astype(np.float64).sum()
+        assert abs(restored["digest"][key] - saved) <= 1e-6 + 1e-6 * abs(saved), key
+
+    # Serving versions as it trained (TF Serving's base path), the newest in status.export.
     job_dir = shared_dir / "ckpt" / namespace / second
-    assert (serving_model(job_dir) / "saved_model.pb").is_file()
+    base = job_dir / "serving"
+    on_disk = sorted(v for p in base.iterdir() if (v := version_of(p.name)) is not None)
+    exported = [e for e in lines if e.get("event") == "exported"]
+    assert [e["lastVersion"] for e in exported][-2:] == on_disk, (exported, on_disk)
+    assert any(e["step"] < 160 for e in exported), "no version while training"
+    assert warm["export"]["lastVersion"] == on_disk[-1] and warm["export"]["step"] == 160
+    assert (base / str(on_disk[-1]) / "saved_model.pb").is_file()
+    assert (job_dir / "export" / "serving" / "saved_model.pb").is_file()
 
     auc = {}
     for name, status in (("warm-started", warm), ("from scratch", cold)):
