@@ -135,8 +135,9 @@ render: venv
 crds: venv
 	$(VENV)/bin/etj crd > crds/embeddingtrainingjobs.training.etj.dev.yaml
 	@if [ -d charts/etj/crds ]; then cp crds/*.yaml charts/etj/crds/; fi
-	$(PY) -c 'from etj.api.admission import CHART_TEMPLATE, chart_template; \
-		open(CHART_TEMPLATE, "w").write(chart_template())'
+	$(PY) -c 'from etj.api.admission import CHART_TEMPLATE, chart_template, with_rules_table; \
+		open(CHART_TEMPLATE, "w").write(chart_template()); \
+		readme = open("README.md").read(); open("README.md", "w").write(with_rules_table(readme))'
 
 cluster-up: venv binaries
 	$(VENV)/bin/etj cluster up

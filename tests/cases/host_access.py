@@ -1,17 +1,31 @@
-"""Jobs that ask for host access or privilege, and ordinary ones: one list that drives the
-chart's admission policy on a real API server (tests/integration/etj/api/test_admission_policy.py)
-and ``etj validate`` (tests/unit/etj/api/test_admission.py), so both give the same verdicts.
+"""Jobs that ask for host access, privilege or an identity, and ordinary ones: one list that
+drives the chart's admission policies on a real API server
+(tests/integration/etj/api/test_admission_policy.py) and ``etj validate``
+(tests/unit/etj/api/test_admission.py), so both give the same verdicts.
 
-Each hostile case names the checks of ``etj.api.admission`` it trips (the policy's messages
-and ``etj validate``'s fields come from them). Pure data.
+Each hostile case names the checks of ``etj.api.admission`` it trips (the policies' messages
+and ``etj validate``'s fields come from them) and the namespace (labels, annotations) where
+it is allowed. Pure data.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from etj.api.admission import (
+    ALLOW_ANY_TOLERATION_LABEL,
+    ALLOW_NODE_NAME_LABEL,
+    ALLOW_PRIVILEGED_LABEL,
+    ALLOW_SYSTEM_PRIORITY_LABEL,
+    SERVICE_ACCOUNTS_ANNOTATION,
+    Namespace,
+)
 
 # An ordinary job that uses what the checks look at: templates with a sidecar, an init
 # container, volumes and mounts, an added NET_BIND_SERVICE, a PVC checkpoint volume.
@@ -71,6 +85,7 @@ ORDINARY: dict[str, Any] = {
 }
 
 W = "spec.replicas.worker.template.spec"
+PRIVILEGED_NAMESPACE = Namespace(labels={ALLOW_PRIVILEGED_LABEL: "true"})
 # A hostPath is refused for host access alone only in a one-process job: in a multi-pod job
 # it is also refused because the pods may not share it (etj.api.storage), which an opted-in
 # namespace does not lift.
@@ -88,6 +103,15 @@ class Case:
     # (check name, the field etj validate names) for every refusal the job must get.
     refusals: tuple[tuple[str, str], ...]
     change: Callable[[dict[str, Any]], None]
+    # Where the job is allowed (the host-access cases: a namespace that opted in).
+    allowed_in: Namespace = field(default_factory=lambda: PRIVILEGED_NAMESPACE)
+
+    @property
+    def validate_flags(self) -> list[str]:
+        """``etj validate``'s flags for ``allowed_in``."""
+        return [f"--namespace-label={k}={v}" for k, v in self.allowed_in.labels.items()] + [
+            f"--namespace-annotation={k}={v}" for k, v in self.allowed_in.annotations.items()
+        ]
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -275,6 +299,147 @@ HOSTILE: list[Case] = [
         (("proc-mount", f"{TRAINER}.securityContext.procMount"),),
         _set((f"{TRAINER}.securityContext", {"procMount": "Unmasked"})),
     ),
+    # ---- the rest of Pod Security baseline and restricted ---------------------------------
+    Case(
+        "apparmor-annotation-unconfined",
+        (("apparmor-annotation", "spec.replicas.worker.template.metadata.annotations"),),
+        _set(
+            (
+                "spec.replicas.worker.template.metadata",
+                {
+                    "annotations": {
+                        "container.apparmor.security.beta.kubernetes.io/proxy": "unconfined"
+                    }
+                },
+            )
+        ),
+    ),
+    Case(
+        "pod-template-apparmor-annotation",
+        (("apparmor-annotation", "spec.podTemplate.annotations"),),
+        _set(
+            (
+                "spec.podTemplate",
+                {"annotations": {"container.apparmor.security.beta.kubernetes.io/trainer": "x"}},
+            )
+        ),
+    ),
+    Case(
+        "pod-selinux-super-privileged",
+        (
+            ("pod-selinux-type", f"{W}.securityContext.seLinuxOptions.type"),
+            ("pod-selinux-user", f"{W}.securityContext.seLinuxOptions.user"),
+            ("pod-selinux-role", f"{W}.securityContext.seLinuxOptions.role"),
+        ),
+        _set(
+            (
+                f"{W}.securityContext.seLinuxOptions",
+                {"type": "spc_t", "user": "system_u", "role": "system_r"},
+            )
+        ),
+    ),
+    Case(
+        "container-selinux",
+        (
+            ("selinux-type", f"{PROXY}.securityContext.seLinuxOptions.type"),
+            ("selinux-user", f"{W}.initContainers[0].securityContext.seLinuxOptions.user"),
+            ("selinux-role", f"{TRAINER}.securityContext.seLinuxOptions.role"),
+        ),
+        _set(
+            (f"{PROXY}.securityContext.seLinuxOptions", {"type": "unconfined_t"}),
+            (f"{W}.initContainers[0].securityContext.seLinuxOptions", {"user": "root"}),
+            (f"{TRAINER}.securityContext", {"seLinuxOptions": {"role": "sysadm_r"}}),
+        ),
+    ),
+    Case(
+        "unsafe-sysctl",
+        (("sysctls", "spec.replicas.ps.template.spec.securityContext.sysctls"),),
+        _set(
+            (
+                "spec.replicas.ps.template",
+                {
+                    "spec": {
+                        "securityContext": {
+                            "sysctls": [
+                                {"name": "net.ipv4.tcp_syncookies", "value": "1"},
+                                {"name": "kernel.msgmax", "value": "65536"},
+                            ]
+                        }
+                    }
+                },
+            )
+        ),
+    ),
+    Case(
+        "template-volume-nfs",
+        (("volume-type", f"{W}.volumes[1]"),),
+        _set(
+            (
+                f"{W}.volumes",
+                [
+                    {"name": "cache", "emptyDir": {}},
+                    {"name": "shared", "nfs": {"server": "10.0.0.1", "path": "/exports"}},
+                ],
+            )
+        ),
+    ),
+    # ---- what a deputy must not lend --------------------------------------------------
+    Case(
+        "pod-template-service-account",
+        (("service-account", "spec.podTemplate.serviceAccountName"),),
+        _set(("spec.podTemplate", {"serviceAccountName": "ops"})),
+        Namespace(annotations={SERVICE_ACCOUNTS_ANNOTATION: "trainer, ops"}),
+    ),
+    Case(
+        "template-service-account",
+        (
+            ("service-account", "spec.replicas.chief.template.spec.serviceAccountName"),
+            ("service-account-alias", f"{W}.serviceAccount"),
+        ),
+        _set(
+            ("spec.replicas.chief.template", {"spec": {"serviceAccountName": "ops"}}),
+            (f"{W}.serviceAccount", "ops"),
+        ),
+        Namespace(annotations={SERVICE_ACCOUNTS_ANNOTATION: "ops"}),
+    ),
+    Case(
+        "node-name",
+        (("node-name", "spec.replicas.ps.template.spec.nodeName"),),
+        _set(("spec.replicas.ps.template", {"spec": {"nodeName": "node-1"}})),
+        Namespace(labels={ALLOW_NODE_NAME_LABEL: "true"}),
+    ),
+    Case(
+        "system-priority",
+        (
+            ("system-priority", "spec.podTemplate.priorityClassName"),
+            ("gang-system-priority", "spec.runPolicy.schedulingPolicy.priorityClass"),
+        ),
+        _set(
+            ("spec.podTemplate", {"priorityClassName": "system-node-critical"}),
+            ("spec.runPolicy", {"schedulingPolicy": {"priorityClass": "system-cluster-critical"}}),
+        ),
+        Namespace(labels={ALLOW_SYSTEM_PRIORITY_LABEL: "true"}),
+    ),
+    Case(
+        "tolerates-every-taint",
+        (
+            ("tolerate-every-taint", f"{W}.tolerations[0]"),
+            ("tolerate-every-taint", "spec.podTemplate.tolerations[1]"),
+        ),
+        _set(
+            (f"{W}.tolerations", [{"operator": "Exists"}]),
+            (
+                "spec.podTemplate",
+                {
+                    "tolerations": [
+                        {"key": "dedicated", "operator": "Exists"},
+                        {"operator": "Exists", "effect": "NoExecute"},
+                    ]
+                },
+            ),
+        ),
+        Namespace(labels={ALLOW_ANY_TOLERATION_LABEL: "true"}),
+    ),
 ]
 
 # Jobs the policy admits everywhere (near misses of the checks included).
@@ -293,4 +458,66 @@ ORDINARY_CASES: list[Case] = [
             (f"{W}.initContainers[0].volumeMounts[0].mountPath", "/var/lib/cache"),
         ),
     ),
+    Case(
+        "near-misses-of-the-rest",
+        (),
+        _set(
+            (
+                "spec.replicas.worker.template.metadata",
+                {
+                    "annotations": {
+                        "container.apparmor.security.beta.kubernetes.io/trainer": "runtime/default",
+                        "container.apparmor.security.beta.kubernetes.io/proxy": "localhost/envoy",
+                        "example.com/unconfined": "unconfined",
+                    }
+                },
+            ),
+            (f"{W}.securityContext.seLinuxOptions", {"type": "container_t", "level": "s0:c1"}),
+            (f"{W}.securityContext.sysctls", [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]),
+            (
+                f"{W}.volumes",
+                [
+                    {"name": "cache", "emptyDir": {}},
+                    {"name": "code", "configMap": {"name": "code"}},
+                    {"name": "token", "projected": {"sources": []}},
+                    {"name": "creds", "secret": {"secretName": "creds"}},
+                    {"name": "info", "downwardAPI": {"items": []}},
+                    {
+                        "name": "scratch",
+                        "ephemeral": {
+                            "volumeClaimTemplate": {
+                                "spec": {
+                                    "accessModes": ["ReadWriteOnce"],
+                                    "resources": {"requests": {"storage": "1Gi"}},
+                                }
+                            }
+                        },
+                    },
+                ],
+            ),
+            (f"{W}.serviceAccountName", "default"),
+            (f"{W}.tolerations", [{"key": "dedicated", "operator": "Exists"}]),
+            (
+                "spec.podTemplate",
+                {
+                    "priorityClassName": "batch-high",
+                    "tolerations": [{"key": "gpu", "operator": "Equal", "value": "none"}],
+                },
+            ),
+            ("spec.runPolicy", {"schedulingPolicy": {"priorityClass": "batch-high"}}),
+        ),
+    ),
 ]
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example_jobs() -> list[tuple[str, dict[str, Any]]]:
+    """(path, job) for every EmbeddingTrainingJob under examples/: admitted everywhere."""
+    out = []
+    for path in sorted(EXAMPLES.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "EmbeddingTrainingJob":
+                out.append((str(path.relative_to(EXAMPLES.parent)), doc))
+    return out

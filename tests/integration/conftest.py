@@ -81,14 +81,18 @@ def crds(cluster: LocalCluster) -> LocalCluster:
     return apply_crds(cluster)
 
 
-def create_namespace(cluster: LocalCluster, labels: dict[str, str] | None = None) -> str:
-    """A fresh, uniquely named namespace (with ``labels``) whose default ServiceAccount
-    exists."""
+def create_namespace(
+    cluster: LocalCluster,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> str:
+    """A fresh, uniquely named namespace (with ``labels`` and ``annotations``) whose default
+    ServiceAccount exists."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     manifest = {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": name, "labels": labels or {}},
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
     }
     cluster.kubectl("create", "-f", "-", input=json.dumps(manifest))
     # Pods need the namespace's default ServiceAccount, made by the controller-manager.

@@ -8,6 +8,7 @@ print; the logic they call lives in the pure core.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
@@ -55,7 +56,7 @@ def main() -> None:
     """etj: TensorFlow training jobs with very large embedding tables, on Kubernetes."""
 
 
-def _validated(path: str, host_access: bool = True) -> list:  # list[etj.core.validation.Validated]
+def _validated(path: str, admission: Any = None) -> list:  # list[etj.core.validation.Validated]
     from etj.cli.files import InputError, load_documents
     from etj.core.render.validate_names import with_derived_names
     from etj.core.validation import validate_manifest
@@ -66,10 +67,17 @@ def _validated(path: str, host_access: bool = True) -> list:  # list[etj.core.va
         raise InputError(path, "no documents (an empty file?)")
     # ConfigMaps beside a job (a custom tower's code) are the user's, not etj's to check.
     return [
-        with_derived_names(validate_manifest(d, host_access=host_access))
+        with_derived_names(validate_manifest(d, admission=admission))
         for d in docs
         if not is_config_map(d)
     ]
+
+
+def _pairs(items: tuple[str, ...], flag: str) -> dict[str, str]:
+    bad = [i for i in items if "=" not in i]
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r}: KEY=VALUE expected", param_hint=flag)
+    return dict(i.split("=", 1) for i in items)
 
 
 def _fail_on_problems(path: str, results: list) -> None:
@@ -96,13 +104,41 @@ def _fail_on_problems(path: str, results: list) -> None:
         "admission policy refuses them elsewhere)."
     ),
 )
-def validate(file: str, allow_privileged: bool) -> None:
+@click.option(
+    "--namespace-label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A label of the job's namespace, as the admission policies read it (repeatable).",
+)
+@click.option(
+    "--namespace-annotation",
+    "annotations",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An annotation of the job's namespace, as the admission policies read it (repeatable).",
+)
+def validate(
+    file: str, allow_privileged: bool, labels: tuple[str, ...], annotations: tuple[str, ...]
+) -> None:
     """Check a job file: exit 0, or exit 2 with one line per problem naming the field.
 
-    Besides the schema and the plan, it applies the chart's admission policy: no host
-    access or privilege (privileged, host namespaces, hostPath, added capabilities, root,
-    mounts over system directories) unless --allow-privileged."""
-    results = _validated(file, host_access=allow_privileged)
+    Besides the schema and the plan, it applies the chart's admission policies as in a
+    namespace with the given labels and annotations (none by default): no host access or
+    privilege (privileged, host namespaces, hostPath, added capabilities, root, mounts over
+    system directories, ...) unless --allow-privileged, and no service account other than
+    the namespace's default, node name, system- priority or toleration of every taint unless
+    the namespace allows it."""
+    from etj.api.admission import ALLOW_PRIVILEGED_LABEL, Namespace
+
+    namespace = Namespace(
+        labels={
+            **_pairs(labels, "--namespace-label"),
+            **({ALLOW_PRIVILEGED_LABEL: "true"} if allow_privileged else {}),
+        },
+        annotations=_pairs(annotations, "--namespace-annotation"),
+    )
+    results = _validated(file, admission=namespace)
     _fail_on_problems(file, results)
     for r in results:
         click.echo(f"{r.job.name}: valid ({r.plan.strategy}, {r.plan.ps_replicas} ps)")

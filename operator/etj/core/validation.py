@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from etj.api.admission import host_access_problems
+from etj.api.admission import Namespace, admission_problems
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.names import job_name_problem
@@ -83,15 +83,15 @@ def problems_from(exc: ValidationError) -> list[Problem]:
 def validate_manifest(
     manifest: Any,
     *,
-    host_access: bool = True,
+    admission: Namespace | None = None,
     shared_storage: bool = True,
     claim_modes: dict[str, list[str]] | None = None,
 ) -> Validated:
     """Validate one manifest (a dict parsed from YAML or read from the API server).
 
-    ``host_access=False``: also refuse what the chart's admission policy refuses in a
-    namespace without the opt-in label (``etj.api.admission``); the operator acts on jobs
-    the API server admitted, and ``etj run`` runs processes, so neither asks for it.
+    ``admission``: also refuse what the chart's admission policies refuse in that namespace
+    (its labels and annotations; ``etj.api.admission``); the operator acts on jobs the API
+    server admitted, and ``etj run`` runs processes, so neither asks for it.
     ``shared_storage``: the job's pods may run on different nodes, so its checkpoints and
     data must be where all of them see them (``etj.api.storage``); false for ``etj run``,
     whose replicas share one host's work directory. ``claim_modes``: the access modes of
@@ -117,8 +117,8 @@ def validate_manifest(
                 "<name>-worker-<index> stay DNS labels",
             )
         )
-    if not host_access:
-        problems += [Problem(f, why) for f, why in host_access_problems(manifest)]
+    if admission is not None:
+        problems += [Problem(f, why) for f, why in admission_problems(manifest, admission)]
     try:
         job = EmbeddingTrainingJob.from_manifest(manifest)
     except ValidationError as exc:

@@ -1,8 +1,10 @@
-"""The chart's admission policy on a real API server: with the chart installed, every job
-that asks for host access or privilege (tests/cases/host_access.py: the issue's own and a
-held-out set) is refused at create with the policy's message, the same job is created in
-a namespace labelled training.etj.dev/allow-privileged=true, an ordinary job is created
-everywhere; and ``etj validate`` gives the same verdict on each, from the same list.
+"""The chart's admission policies on a real API server: with the chart installed, every job
+that asks for host access, privilege or an identity (tests/cases/host_access.py: the issue's
+own and a held-out set) is refused at create with the policy's message, the same job is
+created in a namespace that allows it (labelled training.etj.dev/allow-privileged=true for
+host access; its own label or annotation for each deputy rule, which allow-privileged does
+not lift), an ordinary job and every example job are created everywhere; and ``etj
+validate`` gives the same verdict on each, from the same list.
 
 Also the chart's switches: admissionPolicy.enabled=false leaves the policy out, and
 networkPolicy.enabled passes the operator its --network-policy with the RBAC it needs."""
@@ -18,10 +20,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from etj.api.admission import ALLOW_PRIVILEGED_LABEL, CHECKS
+from etj.api.admission import ALLOW_PRIVILEGED_LABEL, CHECKS, PRIVILEGED
 from etj.cli.main import main
 from etj_testcluster import LocalCluster
-from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case
+from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case, example_jobs
 from tests.integration.conftest import (
     ROOT,
     apply_crds,
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.integration
 CHART = str(ROOT / "charts" / "etj")
 RELEASE, RELEASE_NS = "etj", "etj-system"
 MESSAGES = {c.name: c.message for c in CHECKS}
+CHECKS_BY_NAME = {c.name: c for c in CHECKS}
 
 
 def helm(cluster: LocalCluster, *args: str) -> str:
@@ -94,6 +97,19 @@ def opted_in(policed: LocalCluster) -> str:
     return create_namespace(policed, {ALLOW_PRIVILEGED_LABEL: "true"})
 
 
+_ALLOWING: dict[str, str] = {}
+
+
+def allowing(cluster: LocalCluster, case: Case) -> str:
+    """A namespace with the case's grants (one per distinct grant set)."""
+    key = json.dumps([case.allowed_in.labels, case.allowed_in.annotations], sort_keys=True)
+    if key not in _ALLOWING:
+        _ALLOWING[key] = create_namespace(
+            cluster, dict(case.allowed_in.labels), dict(case.allowed_in.annotations)
+        )
+    return _ALLOWING[key]
+
+
 @pytest.mark.parametrize("case", HOSTILE, ids=lambda c: c.id)
 def test_hostile_job_is_refused_unless_the_namespace_opted_in(
     policed: LocalCluster, plain: str, opted_in: str, case: Case, tmp_path: Path
@@ -109,8 +125,11 @@ def test_hostile_job_is_refused_unless_the_namespace_opted_in(
     assert code == 2, output
     assert len(output.strip().splitlines()) == len(case.refusals)
 
-    assert create(policed, case.manifest, opted_in, case.id) == ""
-    assert etj_validate(tmp_path, case.manifest, "--allow-privileged")[0] == 0
+    assert create(policed, case.manifest, allowing(policed, case), case.id) == ""
+    assert etj_validate(tmp_path, case.manifest, *case.validate_flags)[0] == 0
+    if any(CHECKS_BY_NAME[n].grant != PRIVILEGED for n, _ in case.refusals):
+        # A namespace open to privilege lends no identity.
+        assert "denied request" in create(policed, case.manifest, opted_in, case.id)
 
 
 @pytest.mark.parametrize("case", ORDINARY_CASES, ids=lambda c: c.id)
@@ -120,6 +139,16 @@ def test_ordinary_job_is_accepted_everywhere(
     for namespace in (plain, opted_in):
         assert create(policed, case.manifest, namespace, case.id) == ""
     assert etj_validate(tmp_path, case.manifest)[0] == 0
+
+
+def test_every_example_job_is_admitted(policed: LocalCluster, plain: str):
+    refused = {}
+    for i, (path, doc) in enumerate(example_jobs()):
+        doc = {**doc, "metadata": {k: v for k, v in doc["metadata"].items() if k != "generateName"}}
+        error = create(policed, doc, plain, f"example-{i}")
+        if error:
+            refused[path] = error
+    assert refused == {}
 
 
 def test_an_update_that_leaves_the_spec_alone_is_not_judged(policed: LocalCluster):

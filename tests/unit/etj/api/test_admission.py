@@ -1,6 +1,7 @@
-"""The chart's admission policy as ``etj validate`` applies it (etj.api.admission), over the
-same cases the real API server gets (tests/integration/etj/api/test_admission_policy.py), and the
-generated chart template kept in step with the rules."""
+"""The chart's admission policies as ``etj validate`` applies them (etj.api.admission), over
+the same cases the real API server gets (tests/integration/etj/api/test_admission_policy.py),
+the generated chart template and README table kept in step with the rules, and the jobs of
+examples/ accepted."""
 
 from __future__ import annotations
 
@@ -14,15 +15,21 @@ from click.testing import CliRunner
 from etj.api.admission import (
     CHART_TEMPLATE,
     CHECKS,
+    IDENTITY_CHECKS,
+    POLICIES,
+    PRIVILEGED,
     SYSTEM_PATH_RE,
     UNCLEAN_PATH_RE,
+    Namespace,
+    admission_problems,
     chart_template,
-    host_access_problems,
     policy,
+    rules_table,
+    with_rules_table,
 )
 from etj.cli.main import main
 from etj.core.validation import validate_manifest
-from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case
+from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case, example_jobs
 
 ROOT = Path(__file__).resolve().parents[4]
 BY_NAME = {c.name: c for c in CHECKS}
@@ -41,21 +48,48 @@ def test_etj_validate_refuses_host_access_naming_each_field(tmp_path: Path, case
     lines = result.output.strip().splitlines()
     assert len(lines) == len(case.refusals), lines
     for (check, field), line in zip(case.refusals, lines, strict=True):
-        assert f": {field}: {BY_NAME[check].why}; " in line
-        assert "training.etj.dev/allow-privileged" in line
+        assert f": {field}: {BY_NAME[check].why}; {BY_NAME[check].grant.how}" in line
 
 
 @pytest.mark.parametrize("case", HOSTILE, ids=lambda c: c.id)
 def test_etj_validate_accepts_it_for_an_opted_in_namespace(tmp_path: Path, case: Case):
-    result = _validate(tmp_path, case, "--allow-privileged")
+    result = _validate(tmp_path, case, *case.validate_flags)
     assert result.exit_code == 0, result.output
     assert "valid" in result.output
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in HOSTILE if any(BY_NAME[n].grant != PRIVILEGED for n, _ in c.refusals)],
+    ids=lambda c: c.id,
+)
+def test_a_namespace_open_to_privilege_lends_no_identity(tmp_path: Path, case: Case):
+    # allow-privileged lifts the host-access rules only: the deputy's rules stand.
+    result = _validate(tmp_path, case, "--allow-privileged")
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == len(case.refusals)
+
+
+def test_a_service_account_is_allowed_only_where_listed():
+    case = next(c for c in HOSTILE if c.id == "pod-template-service-account")
+    listed = Namespace(annotations={"training.etj.dev/service-accounts": " ops ,trainer"})
+    other = Namespace(annotations={"training.etj.dev/service-accounts": "trainer,ops-2"})
+    assert admission_problems(case.manifest, listed) == []
+    assert [f for f, _ in admission_problems(case.manifest, other)] == [
+        "spec.podTemplate.serviceAccountName"
+    ]
 
 
 @pytest.mark.parametrize("case", ORDINARY_CASES, ids=lambda c: c.id)
 def test_ordinary_jobs_are_valid_everywhere(tmp_path: Path, case: Case):
     assert _validate(tmp_path, case).exit_code == 0
-    assert host_access_problems(case.manifest) == []
+    assert admission_problems(case.manifest) == []
+
+
+def test_every_example_job_is_admitted_everywhere():
+    jobs = example_jobs()
+    assert len(jobs) >= 15, [p for p, _ in jobs]
+    assert [(p, admission_problems(doc)) for p, doc in jobs if admission_problems(doc)] == []
 
 
 def test_every_check_is_exercised_by_a_hostile_case():
@@ -69,7 +103,7 @@ def test_the_operator_and_etj_run_do_not_apply_the_policy():
     # The API server decided (the namespace may have opted in); local runs are processes.
     hostile = HOSTILE[0].manifest
     assert validate_manifest(hostile).ok
-    assert not validate_manifest(hostile, host_access=False).ok
+    assert not validate_manifest(hostile, admission=Namespace()).ok
 
 
 @pytest.mark.parametrize(
@@ -111,10 +145,26 @@ def test_committed_chart_template_matches_the_rules():
 
 
 def test_policy_has_one_validation_per_check_with_its_message():
-    spec = policy()["spec"]
-    assert [v["message"] for v in spec["validations"]] == [c.message for c in CHECKS]
-    assert all("\n" not in v["message"] for v in spec["validations"])
-    assert {v["name"] for v in spec["variables"]} == {"pods", "containers", "volumes"}
+    messages = []
+    for definition in POLICIES:
+        spec = policy(definition=definition)["spec"]
+        messages += [v["message"] for v in spec["validations"]]
+        assert all("\n" not in v["message"] for v in spec["validations"])
+        assert {v["name"] for v in spec["variables"]} == {"pods", "containers", "volumes"}
+    assert messages == [c.message for c in CHECKS]
+    # Each rule once, in one policy; the deputy's rules read their own grants.
+    assert len({c.name for c in CHECKS}) == len(CHECKS)
+    identity = policy(definition=POLICIES[1])["spec"]["validations"]
+    for check, validation in zip(IDENTITY_CHECKS, identity, strict=True):
+        grant = check.grant.label or check.grant.annotation
+        assert grant in validation["expression"] and "namespaceObject" in validation["expression"]
+
+
+def test_the_readme_lists_every_rule_as_declared():
+    readme = (ROOT / "README.md").read_text()
+    assert with_rules_table(readme) == readme, "README's admission table is stale: `make crds`"
+    table = rules_table()
+    assert all(f"| `{c.name}` |" in table for c in CHECKS)
 
 
 @pytest.mark.parametrize(
@@ -137,3 +187,9 @@ def test_a_value_of_another_type_is_refused_as_the_policy_refuses_it():
     assert by_kind["beyond"].refused("SYS_ADMIN")
     assert by_kind["matches"].refused(5)
     assert not by_kind["beyond"].refused(["NET_BIND_SERVICE"])
+    assert by_kind["outside"].refused(1)
+    assert by_kind["names"].refused("kernel.msgmax") and by_kind["names"].refused(["x"])
+    assert by_kind["keys"].refused([]) and not by_kind["keys"].refused({"emptyDir": {}})
+    assert by_kind["annotated"].refused("x")
+    assert by_kind["tolerates"].refused("Exists") and not by_kind["tolerates"].refused({})
+    assert by_kind["unlisted"].refused(7) and not by_kind["unlisted"].refused("default")
