@@ -1,7 +1,7 @@
 """Jobs that ask for host access, privilege or an identity, and ordinary ones: one list that
 drives the chart's admission policies on a real API server
 (tests/integration/etj/api/test_admission_policy.py) and ``etj validate``
-(tests/unit/etj/api/test_admission.py), so both give the same verdicts.
+(tests/unit/etj/api/admission/), so both give the same verdicts.
 
 Each hostile case names the checks of ``etj.api.admission`` it trips (the policies' messages
 and ``etj validate``'s fields come from them) and the namespace (labels, annotations) where

@@ -5,7 +5,6 @@ examples/ accepted."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,6 @@ from etj.api.admission import (
     IDENTITY_CHECKS,
     POLICIES,
     PRIVILEGED,
-    SYSTEM_PATH_RE,
-    UNCLEAN_PATH_RE,
     Namespace,
     admission_problems,
     chart_template,
@@ -29,9 +26,9 @@ from etj.api.admission import (
 )
 from etj.cli.main import main
 from etj.core.validation import validate_manifest
-from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case, example_jobs
+from tests.cases.host_access import HOSTILE, ORDINARY_CASES, Case
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[5]
 BY_NAME = {c.name: c for c in CHECKS}
 
 
@@ -70,33 +67,10 @@ def test_a_namespace_open_to_privilege_lends_no_identity(tmp_path: Path, case: C
     assert len(result.output.strip().splitlines()) == len(case.refusals)
 
 
-def test_a_service_account_is_allowed_only_where_listed():
-    case = next(c for c in HOSTILE if c.id == "pod-template-service-account")
-    listed = Namespace(annotations={"training.etj.dev/service-accounts": " ops ,trainer"})
-    other = Namespace(annotations={"training.etj.dev/service-accounts": "trainer,ops-2"})
-    assert admission_problems(case.manifest, listed) == []
-    assert [f for f, _ in admission_problems(case.manifest, other)] == [
-        "spec.podTemplate.serviceAccountName"
-    ]
-
-
 @pytest.mark.parametrize("case", ORDINARY_CASES, ids=lambda c: c.id)
 def test_ordinary_jobs_are_valid_everywhere(tmp_path: Path, case: Case):
     assert _validate(tmp_path, case).exit_code == 0
     assert admission_problems(case.manifest) == []
-
-
-def test_every_example_job_is_admitted_everywhere():
-    jobs = example_jobs()
-    assert len(jobs) >= 15, [p for p, _ in jobs]
-    assert [(p, admission_problems(doc)) for p, doc in jobs if admission_problems(doc)] == []
-
-
-def test_every_check_is_exercised_by_a_hostile_case():
-    tripped = {check for case in HOSTILE for check, _ in case.refusals}
-    # The Windows host-process checks need a Windows node to mean anything; the rest each
-    # have a case the API server sees too.
-    assert set(BY_NAME) - tripped == {"pod-host-process", "host-process"}
 
 
 def test_the_operator_and_etj_run_do_not_apply_the_policy():
@@ -104,38 +78,6 @@ def test_the_operator_and_etj_run_do_not_apply_the_policy():
     hostile = HOSTILE[0].manifest
     assert validate_manifest(hostile).ok
     assert not validate_manifest(hostile, admission=Namespace()).ok
-
-
-@pytest.mark.parametrize(
-    ("path", "refused"),
-    [
-        ("/", True),
-        ("/etc", True),
-        ("/etc/", True),
-        ("/etc/ssl", True),
-        ("/usr/local/bin", True),
-        ("/var", True),
-        ("/var/", True),
-        ("/var/run", True),
-        ("/var/run/secrets/kubernetes.io", True),
-        ("/proc/sys", True),
-        ("/etcetera", False),
-        ("/var/lib/etj/checkpoints", False),
-        ("/var/runner", False),
-        ("/data", False),
-        ("/tmp/x", False),
-    ],
-)
-def test_system_paths(path: str, refused: bool):
-    assert (re.search(SYSTEM_PATH_RE, path) is not None) is refused
-
-
-@pytest.mark.parametrize(
-    ("path", "refused"),
-    [("//etc", True), ("/a/../etc", True), ("/a/./b", True), ("/a/..", True), ("/a..b/c.d", False)],
-)
-def test_unclean_paths(path: str, refused: bool):
-    assert (re.search(UNCLEAN_PATH_RE, path) is not None) is refused
 
 
 def test_committed_chart_template_matches_the_rules():
@@ -165,31 +107,3 @@ def test_the_readme_lists_every_rule_as_declared():
     assert with_rules_table(readme) == readme, "README's admission table is stale: `make crds`"
     table = rules_table()
     assert all(f"| `{c.name}` |" in table for c in CHECKS)
-
-
-@pytest.mark.parametrize(
-    ("field", "value", "refused"),
-    [
-        ("hostNetwork", 1, False),  # CEL: 1 == true is false
-        ("hostNetwork", "true", False),
-        ("securityContext.runAsUser", 0.0, True),  # CEL: 0.0 == 0
-        ("securityContext.runAsUser", False, False),
-        ("securityContext.runAsUser", 1000, False),
-    ],
-)
-def test_python_compares_as_cel_does(field: str, value: object, refused: bool):
-    check = next(c for c in CHECKS if c.scope.name == "pods" and c.field == field)
-    assert check.refused(value) is refused
-
-
-def test_a_value_of_another_type_is_refused_as_the_policy_refuses_it():
-    by_kind = {c.kind: c for c in CHECKS}
-    assert by_kind["beyond"].refused("SYS_ADMIN")
-    assert by_kind["matches"].refused(5)
-    assert not by_kind["beyond"].refused(["NET_BIND_SERVICE"])
-    assert by_kind["outside"].refused(1)
-    assert by_kind["names"].refused("kernel.msgmax") and by_kind["names"].refused(["x"])
-    assert by_kind["keys"].refused([]) and not by_kind["keys"].refused({"emptyDir": {}})
-    assert by_kind["annotated"].refused("x")
-    assert by_kind["tolerates"].refused("Exists") and not by_kind["tolerates"].refused({})
-    assert by_kind["unlisted"].refused(7) and not by_kind["unlisted"].refused("default")
