@@ -182,9 +182,11 @@ class Check:
                 "namespaceObject.metadata.?annotations"
                 f"[?{cel_literal(self.grant.annotation)}].orValue('').split(',')"
             )
+            # Absent is not refused: an absent value's default '' would match the empty
+            # entry of a namespace that lists nothing, or no entry of one that lists some.
             return (
-                f"(type({v}) != string || !({v} in {allowed} "
-                f"|| {listed}.exists(s, s.trim() == {v})))"
+                f"({opt}.hasValue() && (type({v}) != string || !({v} in {allowed} "
+                f"|| {listed}.exists(s, s.trim() != '' && s.trim() == {v}))))"
             )
         raise ValueError(self.kind)  # pragma: no cover
 
