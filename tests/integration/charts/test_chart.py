@@ -68,8 +68,11 @@ def test_lint_and_template(locked: LocalCluster):
         "Pod",  # the `helm test` pod (a test hook)
         "Service",
         "ServiceAccount",
-        # No host access or privilege through a job (test_admission_policy.py).
+        # No host access, privilege or identity through a job (test_admission_policy.py):
+        # no-host-access and no-borrowed-identity.
         "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
     ]
     scoped = [
