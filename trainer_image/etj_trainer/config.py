@@ -18,12 +18,15 @@ from pydantic import ValidationError
 from etj.api.constants import METRICS_PORT_ENV, TRAINER_CONFIG_ENV
 from etj.api.dynamic import table_rows
 from etj.api.trainer import TrainerConfig
+from etj.api.trainer_reasons import REASON_CONFIG_ERROR
 
 CONFIG_ENV = TRAINER_CONFIG_ENV
 
 
 class ConfigError(ValueError):
     """The trainer config is missing or invalid."""
+
+    reason = REASON_CONFIG_ERROR
 
 
 def config_path(flag: str | None, environ: dict[str, str] | None = None) -> Path:

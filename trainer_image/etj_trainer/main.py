@@ -17,6 +17,7 @@ import traceback
 from etj.api.constants import TF_CONFIG_ENV
 from etj.api.roles import Role
 from etj.api.spec import Strategy
+from etj.api.trainer_reasons import REASON_MODEL_ERROR
 from etj_trainer import exitcodes
 from etj_trainer.config import ConfigError, load_config, metrics_port
 from etj_trainer.ending import keep
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         port = metrics_port(config)
     except (ConfigError, ClusterError) as e:
         print(f"etj_trainer: {e}", file=sys.stderr)
-        write_termination_message(type(e).__name__, str(e))
+        write_termination_message(e.reason, str(e))
         return exitcodes.USAGE
     _tf_environment()
     if _trains(config.strategy, task) and not os.environ.get("ETJ_NO_SUPERVISOR"):
@@ -123,9 +124,9 @@ def run(config: object, task: Task, port: int) -> int:
 def _failed(error: BaseException, ps: bool) -> int:
     from etj_trainer.data.records import data_error_from
     from etj_trainer.task.loop import classify
-    from etj_trainer.task.termination import exception_chain, permanent_failure
+    from etj_trainer.task.termination import exception_chain, failure_reason, permanent_failure
 
-    # A failure no restart cures (etj.api.constants.PERMANENT_TRAINER_REASONS: the config
+    # A failure no restart cures (etj.api.trainer_reasons.PERMANENT_TRAINER_REASONS: the config
     # does not match the data or the checkpoint, or the job's own model code cannot be
     # used) is reported as itself, whatever TensorFlow wrapped it in: autograph's
     # StagingError when raised while a (dataset) function was traced (ParameterServer's
@@ -135,20 +136,20 @@ def _failed(error: BaseException, ps: bool) -> int:
     permanent = permanent_failure(error, data_error_from)
     if permanent:
         reason, message = permanent
-        causes = [e.__cause__ for e in exception_chain(error) if type(e).__name__ == reason]
+        causes = [e.__cause__ for e in exception_chain(error) if failure_reason(e) == reason]
         cause = next((c for c in causes if c is not None), None)
-        if reason == "ModelError" and cause is not None:
+        if reason == REASON_MODEL_ERROR and cause is not None:
             # The user's own traceback, for the log (the message has the cause in one line).
             traceback.print_exception(cause)
         print(f"etj_trainer: {reason}: {message}", file=sys.stderr)
         report_failure(reason, message, exitcodes.USAGE)
         return exitcodes.USAGE
-    reason = type(error).__name__
+    reason = failure_reason(error)
     code = classify(error, ps)
     kind = "retryable" if code == exitcodes.RETRYABLE else "permanent"
     log.error("training failed (%s, exit %d): %s: %s", kind, code, reason, str(error)[:2000])
     if code != exitcodes.RETRYABLE:
         traceback.print_exc()
-    # The reason names the error's type; the message is what it says.
+    # The reason is the error's (its class's name for a foreign one); the message is what it says.
     report_failure(reason, str(error).strip() or reason, code)
     return code

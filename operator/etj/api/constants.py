@@ -51,14 +51,6 @@ MAX_JOB_NAME_LENGTH = 45
 # terminated state (``terminationMessagePath``), and the operator reads it from there.
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LOG_ENV = "ETJ_TERMINATION_LOG"
-# The first word of the termination message when the trainer's watchdog stopped the chief:
-# no step completed for watchdogSeconds, so some replica is hung.
-REASON_WATCHDOG = "WatchdogTimeout"
-# The chief's termination message when it trained every step: "TrainingComplete: <json>",
-# the final progress and held-out evaluation (``{"progress": {...}, "evaluation": {...}}``,
-# status field names). The operator's last scrape of the metrics page may be older: this
-# is what status.progress and status.evaluation of a Succeeded job say.
-REASON_COMPLETED = "TrainingComplete"
 
 # Kueue's plain-Pod group integration (sigs.k8s.io/kueue pkg/controller/jobs/pod/constants;
 # the same keys since v0.7). A job labelled with the queue name runs as one pod group: one
@@ -142,26 +134,6 @@ ETJ_VOLUMES = (
     VOLUME_MODEL_CODE,
     VOLUME_WARM_START,
 )
-# The trainer's reason when the job's own model code cannot be used (a module that fails
-# to import, a factory that raises, a tower of the wrong output shape): no restart cures
-# it, so the operator fails the job with the trainer's message under any restartPolicy.
-REASON_MODEL_ERROR = "ModelError"
-# The trainer's reason when a data file is malformed past data.maxBadRecords; its message
-# names the file and line ("DataError: /data/day_0.txt:81733: expected 40 fields, found 39").
-REASON_DATA_ERROR = "DataError"
-# The trainer's reason when the checkpoint to restore does not fit the job's model (another
-# table shape, another architecture): a restart would restore the same checkpoint.
-REASON_CHECKPOINT_MISMATCH = "CheckpointMismatch"
-# What no restart cures: a person must fix the data, the model code or the checkpoint. The
-# trainer exits 2 with one of these; the operator fails the job with the trainer's message
-# under every restartPolicy (under OnFailure it would otherwise fail the same way
-# backoffLimit times, and end on "backoff limit exceeded" instead of the file and line).
-# Each with what the person must fix.
-PERMANENT_TRAINER_REASONS = {
-    REASON_MODEL_ERROR: "the model code",
-    REASON_DATA_ERROR: "the data",
-    REASON_CHECKPOINT_MISMATCH: "the model or the checkpoint",
-}
 
 # What etj's renderer writes on its objects (etj.core.render) beside the labels above: the
 # recommended app.kubernetes.io labels, the job generation a pod was made from, and

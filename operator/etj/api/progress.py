@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from etj.api.constants import REASON_COMPLETED
+from etj.api.trainer_reasons import REASON_COMPLETED
 
 METRIC_STEP = "etj_trainer_step"
 METRIC_EXAMPLES_PER_SECOND = "etj_trainer_examples_per_second"

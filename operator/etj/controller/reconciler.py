@@ -41,6 +41,7 @@ from etj.api.constants import (
 from etj.api.conventions import trainer_config_map_name
 from etj.api.job import EmbeddingTrainingJob, ObjectMeta
 from etj.api.plan import ShardPlan
+from etj.api.reasons import REASON_GANG_UNAVAILABLE, REASON_INVALID_SPEC, REASON_STORAGE_NOT_SHARED
 from etj.api.roles import ALL_ROLES
 from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
 from etj.api.storage import claims_to_read, sharing_problems
@@ -53,7 +54,7 @@ from etj.core.reconcile.decision import Event, iso
 from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.policies.claim import claim_wait
 from etj.core.reconcile.policies.finish import failed_status
-from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE, gang_unavailable
+from etj.core.reconcile.policies.gang import gang_unavailable
 from etj.core.reconcile.policies.queue import owners_wanted
 from etj.core.reconcile.progress import (
     parse_evaluation,
@@ -239,11 +240,11 @@ class Reconciler:
             # The schema normally stops these; an old CRD or a CEL-less server may not.
             problems = "; ".join(str(p) for p in validated.problems)
             new = failed_status(
-                status, "InvalidSpec", problems, iso(now), obj["metadata"].get("generation")
+                status, REASON_INVALID_SPEC, problems, iso(now), obj["metadata"].get("generation")
             )
             await self._write_status(obj, new)
             if status.phase != "Failed":
-                self.post_event(obj, Event("Warning", "InvalidSpec", problems))
+                self.post_event(obj, Event("Warning", REASON_INVALID_SPEC, problems))
             return Outcome(finished=True)
         job = validated.job.model_copy(update={"status": status})
         plan = validated.plan
@@ -274,7 +275,7 @@ class Reconciler:
             job=job,
             plan=plan,
             plan_error=refusal or "; ".join(str(p) for p in validated.problems) or None,
-            refusal_reason="StorageNotShared" if refusal else "InvalidSpec",
+            refusal_reason=REASON_STORAGE_NOT_SHARED if refusal else REASON_INVALID_SPEC,
             pods=pods,
             has_service=has_service,
             has_config_map=has_cm,
@@ -467,7 +468,7 @@ class Reconciler:
             # happen.
             new = gang_unavailable(_status_of(obj), message, now, obj["metadata"].get("generation"))
             await self._write_status(obj, new)
-            self.post_event(obj, Event("Warning", REASON_UNAVAILABLE, message))
+            self.post_event(obj, Event("Warning", REASON_GANG_UNAVAILABLE, message))
             return False
         if self.cache is not None:
             self.cache.put_gang(meta["namespace"], meta["name"], gang_fingerprint(gang))

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from etj.api.constants import REASON_COMPLETED, SHARD_PLAN_ENV, TERMINATION_LOG_ENV
+from etj.api.constants import SHARD_PLAN_ENV, TERMINATION_LOG_ENV
 from etj.api.plan import ShardPlan
+from etj.api.trainer_reasons import REASON_COMPLETED
 from etj.core.planner import build_plan
 from etj.core.reconcile.progress import parse_completion, parse_progress
 from etj.core.render import RenderSettings, build_config_map

@@ -22,6 +22,7 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.spec import FileData
+from etj.api.trainer_reasons import REASON_DATA_ERROR
 
 BAD_KEY = "bad_records"
 _START, _END = "<<etj-data-error>>", "<</etj-data-error>>"
@@ -33,6 +34,8 @@ _PARSE_ERROR = re.compile(r"Name: ([^,]+), (?:Feature|Key): ([^\s.,]+)[.,]?\s*(.
 
 class DataError(ValueError):
     """The data cannot be read as the spec says: ``<file>:<line or record>: <what>``."""
+
+    reason = REASON_DATA_ERROR
 
 
 def data_error_from(error: BaseException) -> DataError | None:

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from etj.api.constants import MODEL_CODE_ENV
 from etj.api.custom import CustomModel
+from etj.api.trainer_reasons import REASON_MODEL_ERROR
 from etj_trainer.models.base import TowerInputs
 
 # Rows of the batch the tower is checked on (2, so that [batch] and [1] differ).
@@ -41,6 +42,8 @@ CHECK_BATCH = 2
 
 class ModelError(Exception):
     """The job's own model code cannot be used; the message names it and the cause."""
+
+    reason = REASON_MODEL_ERROR
 
 
 def _where(custom: CustomModel) -> str:

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 
 from etj.api.roles import ALL_ROLES, TRAINING_ROLES, Role, is_leader
 from etj.api.spec import Strategy
+from etj.api.trainer_reasons import REASON_CLUSTER_ERROR
 
 
 class ClusterError(ValueError):
     """TF_CONFIG is malformed or inconsistent."""
+
+    reason = REASON_CLUSTER_ERROR
 
 
 @dataclass(frozen=True)

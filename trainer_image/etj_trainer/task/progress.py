@@ -29,7 +29,6 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from etj.api.constants import (
     METRICS_PORT_ENV,
     PROGRESS_SECONDS_ENV,
-    REASON_COMPLETED,
     REPLICA_INDEX_ENV,
     REPLICA_TYPE_ENV,
     TF_CONFIG_ENV,
@@ -65,6 +64,7 @@ from etj.api.roles import Role
 from etj.api.roles import is_leader as leader_rule
 from etj.api.status import ExportStatus
 from etj.api.trainer import TrainerConfig
+from etj.api.trainer_reasons import REASON_COMPLETED
 from etj_trainer.config import config_field
 from etj_trainer.task.auc import BINS, auc_from_histogram
 from etj_trainer.task.events import emit

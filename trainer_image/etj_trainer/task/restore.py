@@ -16,12 +16,16 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 from tensorflow.python.ops import io_ops
 
+from etj.api.trainer_reasons import REASON_CHECKPOINT_MISMATCH
+
 VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class CheckpointMismatch(Exception):
     """The checkpoint does not hold the model the config describes (a table added, renamed
     or resized): training must not silently start those variables from scratch."""
+
+    reason = REASON_CHECKPOINT_MISMATCH
 
 
 def slice_spec(full_shape: list[int], offset: int, rows: int) -> str:

@@ -155,7 +155,7 @@ class Supervisor:
 
 
 def _report_timeout(idle: float) -> None:
-    from etj.api.constants import REASON_WATCHDOG
+    from etj.api.trainer_reasons import REASON_WATCHDOG
     from etj_trainer.task.termination import report_failure
 
     message = (

@@ -27,7 +27,8 @@ import os
 import re
 from collections.abc import Callable, Iterator
 
-from etj.api.constants import PERMANENT_TRAINER_REASONS, TERMINATION_LOG_ENV
+from etj.api.constants import TERMINATION_LOG_ENV
+from etj.api.trainer_reasons import PERMANENT_TRAINER_REASONS
 from etj_trainer.task.events import emit
 
 # Kubernetes keeps at most 4096 bytes of a termination message.
@@ -50,7 +51,9 @@ def write_termination_message(reason: str, message: str) -> None:
 
 # A reason's own line in an error's text: "DataError: <message>", the class name possibly
 # qualified ("etj_trainer.data.records.DataError: ..." in a Python traceback), indented in
-# autograph's "in user code" message.
+# autograph's "in user code" message. Python prints an error by its class name, so for this
+# path (an error that reached here as text only) each permanent class is named as its
+# reason: tests/trainer/etj_trainer/task/test_termination.py fails on a class renamed alone.
 _NAMED = re.compile(
     r"^[ \t]*(?:[A-Za-z_][\w.]*\.)?(" + "|".join(PERMANENT_TRAINER_REASONS) + r"): (\S.*)$", re.M
 )
@@ -69,11 +72,18 @@ def exception_chain(error: BaseException) -> Iterator[BaseException]:
         stack.extend(x for x in (e.__context__, e.__cause__) if x is not None)
 
 
+def failure_reason(error: BaseException) -> str:
+    """The reason a failure is reported under: an etj error's ``reason`` (data of its class,
+    from ``etj.api.trainer_reasons``), else the class name of a foreign error (TensorFlow's,
+    Python's), which no rule of the operator reads."""
+    reason = getattr(type(error), "reason", None)
+    return reason if isinstance(reason, str) else type(error).__name__
+
+
 def _reason_of(error: BaseException) -> str | None:
-    """The permanent reason this exception's class (or a base class) is named after."""
-    return next(
-        (c.__name__ for c in type(error).__mro__ if c.__name__ in PERMANENT_TRAINER_REASONS), None
-    )
+    """The permanent reason this exception's class (or a base class) carries, if any."""
+    reason = getattr(type(error), "reason", None)
+    return reason if reason in PERMANENT_TRAINER_REASONS else None
 
 
 def permanent_failure(
@@ -96,7 +106,7 @@ def permanent_failure(
     for e in chain:
         found = extract(e) if extract else None
         if found is not None:
-            return _reason_of(found) or type(found).__name__, str(found)
+            return failure_reason(found), str(found)
     for e in chain:
         match = _NAMED.search(str(e))
         if match:

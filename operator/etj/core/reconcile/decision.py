@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
+from etj.api.reasons import REASON_INVALID_SPEC
 from etj.api.roles import Role
 from etj.api.spec import GangScheduler
 from etj.api.status import EmbeddingTrainingJobStatus, Evaluation, ExportStatus, Progress
@@ -49,7 +50,7 @@ class World:
     gang_current: bool = True
     # The Failed condition's reason when the job cannot run (plan is None): InvalidSpec,
     # or StorageNotShared when the pods cannot share the claims the job names.
-    refusal_reason: str = "InvalidSpec"
+    refusal_reason: str = REASON_INVALID_SPEC
     # The uids of the pods Kueue's Workload for the job's group names as its owners, read
     # when a pass needs them (policies.queue.owners_wanted); None: not read or unknown.
     queue_owners: frozenset[str] | None = None

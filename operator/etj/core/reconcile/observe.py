@@ -20,12 +20,11 @@ from etj.api.constants import (
     KUEUE_TERMINATION_CONDITION,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
-    REASON_DATA_ERROR,
-    REASON_MODEL_ERROR,
 )
 from etj.api.quantity import quantity_bytes
 from etj.api.roles import ALL_ROLES, Role
 from etj.api.status import PodPhase
+from etj.api.trainer_reasons import REASON_DATA_ERROR, REASON_MODEL_ERROR
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from etj.api.constants import LABEL_REPLICA_TYPE
 from etj.api.roles import ReplicaSet, Role
-from etj.api.status import ReplicaStatus, ReplicaStatuses
+from etj.api.status import PodPhase, ReplicaStatus, ReplicaStatuses
 from etj.core.reconcile.observe import PodState
 from etj.core.render.meta import job_selector
 
@@ -27,7 +27,7 @@ def replica_statuses(
         mine = by_role.get(role, [])
         out[role.value] = ReplicaStatus(
             active=sum(1 for p in mine if p.active),
-            ready=sum(1 for p in mine if p.active and p.phase == "Running"),
+            ready=sum(1 for p in mine if p.active and p.phase == PodPhase.RUNNING),
             succeeded=sum(1 for p in mine if p.phase == "Succeeded"),
             failed=sum(1 for p in mine if p.phase == "Failed"),
             restarts=prev.restarts if prev else 0,
@@ -48,6 +48,6 @@ def worker_selector(job_name: str) -> str:
 
 def all_running(pods: dict[tuple[Role, int], PodState], replicas: ReplicaSet) -> bool:
     return all(
-        (p := pods.get(task)) is not None and p.active and p.phase == "Running"
+        (p := pods.get(task)) is not None and p.active and p.phase == PodPhase.RUNNING
         for task in replicas.tasks()
     )

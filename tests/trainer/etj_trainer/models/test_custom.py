@@ -17,7 +17,8 @@ import pytest
 from harness import ROOT, job_spec, read_events, trainer_config, trainer_env
 from zoo import same_math, same_math_mirrored, zoo_spec
 
-from etj.api.constants import MODEL_CODE_ENV, REASON_MODEL_ERROR, TERMINATION_LOG_ENV
+from etj.api.constants import MODEL_CODE_ENV, TERMINATION_LOG_ENV
+from etj.api.trainer_reasons import REASON_MODEL_ERROR
 
 EXAMPLE = ROOT / "examples" / "custom-tower"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from etj.api.constants import REASON_COMPLETED
+from etj.api.trainer_reasons import REASON_COMPLETED
 from etj.core.reconcile.progress import parse_completion
 from etj_trainer.task.termination import termination_text
 

@@ -156,3 +156,34 @@ def test_termination_text_is_one_line_within_the_kubernetes_limit() -> None:
     )
     long = termination_text("WatchdogTimeout", "é" * 5000)
     assert long.startswith("WatchdogTimeout: ") and len(long.encode()) <= 4096
+
+
+def test_each_error_carries_its_reason_as_data_and_is_named_as_it():
+    """The reason is the class's ``reason`` (etj.api.trainer_reasons), read as data; a class
+    renamed alone fails here, since an error that reaches the trainer as text only is found
+    by the name Python prints for it."""
+    from etj.api.trainer_reasons import (
+        PERMANENT_TRAINER_REASONS,
+        REASON_CLUSTER_ERROR,
+        REASON_CONFIG_ERROR,
+    )
+    from etj_trainer.config import ConfigError
+    from etj_trainer.data.records import DataError
+    from etj_trainer.models.custom import ModelError
+    from etj_trainer.task.cluster import ClusterError
+    from etj_trainer.task.restore import CheckpointMismatch
+    from etj_trainer.task.termination import failure_reason, permanent_failure
+
+    permanent = (DataError, ModelError, CheckpointMismatch)
+    assert {cls.reason for cls in permanent} == set(PERMANENT_TRAINER_REASONS)
+    for cls in permanent:
+        assert cls.__name__ == cls.reason
+        assert permanent_failure(cls("why")) == (cls.reason, "why")
+    assert failure_reason(ConfigError("x")) == REASON_CONFIG_ERROR
+    assert failure_reason(ClusterError("x")) == REASON_CLUSTER_ERROR
+    assert failure_reason(KeyError("x")) == "KeyError"  # a foreign error: its class name
+
+    class Renamed(DataError):
+        pass
+
+    assert permanent_failure(Renamed("bad line")) == (DataError.reason, "bad line")

@@ -14,11 +14,11 @@ from etj.api.constants import (
     ETJ_VOLUMES,
     MODEL_CODE_ENV,
     MODEL_CODE_MOUNT,
-    REASON_MODEL_ERROR,
     VOLUME_MODEL_CODE,
 )
 from etj.api.custom import CUSTOM_RULES
 from etj.api.spec import ModelSpec
+from etj.api.trainer_reasons import REASON_MODEL_ERROR
 from etj.core.crd import build_crd
 from etj.core.planner import build_plan
 from etj.core.reconcile.policies.restart import classify

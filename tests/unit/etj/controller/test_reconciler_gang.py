@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import copy
 
+from etj.api.reasons import REASON_GANG_UNAVAILABLE
 from etj.controller.kube import ApiRefused
-from etj.core.reconcile.policies.gang import REASON_UNAVAILABLE
 from tests.unit.etj.controller.test_reconciler import NS, PODS, Setup
 
 
@@ -68,10 +68,10 @@ def test_a_refused_gang_makes_no_pod_and_the_job_says_why():
     status = s.api.jobs[(NS, "ctr")]["status"]
     scheduled = next(c for c in status["conditions"] if c["type"] == "Scheduled")
     assert scheduled["status"] == "False"
-    assert scheduled["reason"] == REASON_UNAVAILABLE
+    assert scheduled["reason"] == REASON_GANG_UNAVAILABLE
     assert "scheduling.volcano.sh/v1beta1 PodGroup ctr" in scheduled["message"]
     assert "CRDs installed" in scheduled["message"]
-    assert [e.reason for e in s.events] == [REASON_UNAVAILABLE]
+    assert [e.reason for e in s.events] == [REASON_GANG_UNAVAILABLE]
     # Once the API server has it, the next pass makes the gang and then the pods.
     s.api.gang_refusal = None
     s.run()

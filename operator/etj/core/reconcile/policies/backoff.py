@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from etj.api.roles import Role
 from etj.api.spec import RestartBackoff, Strategy
-from etj.api.status import ReplicaBackoff
+from etj.api.status import PodPhase, ReplicaBackoff
 from etj.core.reconcile.observe import PodState
 
 
@@ -77,7 +77,7 @@ def waiting_seconds(entry: ReplicaBackoff | None, now: datetime) -> float:
 def recovered(pod: PodState, policy: RestartBackoff, now: datetime) -> bool:
     """The replica has run cleanly long enough for its count to be forgotten."""
     ran = pod.ran_seconds(now)
-    return pod.phase == "Running" and ran is not None and ran >= policy.reset_after_seconds
+    return pod.phase == PodPhase.RUNNING and ran is not None and ran >= policy.reset_after_seconds
 
 
 def seconds_to_recovery(pod: PodState, policy: RestartBackoff, now: datetime) -> float | None:
@@ -85,7 +85,7 @@ def seconds_to_recovery(pod: PodState, policy: RestartBackoff, now: datetime) ->
     None when time alone cannot make it hold (the pod is not running, or when it started
     is unknown)."""
     ran = pod.ran_seconds(now)
-    if pod.phase != "Running" or ran is None:
+    if pod.phase != PodPhase.RUNNING or ran is None:
         return None
     return max(0.0, policy.reset_after_seconds - ran)
 

@@ -16,12 +16,13 @@ from datetime import datetime
 
 from etj.api.roles import ReplicaSet, Role
 from etj.api.spec import CleanPodPolicy, SuccessPolicy
+from etj.api.status import PodPhase
 from etj.core.reconcile.observe import PodState
 
 
 def _succeeded(pods: dict[tuple[Role, int], PodState], key: tuple[Role, int]) -> bool:
     pod = pods.get(key)
-    return pod is not None and pod.phase == "Succeeded"
+    return pod is not None and pod.phase == PodPhase.SUCCEEDED
 
 
 def leader_succeeded(pods: dict[tuple[Role, int], PodState], replicas: ReplicaSet) -> bool:

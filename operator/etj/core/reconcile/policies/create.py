@@ -9,6 +9,7 @@ Pure: no I/O; the step changes the pass it is given.
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_CREATED, REASON_PODS_CREATED, REASON_SCALED, REASON_SCALING
 from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType
 from etj.core.reconcile.conditions import condition_true
@@ -16,11 +17,8 @@ from etj.core.reconcile.policies.backoff import waiting_seconds
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.reconcile.policies.queue import ADOPTION_RECHECK_SECONDS, pods_to_release
 from etj.core.reconcile.policies.recovery import _restarted
-from etj.core.reconcile.policies.scale import REASON_SCALED, REASON_SCALING, scale_step
+from etj.core.reconcile.policies.scale import scale_step
 from etj.core.tfconfig import pod_name
-
-REASON_CREATED = "Created"
-REASON_PODS_CREATED = "PodsCreated"
 
 
 def create(p: _Pass, replicas: ReplicaSet) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from etj.api.reasons import REASON_DEADLINE_EXCEEDED
 from etj.api.roles import ReplicaSet
 from etj.api.status import Phase
 from etj.core.reconcile.decision import parse_time
 from etj.core.reconcile.policies.pass_state import _Pass
-
-REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
 def deadline_exceeded(start: datetime | None, seconds: int | None, now: datetime) -> bool:

@@ -8,14 +8,22 @@ Pure: no I/O; each rule changes the pass it is given.
 from __future__ import annotations
 
 from etj.api.quantity import human_bytes, quantity_bytes
+from etj.api.reasons import (
+    REASON_BACKOFF_LIMIT_EXCEEDED,
+    REASON_NODE_LOST,
+    REASON_OOM_KILLED,
+    REASON_PREEMPTED,
+    REASON_REPLICA_FAILED,
+    REASON_RESTARTING,
+)
 from etj.api.roles import ReplicaSet, Role
-from etj.api.status import ConditionType, Phase, ReplicaBackoff
+from etj.api.status import ConditionType, Phase, PodPhase, ReplicaBackoff
 from etj.core.reconcile.decision import iso
 from etj.core.reconcile.policies.backoff import due_time, restart_wait
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.queue import QUEUE_REASONS, REASON_PREEMPTED, queue_eviction
+from etj.core.reconcile.policies.queue import QUEUE_REASONS, queue_eviction
 from etj.core.reconcile.policies.restart import Failure, classify, restart_group
 from etj.core.reconcile.status import replica_statuses
 from etj.core.tfconfig import pod_name
@@ -39,7 +47,7 @@ def _failures(p: _Pass, replicas: ReplicaSet) -> list[Failure]:
         for pod in p.w.pods
         if pod.name not in restarting
         and pod.key in desired
-        and (pod.phase == "Failed" or (pod.terminating and not pod.finished))
+        and (pod.phase == PodPhase.FAILED or (pod.terminating and not pod.finished))
     ]
 
 
@@ -51,14 +59,14 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     rp = p.job.spec.run_policy
     permanent = [f for f in failures if f.permanent]
     if permanent:
-        p.finish(Phase.FAILED, "ReplicaFailed", permanent[0].why)
+        p.finish(Phase.FAILED, REASON_REPLICA_FAILED, permanent[0].why)
         return True
     whys = "; ".join(f.why for f in failures)
     for f in failures:
         if f.pod.node_lost:
             p.event(
                 "Warning",
-                "NodeLost",
+                REASON_NODE_LOST,
                 f"{f.pod.name} was lost with its node {f.pod.node_name or '(unknown)'}: a "
                 "disruption, replaced without counting against backoffLimit",
             )
@@ -71,7 +79,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     if counted and p.st.restarts >= rp.backoff_limit:
         p.finish(
             Phase.FAILED,
-            "BackoffLimitExceeded",
+            REASON_BACKOFF_LIMIT_EXCEEDED,
             f"{whys}; backoffLimit {rp.backoff_limit} reached after {p.st.restarts} restarts",
         )
         return True
@@ -96,7 +104,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         return False
     p.event(
         "Warning",
-        "Restarting",
+        REASON_RESTARTING,
         f"{whys}; restarting {', '.join(names)} {when}"
         + (
             f"(restart {p.st.restarts} of backoffLimit {rp.backoff_limit})"
@@ -108,7 +116,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     p.condition(
         ConditionType.RESTARTING,
         True,
-        "ReplicaFailed",
+        REASON_REPLICA_FAILED,
         f"{whys}; next restart {when}" if when else whys,
     )
     return False
@@ -181,13 +189,13 @@ def _oom(p: _Pass, f: Failure) -> None:
     if new is None:
         p.event(
             "Warning",
-            "OOMKilled",
+            REASON_OOM_KILLED,
             f"{f.pod.name} was OOM-killed; its memory limit cannot grow (limit {current}, cap {human_bytes(cap)})",
         )
         return
     p.st.memory_limits = {**p.st.memory_limits, f.pod.name: new}
     p.event(
         "Warning",
-        "OOMKilled",
+        REASON_OOM_KILLED,
         f"{f.pod.name} was OOM-killed; recreating it with memory limit {human_bytes(new)} (was {human_bytes(current or 0)})",
     )

@@ -8,6 +8,12 @@ Pure: no I/O; each rule changes the pass it is given.
 
 from __future__ import annotations
 
+from etj.api.reasons import (
+    REASON_INVALID_SPEC,
+    REASON_SUCCEEDED,
+    REASON_SUSPENDED,
+    REASON_TTL_EXPIRED,
+)
 from etj.api.roles import ReplicaSet
 from etj.api.status import ConditionType, EmbeddingTrainingJobStatus, Phase
 from etj.core.reconcile.conditions import set_condition
@@ -40,7 +46,7 @@ def failed_status(
     return st
 
 
-def _invalid(p: _Pass, error: str, reason: str = "InvalidSpec") -> Decision:
+def _invalid(p: _Pass, error: str, reason: str = REASON_INVALID_SPEC) -> Decision:
     if p.st.phase != Phase.FAILED:
         p.finish(Phase.FAILED, reason, error)
         p.d.delete_pods = pods_to_suspend(p.w.pods)  # nothing may run for an invalid job
@@ -57,7 +63,7 @@ def _leader_did_not_exit(p: _Pass, replicas: ReplicaSet) -> None:
     p.st.export = p.export_status(p.w.export) or p.st.export
     p.finish(
         Phase.SUCCEEDED,
-        "JobSucceeded",
+        REASON_SUCCEEDED,
         f"{success_message(replicas)}; its process had not exited "
         f"{LEADER_EXIT_GRACE_SECONDS:.0f}s after it reported its last step, so it was stopped",
     )
@@ -74,7 +80,7 @@ def _finished(p: _Pass, replicas: ReplicaSet) -> Decision:
         p.d.delete_job = True
         p.event(
             "Normal",
-            "TTLExpired",
+            REASON_TTL_EXPIRED,
             f"deleting the job {rp.ttl_seconds_after_finished}s after it finished",
         )
     else:
@@ -91,8 +97,13 @@ def _suspend(p: _Pass, replicas: ReplicaSet) -> Decision:
     if p.st.phase != Phase.SUSPENDED:
         p.st.phase = Phase.SUSPENDED
         p.condition(
-            ConditionType.SUSPENDED, True, "Suspended", "pods deleted; status and checkpoints kept"
+            ConditionType.SUSPENDED,
+            True,
+            REASON_SUSPENDED,
+            "pods deleted; status and checkpoints kept",
         )
-        p.condition(ConditionType.RUNNING, False, "Suspended", "")
-        p.event("Normal", "Suspended", "job suspended: pods deleted; status and checkpoints kept")
+        p.condition(ConditionType.RUNNING, False, REASON_SUSPENDED, "")
+        p.event(
+            "Normal", REASON_SUSPENDED, "job suspended: pods deleted; status and checkpoints kept"
+        )
     return p.done(replicas)

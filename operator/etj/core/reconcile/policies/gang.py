@@ -12,6 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from etj.api.reasons import (
+    REASON_GANG_SCHEDULED,
+    REASON_GANG_UNAVAILABLE,
+    REASON_GANG_UNSCHEDULABLE,
+    REASON_GANG_WAITING,
+)
 from etj.api.roles import ReplicaSet, Role
 from etj.api.spec import GangScheduler
 from etj.api.status import ConditionType, EmbeddingTrainingJobStatus
@@ -20,13 +26,8 @@ from etj.core.reconcile.observe import PodState
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.render.scheduling import min_available
 
-# The job's condition type and its reasons.
+# The job's condition type (its reasons: etj.api.reasons, REASON_GANG_*).
 CONDITION_SCHEDULED = ConditionType.SCHEDULED
-REASON_SCHEDULED = "GangScheduled"
-REASON_UNSCHEDULABLE = "GangUnschedulable"
-REASON_WAITING = "GangWaiting"
-# The gang object cannot be made: its API is not served, or the operator may not make it.
-REASON_UNAVAILABLE = "GangSchedulerUnavailable"
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,20 @@ def gang_state(pods: list[PodState], min_count: int, backend: GangScheduler) -> 
     bound = sum(1 for p in current if p.node_name)
     if bound >= min_count:
         return GangState(
-            True, REASON_SCHEDULED, f"{bound} pods bound ({backend} gang of {min_count})"
+            True, REASON_GANG_SCHEDULED, f"{bound} pods bound ({backend} gang of {min_count})"
         )
     stuck = sorted((p for p in current if p.unschedulable and not p.node_name), key=_key)
     if stuck:
         first = stuck[0]
         return GangState(
             False,
-            REASON_UNSCHEDULABLE,
+            REASON_GANG_UNSCHEDULABLE,
             f"the {backend} gang of {min_count} pods cannot be placed ({bound} bound, "
             f"{len(stuck)} unschedulable); {first.name}: {first.unschedulable}",
         )
     return GangState(
         False,
-        REASON_WAITING,
+        REASON_GANG_WAITING,
         f"waiting for the scheduler to place the {backend} gang of {min_count} ({bound} bound)",
     )
 
@@ -72,7 +73,7 @@ def gang_unavailable(
     st = status.model_copy(deep=True)
     st.message = message
     st.conditions = set_condition(
-        st.conditions, CONDITION_SCHEDULED, False, REASON_UNAVAILABLE, message, now, generation
+        st.conditions, CONDITION_SCHEDULED, False, REASON_GANG_UNAVAILABLE, message, now, generation
     )
     return st
 
@@ -85,8 +86,8 @@ def gang_step(p: _Pass, replicas: ReplicaSet) -> None:
     state = gang_state(p.w.pods, min_available(p.job, replicas), p.w.gang)
     old = next((c for c in p.st.conditions if c.type == CONDITION_SCHEDULED), None)
     if old is None or old.reason != state.reason:
-        if state.reason == REASON_UNSCHEDULABLE:
+        if state.reason == REASON_GANG_UNSCHEDULABLE:
             p.event("Warning", state.reason, state.message)
-        elif state.reason == REASON_SCHEDULED:
+        elif state.reason == REASON_GANG_SCHEDULED:
             p.event("Normal", state.reason, state.message)
     p.condition(CONDITION_SCHEDULED, state.scheduled, state.reason, state.message)

@@ -6,13 +6,14 @@ Pure: no I/O; the caller passes the time.
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_CHECKPOINT_READ
 from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType, EmbeddingTrainingJobStatus, ExportStatus, Phase
 from etj.core.reconcile.conditions import set_condition
 from etj.core.reconcile.decision import Decision, Event, World, iso
 from etj.core.reconcile.policies.completion import pods_to_clean
 from etj.core.reconcile.policies.queue import pods_to_mark_unretriable
-from etj.core.reconcile.policies.warmstart import REASON_READ, event_message, summary_lines
+from etj.core.reconcile.policies.warmstart import event_message, summary_lines
 from etj.core.reconcile.status import replica_statuses, worker_selector, workers_column
 from etj.core.render.trainer_config import trainer_export
 
@@ -76,7 +77,7 @@ class _Pass:
             update={"tables": tables, "step": pinned.step if step is None else step}
         )
         message = event_message(summary_lines(self.st.warm_start))
-        self.d.events.append(Event("Normal", REASON_READ, message))
+        self.d.events.append(Event("Normal", REASON_CHECKPOINT_READ, message))
 
     def export_status(self, reported: ExportStatus | None) -> ExportStatus | None:
         """A serving version the leader reported, with the base path it is under (the

@@ -33,13 +33,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from etj.api.reasons import REASON_EVICTED, REASON_PREEMPTED
 from etj.core.reconcile.observe import PodState
 
 # A Kueue eviction whose message says so (Kueue's scheduler writes "Preempted to
 # accommodate a workload ..."); other evictions (deactivation, node failures) say otherwise.
 _PREEMPTED_PREFIX = "Preempted"
-REASON_PREEMPTED = "Preempted"
-REASON_EVICTED = "EvictedByQueue"
 QUEUE_REASONS = frozenset({REASON_PREEMPTED, REASON_EVICTED})
 
 

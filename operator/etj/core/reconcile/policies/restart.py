@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etj.api.constants import PERMANENT_TRAINER_REASONS, REASON_WATCHDOG
 from etj.api.roles import ReplicaSet, Role
 from etj.api.spec import RestartPolicy, Strategy
+from etj.api.trainer_reasons import PERMANENT_TRAINER_REASONS, REASON_WATCHDOG
 from etj.core.reconcile.observe import PodState
 
 

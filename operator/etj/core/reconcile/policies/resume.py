@@ -9,11 +9,10 @@ later steps of ``decide`` do).
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_RESUMED
 from etj.api.status import ConditionType, Phase
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.reconcile.policies.suspend import start_time_on_resume
-
-REASON_RESUMED = "Resumed"
 
 
 def resume(p: _Pass) -> None:

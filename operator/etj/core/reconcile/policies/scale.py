@@ -33,10 +33,6 @@ from etj.api.roles import ReplicaSet, Role
 from etj.api.spec import Strategy
 from etj.core.reconcile.observe import PodState
 
-# The Scaling condition's reasons: a change under way, and the last one done.
-REASON_SCALING = "WorkersChanged"
-REASON_SCALED = "Scaled"
-
 
 @dataclass(frozen=True)
 class ScaleStep:

@@ -8,6 +8,7 @@ Pure: no I/O; the step changes the pass it is given.
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_SUCCEEDED
 from etj.api.roles import ReplicaSet
 from etj.api.spec import SuccessPolicy, step_limit
 from etj.api.status import Phase, Progress
@@ -21,8 +22,6 @@ from etj.core.reconcile.policies.finish import _leader_did_not_exit
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.reconcile.policies.ttl import seconds_to_expiry
 from etj.core.reconcile.progress import completion_export, parse_completion
-
-REASON_SUCCEEDED = "JobSucceeded"
 
 
 def succeeded(p: _Pass, replicas: ReplicaSet) -> bool:

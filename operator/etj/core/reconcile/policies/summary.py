@@ -8,16 +8,14 @@ Pure: no I/O; the step changes the pass it is given.
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_ALL_RUNNING, REASON_RUNNING, REASON_SCALED
 from etj.api.roles import ReplicaSet
 from etj.api.status import ConditionType, Phase
 from etj.core.reconcile.conditions import condition_true
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.reconcile.policies.recovery import _forget_recovered
-from etj.core.reconcile.policies.scale import REASON_SCALED, scale_done
+from etj.core.reconcile.policies.scale import scale_done
 from etj.core.reconcile.status import all_running
-
-REASON_RUNNING = "Running"
-REASON_ALL_RUNNING = "AllReplicasRunning"
 
 
 def summarise(p: _Pass, replicas: ReplicaSet) -> None:

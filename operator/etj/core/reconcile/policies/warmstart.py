@@ -38,12 +38,6 @@ from etj.core.render.warmstart import location_status, source_of_job
 
 # Seconds between looks at the namespace's jobs while a warm start waits for its source.
 RECHECK_SECONDS = 10.0
-REASON_RESOLVED = "SourceResolved"
-REASON_NO_SOURCE = "NoSource"
-REASON_WAITING = "WaitingForSource"
-REASON_REFUSED = "WarmStartRefused"
-# The trainer read a location's checkpoint and reported what it restored.
-REASON_READ = "CheckpointRead"
 
 
 @dataclass(frozen=True)

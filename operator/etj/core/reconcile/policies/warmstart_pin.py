@@ -10,19 +10,17 @@ Pure: no I/O; the step changes the pass it is given.
 
 from __future__ import annotations
 
+from etj.api.reasons import (
+    REASON_NO_SOURCE,
+    REASON_SOURCE_RESOLVED,
+    REASON_WAITING_FOR_SOURCE,
+    REASON_WARM_START_REFUSED,
+)
 from etj.api.roles import ReplicaSet
 from etj.api.status import ConditionType, Phase
 from etj.core.reconcile.conditions import condition_true
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.warmstart import (
-    REASON_NO_SOURCE,
-    REASON_REFUSED,
-    REASON_RESOLVED,
-    REASON_WAITING,
-    RECHECK_SECONDS,
-    event_message,
-    resolve,
-)
+from etj.core.reconcile.policies.warmstart import RECHECK_SECONDS, event_message, resolve
 
 # How soon the pass after a pin comes (it makes the pods).
 AFTER_PIN_SECONDS = 0.5
@@ -46,19 +44,19 @@ def pin_warm_start(p: _Pass, replicas: ReplicaSet | None = None) -> bool:
         return False
     r = resolve(p.job, p.w.jobs, p.now)
     if r.refusal is not None:
-        p.finish(Phase.FAILED, REASON_REFUSED, r.refusal)
+        p.finish(Phase.FAILED, REASON_WARM_START_REFUSED, r.refusal)
         return True
     if r.wait is not None:
         old = next((c for c in p.st.conditions if c.type == ConditionType.WARM_STARTED), None)
         if old is None or old.message != r.wait:
-            p.event("Normal", REASON_WAITING, r.wait)
-        p.condition(ConditionType.WARM_STARTED, False, REASON_WAITING, r.wait)
+            p.event("Normal", REASON_WAITING_FOR_SOURCE, r.wait)
+        p.condition(ConditionType.WARM_STARTED, False, REASON_WAITING_FOR_SOURCE, r.wait)
         p.st.phase = Phase.PENDING
         p.requeue(RECHECK_SECONDS)
         return True
     assert r.status is not None
     p.st.warm_start = r.status
-    reason = REASON_RESOLVED if r.status.location else REASON_NO_SOURCE
+    reason = REASON_SOURCE_RESOLVED if r.status.location else REASON_NO_SOURCE
     p.condition(ConditionType.WARM_STARTED, r.status.location is not None, reason, r.lines[0])
     # One Event, a line per decision (the status has them all).
     p.event("Normal", reason, event_message(r.lines))

@@ -4,12 +4,12 @@ of tasks the spec no longer has, and applies a change of the worker count first.
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_CREATED, REASON_SCALED
 from etj.api.roles import Role
 from etj.api.status import ConditionType
 from etj.core.planner import build_plan
-from etj.core.reconcile.policies.create import REASON_CREATED, create
+from etj.core.reconcile.policies.create import create
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.scale import REASON_SCALED
 from etj.core.render.pod import replica_set
 from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
 from tests.unit.reconcile_helpers import all_pods, make_job, pod

@@ -2,9 +2,9 @@
 
 from datetime import timedelta
 
+from etj.api.reasons import REASON_DEADLINE_EXCEEDED
 from etj.api.status import Phase
 from etj.core.reconcile.policies.deadline import (
-    REASON_DEADLINE_EXCEEDED,
     deadline_exceeded,
     deadline_passed,
     requeue_at_deadline,

@@ -4,14 +4,9 @@ object (re)made when it is not as the plan wants it."""
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_GANG_SCHEDULED, REASON_GANG_UNSCHEDULABLE, REASON_GANG_WAITING
 from etj.core.planner import build_plan
-from etj.core.reconcile.policies.gang import (
-    REASON_SCHEDULED,
-    REASON_UNSCHEDULABLE,
-    REASON_WAITING,
-    gang_state,
-    gang_step,
-)
+from etj.core.reconcile.policies.gang import gang_state, gang_step
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.render.pod import replica_set
 from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
@@ -27,21 +22,21 @@ def pending(role: str, index: int, **kw) -> object:
 def test_every_pod_bound_is_scheduled():
     pods = [pod("chief", 0, node_name="n"), pod("worker", 0, node_name="n")]
     state = gang_state(pods, 2, "Workload")
-    assert state.scheduled and state.reason == REASON_SCHEDULED
+    assert state.scheduled and state.reason == REASON_GANG_SCHEDULED
     assert "2 pods bound" in state.message
 
 
 def test_an_unschedulable_member_makes_the_gang_unschedulable_with_the_schedulers_word():
     pods = [pending("chief", 0), pending("ps", 0, unschedulable=NO_CPU), pending("worker", 0)]
     state = gang_state(pods, 3, "Workload")
-    assert not state.scheduled and state.reason == REASON_UNSCHEDULABLE
+    assert not state.scheduled and state.reason == REASON_GANG_UNSCHEDULABLE
     assert "0 bound, 1 unschedulable" in state.message
     assert f"j-ps-0: {NO_CPU}" in state.message
 
 
 def test_pods_not_yet_placed_are_waiting():
     state = gang_state([pending("chief", 0), pending("worker", 0)], 2, "Volcano")
-    assert not state.scheduled and state.reason == REASON_WAITING
+    assert not state.scheduled and state.reason == REASON_GANG_WAITING
     assert "Volcano gang of 2" in state.message
 
 
@@ -65,7 +60,7 @@ def test_decide_asks_for_the_gang_before_the_pods_and_says_it_waits():
     assert d.apply_gang
     assert len(d.create_pods) == 5
     c = condition(d)
-    assert (c.status, c.reason) == ("False", REASON_WAITING)
+    assert (c.status, c.reason) == ("False", REASON_GANG_WAITING)
     assert "gang of 5" in c.message
     # Once made, it is not asked for again.
     assert not run(job, [], gang="Workload", gang_current=True).apply_gang
@@ -82,16 +77,18 @@ def test_decide_warns_once_when_the_gang_cannot_be_placed_then_reports_it_placed
     stuck = [pending(r, i) for r, i in [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]]
     stuck.append(pending("ps", 1, unschedulable=NO_CPU))
     d = run(job, stuck, gang="Workload")
-    assert (condition(d).status, condition(d).reason) == ("False", REASON_UNSCHEDULABLE)
-    assert [e.reason for e in d.events if e.type == "Warning"] == [REASON_UNSCHEDULABLE]
+    assert (condition(d).status, condition(d).reason) == ("False", REASON_GANG_UNSCHEDULABLE)
+    assert [e.reason for e in d.events if e.type == "Warning"] == [REASON_GANG_UNSCHEDULABLE]
     job = with_status(job, d)
     again = run(job, stuck, gang="Workload")
-    assert [e for e in again.events if e.reason == REASON_UNSCHEDULABLE] == []
+    assert [e for e in again.events if e.reason == REASON_GANG_UNSCHEDULABLE] == []
     job = with_status(job, again)
     bound = [p.__class__(**{**p.__dict__, "node_name": "n"}) for p in all_pods(job)]
     placed = run(job, bound, gang="Workload")
-    assert (condition(placed).status, condition(placed).reason) == ("True", REASON_SCHEDULED)
-    assert [e.reason for e in placed.events if e.reason == REASON_SCHEDULED] == [REASON_SCHEDULED]
+    assert (condition(placed).status, condition(placed).reason) == ("True", REASON_GANG_SCHEDULED)
+    assert [e.reason for e in placed.events if e.reason == REASON_GANG_SCHEDULED] == [
+        REASON_GANG_SCHEDULED
+    ]
 
 
 def test_observe_reads_the_node_and_the_schedulers_word():
@@ -142,4 +139,4 @@ def test_the_gang_step_is_silent_without_a_gang_and_remakes_a_stale_one():
     stale = _Pass(_world(job, all_pods(job), gang="Workload", gang_current=False))
     gang_step(stale, replicas)
     assert stale.d.apply_gang
-    assert [c.reason for c in stale.st.conditions] == [REASON_WAITING]
+    assert [c.reason for c in stale.st.conditions] == [REASON_GANG_WAITING]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from etj.api.constants import REASON_CHECKPOINT_MISMATCH, REASON_DATA_ERROR, REASON_MODEL_ERROR
+from etj.api.trainer_reasons import (
+    REASON_CHECKPOINT_MISMATCH,
+    REASON_DATA_ERROR,
+    REASON_MODEL_ERROR,
+)
 from etj.core.reconcile.policies.restart import classify, restart_group
 from etj.core.tfconfig import ReplicaSet
 from tests.unit.reconcile_helpers import pod

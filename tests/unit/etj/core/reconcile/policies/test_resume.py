@@ -3,9 +3,10 @@ deadline's clock restarted; a first pass sets the start time; a running job is l
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_RESUMED
 from etj.api.status import ConditionType, Phase
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.resume import REASON_RESUMED, resume
+from etj.core.reconcile.policies.resume import resume
 from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
 from tests.unit.reconcile_helpers import later, make_job
 

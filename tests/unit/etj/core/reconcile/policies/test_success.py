@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from etj.api.reasons import REASON_SUCCEEDED
 from etj.api.roles import Role
 from etj.api.status import Phase
 from etj.core.planner import build_plan
 from etj.core.reconcile.policies.completion import LEADER_EXIT_GRACE_SECONDS
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.success import REASON_SUCCEEDED, succeeded
+from etj.core.reconcile.policies.success import succeeded
 from etj.core.render.pod import replica_set
 from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
 from tests.unit.reconcile_helpers import T0, all_pods, make_job, pod

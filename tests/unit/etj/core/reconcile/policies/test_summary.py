@@ -3,10 +3,11 @@ replica is replaced, Running (said once) when every replica runs, else Pending."
 
 from __future__ import annotations
 
+from etj.api.reasons import REASON_ALL_RUNNING, REASON_RUNNING
 from etj.api.status import ConditionType, Phase
 from etj.core.planner import build_plan
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.summary import REASON_ALL_RUNNING, REASON_RUNNING, summarise
+from etj.core.reconcile.policies.summary import summarise
 from etj.core.render.pod import replica_set
 from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
 from tests.unit.reconcile_helpers import all_pods, make_job

@@ -3,9 +3,13 @@ pod of a job whose warm start is not pinned; it waits, refuses (the job fails) o
 
 from __future__ import annotations
 
+from etj.api.reasons import (
+    REASON_SOURCE_RESOLVED,
+    REASON_WAITING_FOR_SOURCE,
+    REASON_WARM_START_REFUSED,
+)
 from etj.api.status import ConditionType, Phase
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.warmstart import REASON_REFUSED, REASON_RESOLVED, REASON_WAITING
 from etj.core.reconcile.policies.warmstart_pin import (
     AFTER_PIN_SECONDS,
     pin_warm_start,
@@ -28,19 +32,19 @@ def test_a_running_source_is_waited_for():
     assert pin_warm_start(p)
     assert p.st.phase == Phase.PENDING and p.d.create_pods == []
     (c,) = [c for c in p.st.conditions if c.type == ConditionType.WARM_STARTED]
-    assert (c.status, c.reason) == ("False", REASON_WAITING)
+    assert (c.status, c.reason) == ("False", REASON_WAITING_FOR_SOURCE)
 
 
 def test_a_failed_source_fails_the_job():
     p = _Pass(_world(warm(), jobs=[source("Failed")]))
     assert pin_warm_start(p)
     assert p.st.phase == Phase.FAILED
-    assert [e.reason for e in p.d.events] == [REASON_REFUSED]
+    assert [e.reason for e in p.d.events] == [REASON_WARM_START_REFUSED]
 
 
 def test_a_succeeded_source_is_pinned_and_the_pods_come_next():
     p = _Pass(_world(warm(), jobs=[source()]))
     assert pin_warm_start(p)
     assert p.st.warm_start is not None and p.st.warm_start.source_job == "day-1"
-    assert [e.reason for e in p.d.events] == [REASON_RESOLVED]
+    assert [e.reason for e in p.d.events] == [REASON_SOURCE_RESOLVED]
     assert p.d.requeue_after == AFTER_PIN_SECONDS and p.d.create_pods == []
