@@ -111,5 +111,9 @@ def check_consistent(config: TrainerConfig) -> None:
         raise ConfigError(f"strategy {config.strategy} but the shard plan is for {plan.strategy}")
     if config.data.source == "files" and config.data.files is None:
         raise ConfigError("data.source is files but data.files is missing")
-    if config.data.files is not None and config.data.files.follow is not None:
-        raise ConfigError("data.files.follow: this trainer cannot follow files yet")
+    files = config.data.files
+    if files is not None and files.follow is not None and config.model.features is not None:
+        raise ConfigError(
+            "data.files.follow reads etj's own file layout (a column per table) for now, "
+            "not files described by model.features"
+        )

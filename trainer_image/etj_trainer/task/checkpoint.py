@@ -33,7 +33,8 @@ RESTARTS_FILE = "restarts"
 
 def restore_in_pieces(state: TrainingState, path: str) -> None:
     """Assign every saved variable of ``state`` from ``path`` (``restore_components``)."""
-    restore_components(path, {**state.named_variables(), "step": [state.step]})
+    position = state.position.variables_by_key() if state.position is not None else {}
+    restore_components(path, {**state.named_variables(), "step": [state.step], **position})
     state.restore_dynamic(path)
 
 

@@ -113,7 +113,7 @@ def train_loop(
 ) -> int:
     """Train from the restored step to ``training.steps``; the exit code."""
     total = config.steps
-    # etj_trainer.config refuses a job that follows its files without steps (for now).
+    # A job that follows its files has a loop of its own (etj_trainer.task.follow).
     assert total is not None
     sizer = ChunkSizer(
         config.steps_per_execution,

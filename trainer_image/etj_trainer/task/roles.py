@@ -33,9 +33,10 @@ from etj_trainer.models.ctr import TablePartitioner
 from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.cluster import Task
 from etj_trainer.task.events import emit
+from etj_trainer.task.follow import FollowParts, file_function, first_header, follow_loop
 from etj_trainer.task.loop import LoopParts, StopFlag, train_loop
 from etj_trainer.task.state import TrainingState
-from etj_trainer.task.step import ChunkResult, unpack_chunk
+from etj_trainer.task.step import ChunkResult, unpack_chunk, unpack_file
 from etj_trainer.task.threads import configure_threads, cpu_budget, thread_counts
 
 # The signals that stop a server: the kubelet's SIGTERM when the operator deletes the pod
@@ -106,6 +107,23 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
     checkpoints = Checkpoints(state, config.checkpoint)
     restored = checkpoints.restore()
     batch = config.training.batch_size_per_replica
+    if state.position is not None:
+        # Following files: the coordinator names each file in a closure's arguments.
+        with strategy.scope():
+            starts = tf.Variable(0, dtype=tf.int64, trainable=False, name="file_runs")
+        fn = file_function(config, state, first_header(config, stop), starts)
+        follow = FollowParts(
+            run=lambda name: coordinator.schedule(fn, args=(tf.constant(name),)),
+            result=lambda rv: unpack_file(rv.fetch()),
+            barrier=coordinator.join,
+            workers=task.num_workers,
+            examples_per_step=batch,
+            warm_up=fn.get_concrete_function,
+            started=lambda: int(starts.numpy()),
+        )
+        code = follow_loop(config, state, checkpoints, follow, restored, stop, metrics_port)
+        keep(locals())
+        return code
 
     def dataset_fn() -> tf.data.Dataset:
         # One function for every worker; each reads its own files (see ps_worker_dataset).
@@ -169,6 +187,20 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
     restored = checkpoints.restore()
     batch = config.training.batch_size_per_replica
     seed = config.training.seed
+    if state.position is not None:
+        # Following files (one process: etj.api.spec.FOLLOW_STRATEGY_RULES).
+        fn = file_function(config, state, first_header(config, stop))
+        follow = FollowParts(
+            run=lambda name: fn(tf.constant(name)),
+            result=unpack_file,
+            barrier=lambda: None,
+            workers=1,
+            examples_per_step=batch,
+            warm_up=fn.get_concrete_function,
+        )
+        code = follow_loop(config, state, checkpoints, follow, restored, stop, metrics_port)
+        keep(locals())
+        return code
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         return make_dataset(

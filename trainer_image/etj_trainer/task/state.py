@@ -35,6 +35,7 @@ from etj_trainer.task.optim import (
     dense_optimizer,
     slot_initial,
 )
+from etj_trainer.task.position import CHECKPOINT_KEY, InputPosition
 from etj_trainer.task.rounding import key_of
 from etj_trainer.task.step import block_steps, histogram
 
@@ -80,6 +81,10 @@ class TrainingState:
             # The model first: its tables must be the first variables created.
             self.model = CtrModel(config, partitioner)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            # A following job's position in its input: model state, in the checkpoint.
+            files = config.data.files
+            follows = files is not None and files.follow is not None
+            records = InputPosition.records_variable() if follows else None
             self.items: list[Slotted] = []
             self.table_items: list[list[Slotted]] = []
             self.slots = SlotStore()
@@ -141,7 +146,12 @@ class TrainingState:
             for t, n in zip(config.model.tables, ids_per_table(config.model), strict=True)
             if t.dynamic is not None
         }
-        self.checkpoint = tf.train.Checkpoint(model=self.model, slots=self.slots, step=self.step)
+        # The position's file name on the loop's device (outside the scope).
+        self.position = InputPosition(records) if records is not None else None
+        saved: dict[str, Any] = {CHECKPOINT_KEY: self.position} if self.position else {}
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model, slots=self.slots, step=self.step, **saved
+        )
         # The tower's variables by checkpoint key (model/tower_params, or a custom tower's).
         self.tower_keys = checkpoint_keys(self.checkpoint, self.model.tower_variables)
 
@@ -433,6 +443,47 @@ class TrainingState:
                 tf.cast(tf.reshape(loss, [1]), tf.float64),
                 tf.cast(tf.reshape(skipped, [1]), tf.float64),
                 tf.reshape(seconds, [1]),
+                tf.cast(tf.reshape(hist, [-1]), tf.float64),
+            ],
+            axis=0,
+        )
+
+    def train_batches(self, batches: tf.data.Dataset) -> tf.Tensor:
+        """One step on each batch of ``batches`` (a finite dataset: one followed file), the
+        step counter and the position's records advanced at every step; the results packed
+        for the loop (``etj_trainer.task.step.unpack_file``): mean loss, bad records,
+        seconds, steps, histogram. Traced inside the caller's ``tf.function``.
+
+        Counted as they run, not at the end as ``_chunk`` counts: a followed file is run
+        once or rolled back (``etj_trainer.task.follow``), and the records a restored
+        checkpoint holds must be the ones its tables learned from."""
+        assert self.position is not None
+        began = tf.timestamp()
+        loss_sum = tf.constant(0.0)
+        hist = tf.zeros([2, BINS])
+        skipped = tf.constant(0, tf.int64)
+        steps = tf.constant(0, tf.int64)
+        # An iterator, not the dataset: autograph runs a loop over a dataset as its reduce
+        # function, where the ps's variables cannot be updated.
+        for batch in iter(batches):
+            t = tf.cast(self.step.assign_add(1), tf.float32)
+            for loss, h, bad in self._steps(iter([batch]), [t]):
+                loss_sum += loss
+                hist += h
+                skipped += bad
+            taken = tf.cast(tf.shape(batch[LABEL_KEY])[0], tf.int64)
+            self.position.records.assign_add(taken)
+            steps += 1
+        with tf.control_dependencies([loss_sum, hist, skipped, steps]):
+            seconds = tf.timestamp() - began
+        return tf.concat(
+            [
+                tf.reshape(
+                    tf.cast(loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0), tf.float64), [1]
+                ),
+                tf.cast(tf.reshape(skipped, [1]), tf.float64),
+                tf.reshape(seconds, [1]),
+                tf.cast(tf.reshape(steps, [1]), tf.float64),
                 tf.cast(tf.reshape(hist, [-1]), tf.float64),
             ],
             axis=0,

@@ -58,3 +58,16 @@ def unpack_chunk(packed: Any) -> ChunkResult:
         int(values[1]),
         float(values[2]),
     )
+
+
+def unpack_file(packed: Any) -> tuple[int, ChunkResult]:
+    """``TrainingState.train_batches``' vector: the steps one followed file took, and its
+    results as a chunk's."""
+    values = np.asarray(packed, dtype=np.float64)
+    result = ChunkResult(
+        float(values[0]),
+        values[4:].reshape(2, BINS).astype(np.float32),
+        int(values[1]),
+        float(values[2]),
+    )
+    return int(values[3]), result
