@@ -36,3 +36,19 @@ def test_config_errors_name_the_field() -> None:
     doc["shardPlan"]["tables"].reverse()
     with pytest.raises(ConfigError, match=r"do not match the model's tables"):
         parse_config(json.dumps(doc))
+
+
+def test_following_files_described_by_features_is_refused_for_now() -> None:
+    doc = json.loads(_config_text())
+    doc["data"] = {
+        "source": "files",
+        "files": {"pattern": "/d/part-*.csv", "format": "csv", "follow": {}},
+    }
+    assert parse_config(json.dumps(doc)).data.files.follow is not None
+    doc["model"]["features"] = [
+        {"name": "label", "kind": "label"},
+        {"name": "u", "kind": "categorical", "table": "user_id"},
+        {"name": "i", "kind": "categorical", "table": "item_id"},
+    ]
+    with pytest.raises(ConfigError, match="follow reads etj's own file layout"):
+        parse_config(json.dumps(doc))
