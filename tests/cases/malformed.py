@@ -600,6 +600,57 @@ CASES: list[Case] = [
         ),
     ),
     Case(
+        "label-threshold-and-positive",
+        "cel",
+        "spec.model.features[0]",
+        "a threshold or positive values, not both",
+        _set(
+            "spec.model.features",
+            [{**FEATURES[0], "threshold": 4, "positive": ["5"]}, *FEATURES[1:]],
+        ),
+    ),
+    Case(
+        "label-negative-without-positive",
+        "cel",
+        "spec.model.features[0]",
+        "negative values need positive ones",
+        _set("spec.model.features", [{**FEATURES[0], "negative": ["no"]}, *FEATURES[1:]]),
+    ),
+    Case(
+        "label-value-positive-and-negative",
+        "cel",
+        "spec.model.features[0]",
+        "cannot be both positive and negative",
+        _set(
+            "spec.model.features",
+            [{**FEATURES[0], "positive": ["yes"], "negative": ["yes", "no"]}, *FEATURES[1:]],
+        ),
+    ),
+    Case(
+        "positive-on-a-categorical",
+        "cel",
+        "spec.model.features[1]",
+        "positive and negative are only for the label",
+        _set("spec.model.features", [FEATURES[0], {**FEATURES[1], "positive": ["x"]}, FEATURES[2]]),
+    ),
+    Case(
+        "positive-label-of-floats",
+        "cel",
+        "spec.model.features[0]",
+        "a label with positive values reads text",
+        _set(
+            "spec.model.features",
+            [{**FEATURES[0], "positive": ["1"], "valueType": "float"}, *FEATURES[1:]],
+        ),
+    ),
+    Case(
+        "positive-numbers-unquoted",
+        "schema",
+        "spec.model.features[0].positive[0]",
+        "valid string",
+        _set("spec.model.features", [{**FEATURES[0], "positive": [5]}, *FEATURES[1:]]),
+    ),
+    Case(
         "max-length-without-delimiter",
         "cel",
         "spec.model.features[1]",

@@ -4,7 +4,10 @@ Tables (``model.embeddings``) are what the planner shards; features are what the
 hold. Each feature is one column (a delimited-text column or a ``tf.train.Example``
 feature key) of one kind:
 
-- ``label``: the binary target (a ``threshold`` turns e.g. a rating into 0/1);
+- ``label``: the binary target: 0/1 as stored, or a ``threshold`` turning e.g. a rating
+  into 0/1, or ``positive`` values (text or numbers as written, ``>50K``, ``yes``) meaning
+  1, everything else 0 (or, with ``negative`` values too, 0 for those and a bad record for
+  anything else);
 - ``dense``: a number with a default for empty/missing values and a transform;
 - ``categorical``: a string (or integer) id mapped to a row of its ``table``; with a
   ``delimiter`` it is multi-valued (``Comedy|Drama``), pooled by the table's combiner over
@@ -16,11 +19,15 @@ Pure: no I/O, no environment, no kopf or Kubernetes client.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
 from etj.api.base import ApiModel
 from etj.api.rules import Rule, cel_extra, check_rules
+
+# A label value as written in the data (bounded: the CEL rules' cost is estimated from it).
+LabelValue = Annotated[str, Field(min_length=1, max_length=256)]
 
 # Row 0 of every table a categorical feature uses is reserved for empty/missing values.
 MISSING_ROW = 0
@@ -55,6 +62,31 @@ FEATURE_RULES = (
         "self.kind == 'label' || !has(self.threshold)",
         "threshold is only for the label",
         lambda f: f.kind == FeatureKind.LABEL or f.threshold is None,
+    ),
+    Rule(
+        "self.kind == 'label' || (!has(self.positive) && !has(self.negative))",
+        "positive and negative are only for the label",
+        lambda f: f.kind == FeatureKind.LABEL or (f.positive is None and f.negative is None),
+    ),
+    Rule(
+        "!has(self.threshold) || !has(self.positive)",
+        "a label has a threshold or positive values, not both",
+        lambda f: f.threshold is None or f.positive is None,
+    ),
+    Rule(
+        "!has(self.negative) || has(self.positive)",
+        "negative values need positive ones (positive alone: everything else is 0)",
+        lambda f: f.negative is None or f.positive is not None,
+    ),
+    Rule(
+        "!has(self.negative) || !has(self.positive) || self.negative.all(v, !(v in self.positive))",
+        "a value cannot be both positive and negative",
+        lambda f: f.negative is None or f.positive is None or not set(f.negative) & set(f.positive),
+    ),
+    Rule(
+        "!has(self.positive) || !has(self.valueType) || self.valueType == 'string'",
+        "a label with positive values reads text (valueType string, or none)",
+        lambda f: f.positive is None or f.value_type in (None, ValueType.STRING),
     ),
     Rule(
         "self.kind == 'dense' || !has(self.transform) || self.transform == 'none'",
@@ -113,6 +145,16 @@ class Feature(ApiModel):
             "a tf.train.Example feature key."
         ),
     )
+    column: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description=(
+            "The column as the data names it, when that is no valid feature name (a header "
+            "'Review Text', a Parquet column, a tf.train.Example key); default: name. The "
+            "name is then what the job's tables, errors and serving inputs call it."
+        ),
+    )
     kind: FeatureKind = Field(description="label, dense or categorical.")
     value_type: ValueType | None = Field(
         default=None,
@@ -125,6 +167,26 @@ class Feature(ApiModel):
     threshold: float | None = Field(
         default=None,
         description="Label only: the label is 1 when the value is >= threshold (e.g. rating >= 4).",
+    )
+    positive: list[LabelValue] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description=(
+            "Label only: the values (as written in the data, compared after trimming spaces; "
+            "numbers quoted, e.g. ['>50K'], ['yes'], ['4', '5']) meaning 1; every other "
+            "value is 0, unless negative is given. An empty label is a bad record."
+        ),
+    )
+    negative: list[LabelValue] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description=(
+            "Label only, with positive: the values meaning 0; any value neither positive "
+            "nor negative is then a bad record (a typo in the data stops the job, or is "
+            "skipped under data.maxBadRecords)."
+        ),
     )
     default: float = Field(
         default=0.0, description="Dense only: the value used when the field is empty or missing."
@@ -180,6 +242,11 @@ class Feature(ApiModel):
         return self
 
     @property
+    def source(self) -> str:
+        """The column (header name, Parquet column, Example key) the data holds it in."""
+        return self.column or self.name
+
+    @property
     def multi_valued(self) -> bool:
         return self.delimiter is not None
 
@@ -194,7 +261,22 @@ class Feature(ApiModel):
     def stored_type(self) -> ValueType:
         if self.value_type is not None:
             return ValueType(self.value_type)
-        return ValueType.STRING if self.kind == FeatureKind.CATEGORICAL else ValueType.FLOAT
+        text = self.kind == FeatureKind.CATEGORICAL or self.positive is not None
+        return ValueType.STRING if text else ValueType.FLOAT
+
+    @property
+    def label_values(self) -> str:
+        """What a label's values must be, as an error names it."""
+        if self.positive is not None and self.negative is not None:
+            return f"one of {', '.join([*self.positive, *self.negative])} (positive/negative)"
+        if self.threshold is not None:
+            return "a finite number"
+        return "0 or 1 (set a threshold, or positive values)"
+
+    @property
+    def placeholder_label(self) -> str:
+        """A valid label value: what parsing a request without a label puts in its place."""
+        return self.positive[0] if self.positive else "0"
 
 
 DEFAULT_MAX_LENGTH = 8

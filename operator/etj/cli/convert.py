@@ -21,7 +21,13 @@ as Kubeflow's operator does.
 
 What has no etj equivalent is refused with a ``ConversionError`` naming the TFJob field
 (``enableDynamicWorker``, ``schedulingPolicy.minResources``, different restart policies per
-role, ``AllWorkers`` next to a Chief, ...), never dropped silently.
+role, ``AllWorkers`` next to a Chief, ...); what is left behind because the new job does
+not need it (``status``, the metadata the API server sets, ``runPolicy.managedBy``, a ps'
+restart policy, a Pod-level ``restartPolicy`` the replica's overrides) is a warning line
+naming the field: nothing is dropped silently. A Pod-level ``restartPolicy`` with none on
+the replica is the replica's (what ``kubectl create`` users write). ``metadata.generateName``
+is kept (the API server names the job; ``etj run``/``etj validate`` name it from it), and a
+name can be given instead (``--name``).
 
 A TFJob has no embedding tables; etj's shard plan needs at least one, so the job gets the
 ``model`` the caller passes (``--model``) or a one-row placeholder table.
@@ -79,6 +85,9 @@ GANG_OF_SCHEDULER = {name: gang for gang, name in DEFAULT_SCHEDULER_NAMES.items(
 # TFJob's successPolicy -> etj's runPolicy.successPolicy ("" is TFJob's default).
 SUCCESS_POLICY = {"": None, SuccessPolicy.ALL_WORKERS.value: SuccessPolicy.ALL_WORKERS.value}
 
+# What the API server appends to a generateName.
+GENERATED_NAME_SUFFIX_LENGTH = 5
+
 PLACEHOLDER_MODEL: dict[str, Any] = {
     "embeddings": [{"name": "placeholder", "vocabularySize": 1, "dimension": 1}],
     "denseFeatures": 0,
@@ -115,14 +124,38 @@ def _replica_specs(spec: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]
     return out
 
 
-def _restart_policy(roles: dict[str, tuple[str, dict[str, Any]]]) -> str | None:
+def _replica_restart_policy(key: str, rs: dict[str, Any], warnings: list[str]) -> tuple[Any, str]:
+    """A replica's restart policy and the field it comes from: its own, else its Pod
+    template's (TFJob's operator sets the Pod's from the replica's; a Pod-level one alone is
+    what the author meant)."""
+    field = f"spec.tfReplicaSpecs.{key}.restartPolicy"
+    pod_field = f"spec.tfReplicaSpecs.{key}.template.spec.restartPolicy"
+    pod = ((rs.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    given = rs.get("restartPolicy")
+    if given is None:
+        return pod, pod_field
+    if pod is not None and pod != given:
+        warnings.append(f"{pod_field}: not carried: {field} ({given}) overrides it, as in TFJob")
+    return given, field
+
+
+def _restart_policy(
+    roles: dict[str, tuple[str, dict[str, Any]]], warnings: list[str]
+) -> str | None:
     """The one restart policy of the job; the ps' are not asked (etj always restarts a ps)."""
     chosen: tuple[str, str] | None = None
     for role, (key, rs) in roles.items():
-        given = rs.get("restartPolicy")
-        if given is None or role == "ps":
+        given, field = _replica_restart_policy(key, rs, warnings)
+        if given is None:
             continue
-        field = f"spec.tfReplicaSpecs.{key}.restartPolicy"
+        if role == "ps":
+            if given in ("OnFailure", "Always"):
+                continue  # what etj does with a failed ps anyway
+            warnings.append(
+                f"{field}: not carried: etj restarts a failed ps (and the chief, which "
+                "restores the last checkpoint) whatever the policy"
+            )
+            continue
         if given not in RESTART_POLICY:
             raise ConversionError(field, f"{given!r} is not one of {', '.join(RESTART_POLICY)}")
         policy = RESTART_POLICY[given]
@@ -136,7 +169,7 @@ def _restart_policy(roles: dict[str, tuple[str, dict[str, Any]]]) -> str | None:
     return chosen[1] if chosen else None
 
 
-def _run_policy(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_policy(spec: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     given = spec.get("runPolicy") or {}
     # TFJob v1 once had these at the top of the spec; read them there too.
     legacy = {k: spec[k] for k in RUN_POLICY_FIELDS if k in spec}
@@ -147,7 +180,8 @@ def _run_policy(spec: dict[str, Any]) -> dict[str, Any]:
         if key in RUN_POLICY_FIELDS:
             out[key] = value
         elif key == "managedBy":
-            continue  # TFJob's value names Kubeflow's controller; the new job is etj's
+            # TFJob's value names Kubeflow's controller; the new job is etj's.
+            warnings.append(f"{field}: not carried: {value!r} names Kubeflow's controller")
         elif key == "schedulingPolicy":
             out[key] = _scheduling_policy(value)
         else:
@@ -202,13 +236,16 @@ def _gang_scheduler(
     return next(iter(found), None)
 
 
-def _template(key: str, rs: dict[str, Any]) -> dict[str, Any]:
+def _template(key: str, rs: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     template = rs.get("template")
     field = f"spec.tfReplicaSpecs.{key}.template"
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise ConversionError(field, "a Pod template with a spec is required")
     out: dict[str, Any] = {"spec": copy.deepcopy(template["spec"])}
     meta = template.get("metadata") or {}
+    for k in sorted(set(meta) - {"labels", "annotations"}):
+        if meta[k] is not None:  # (`creationTimestamp: null` of every exported template)
+            warnings.append(f"{field}.metadata.{k}: not carried: etj names and owns its Pods")
     kept = {k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)}
     # etj sets Volcano's group annotation itself when the job has a Volcano gang.
     kept.get("annotations", {}).pop(VOLCANO_GROUP_ANNOTATION, None)
@@ -227,14 +264,35 @@ def _template(key: str, rs: dict[str, Any]) -> dict[str, Any]:
     for c in containers:
         if isinstance(c, dict) and c.get("name") == "tensorflow":
             c.setdefault("securityContext", {})
-    if "restartPolicy" in out["spec"]:
-        # A Pod-level restartPolicy in a TFJob template is overridden by the TFJob's own.
-        del out["spec"]["restartPolicy"]
+    # A Pod-level restartPolicy is etj's to set (the job's runPolicy.restartPolicy; see
+    # _replica_restart_policy for how it is read).
+    out["spec"].pop("restartPolicy", None)
     return out
 
 
-def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The EmbeddingTrainingJob manifest that runs ``tfjob``'s containers."""
+# Metadata the API server sets; a new job gets its own.
+SERVER_METADATA = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+)
+
+
+def convert_tfjob(
+    tfjob: dict[str, Any],
+    model: dict[str, Any] | None = None,
+    name: str | None = None,
+    warnings: list[str] | None = None,
+) -> dict[str, Any]:
+    """The EmbeddingTrainingJob manifest that runs ``tfjob``'s containers, named ``name``
+    (default: the TFJob's name, or its generateName); ``warnings`` gets one line for each
+    TFJob field the new job does not carry."""
+    warnings = warnings if warnings is not None else []
     if not isinstance(tfjob, dict):
         raise ConversionError("(root)", "a TFJob manifest must be a mapping")
     if tfjob.get("kind") != TFJOB_KIND:
@@ -244,11 +302,36 @@ def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) ->
             "apiVersion", f"{tfjob.get('apiVersion')!r}: only {', '.join(TFJOB_API_VERSIONS)}"
         )
     meta = tfjob.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConversionError("metadata.name", "is required")
-    if len(name) > MAX_JOB_NAME_LENGTH:
-        raise ConversionError("metadata.name", f"at most {MAX_JOB_NAME_LENGTH} characters in etj")
+    generate = meta.get("generateName") if name is None else None
+    name = name if name is not None else meta.get("name")
+    naming: dict[str, Any]
+    if isinstance(name, str) and name:
+        if len(name) > MAX_JOB_NAME_LENGTH:
+            raise ConversionError(
+                "metadata.name", f"at most {MAX_JOB_NAME_LENGTH} characters in etj (or --name)"
+            )
+        naming = {"name": name}
+    elif isinstance(generate, str) and generate:
+        if len(generate) + GENERATED_NAME_SUFFIX_LENGTH > MAX_JOB_NAME_LENGTH:
+            raise ConversionError(
+                "metadata.generateName",
+                f"at most {MAX_JOB_NAME_LENGTH - GENERATED_NAME_SUFFIX_LENGTH} characters in "
+                "etj (the API server adds 5), or give --name",
+            )
+        naming = {"generateName": generate}
+        # The gang object and messages use a name; the API server's is not known yet.
+        name = generate
+    else:
+        raise ConversionError("metadata.name", "is required (or metadata.generateName, or --name)")
+    for k in SERVER_METADATA:
+        if k in meta:
+            warnings.append(f"metadata.{k}: not carried: the API server sets it for the new job")
+    for k in sorted(
+        set(meta) - {"name", "generateName", "namespace", "labels", "annotations", *SERVER_METADATA}
+    ):
+        warnings.append(f"metadata.{k}: not carried: etj sets its own for the new job")
+    if "status" in tfjob:
+        warnings.append("status: not carried: the new job reports its own")
     spec = tfjob.get("spec") or {}
     given_success = spec.get("successPolicy") or ""
     if given_success not in SUCCESS_POLICY:
@@ -274,7 +357,7 @@ def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) ->
         count = rs.get("replicas", 1)
         if not isinstance(count, int) or count < 0:
             raise ConversionError(f"spec.tfReplicaSpecs.{key}.replicas", "must be an integer >= 0")
-        template = _template(key, rs)
+        template = _template(key, rs, warnings)
         replicas[role] = {"replicas": count, "template": template}
         # The tensorflow container's resources become the role's: the planner sizes the
         # ps from replicas.ps.resources (a template's resources only reach the Pod).
@@ -299,8 +382,8 @@ def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) ->
             replicas["chief"] = {"replicas": 0}
     if strategy == Strategy.PARAMETER_SERVER and replicas["ps"]["replicas"] < 1:
         raise ConversionError("spec.tfReplicaSpecs.PS.replicas", "must be >= 1")
-    run_policy = _run_policy(spec)
-    restart = _restart_policy(roles)
+    run_policy = _run_policy(spec, warnings)
+    restart = _restart_policy(roles, warnings)
     if restart is not None:
         run_policy["restartPolicy"] = restart
     success = SUCCESS_POLICY[given_success]
@@ -316,7 +399,7 @@ def convert_tfjob(tfjob: dict[str, Any], model: dict[str, Any] | None = None) ->
     if gang is not None:
         run_policy.setdefault("schedulingPolicy", {})["gangScheduler"] = gang.value
 
-    out_meta: dict[str, Any] = {"name": name}
+    out_meta: dict[str, Any] = dict(naming)
     for k in ("namespace", "labels", "annotations"):
         if meta.get(k):
             out_meta[k] = copy.deepcopy(meta[k])

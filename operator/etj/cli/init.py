@@ -13,20 +13,29 @@ import itertools
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from etj.api.textfiles import encoding_problem
 from etj.cli.files import reading
 
 
 def _sample(path: Path, lines: int) -> tuple[list[str], int]:
     """The first ``lines`` lines and an estimate of the file's line count."""
     gz = path.suffix == ".gz"
-    opener = gzip.open if gz else open
+    opener: Any = gzip.open if gz else open
     # Streamed, not read whole: a click log can be many gigabytes.
     with reading(str(path)):
-        # utf-8-sig: a byte-order mark is no part of the first column's name.
-        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:
+        # (reading() names a file that cannot be read or decompressed.)
+        with opener(path, "rb") as raw:
+            head = raw.readline(1 << 20)
+        problem = encoding_problem(head.rstrip(b"\r\n"))
+        if problem:
+            raise click.ClickException(f"{path}:1: {problem}")
+        # utf-8-sig: a byte-order mark is no part of the first column's name. newline="":
+        # a line break inside a quoted field stays in its line's text for the csv reader.
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as f:
             sample = list(itertools.islice(f, lines))
         size = os.path.getsize(path) * (4 if gz else 1)  # gzip of text: ~4x smaller
     per_line = max(sum(len(x.encode()) for x in sample) / max(len(sample), 1), 1.0)
@@ -88,13 +97,16 @@ def init(data: str, name: str | None, pattern: str | None, lines: int, output: s
     """Write a complete job for FILE: columns' kinds, table sizes, a plan that validates."""
     import re
 
-    from etj.cli.from_data import build_job, build_parquet_job
+    from etj.cli.from_data import build_job, build_parquet_job, decision_table, job_yaml
     from etj.core.crd import to_yaml
     from etj.core.validation import validate_manifest
 
     path = Path(data)
     stem = path.name.split(".")[0].lower()
-    job_name = name or (re.sub(r"[^a-z0-9-]", "-", stem).strip("-")[:40] or "job")
+    job_name = name or (re.sub(r"[^a-z0-9-]+", "-", stem).strip("-")[:40].strip("-") or "job")
+    if not job_name[0].isalpha():
+        job_name = f"job-{job_name}"[:40]
+    notes: list[str] = []
     try:
         if _is_parquet(path):
             names, rows, total, lists = _parquet_sample(path, lines)
@@ -104,20 +116,25 @@ def init(data: str, name: str | None, pattern: str | None, lines: int, output: s
             )
         else:
             sample, total = _sample(path, lines)
-            job, columns = build_job(job_name, pattern or str(path.resolve()), sample, total)
+            job, columns = build_job(
+                job_name, pattern or str(path.resolve()), sample, total, notes=notes
+            )
     except ValueError as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(f"{path}: {e}") from None
     result = validate_manifest(job)
     if result.problems:
         raise click.ClickException("; ".join(str(p) for p in result.problems))
     text = "# Written by `etj init --from-data`; review the features before training.\n"
-    text += to_yaml(job)
+    text += "".join(f"# cannot train on this file: {n}\n" for n in notes)
+    text += job_yaml(job, columns, to_yaml)
     if output:
         Path(output).write_text(text)
     else:
         sys.stdout.write(text)
     out = sys.stderr if not output else sys.stdout
-    kinds = ", ".join(f"{c.name}: {c.kind} (~{c.estimate} values)" for c in columns[:60])
-    print(f"{len(sample)} lines (rows) sampled of ~{total}; {kinds}", file=out)
+    print(f"{len(sample)} lines (rows) sampled of ~{total}", file=out)
+    print(decision_table(columns[:200]), file=out)
+    for n in notes:
+        print(f"cannot train on this file: {n}", file=out)
     if result.plan is not None:
         print(f"plan: {result.plan.strategy}, {result.plan.ps_replicas} ps", file=out)

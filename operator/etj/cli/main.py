@@ -218,9 +218,15 @@ def crd() -> None:
     help="A YAML file with the job's spec.model (its embedding tables, for the shard plan); "
     "default: a one-row placeholder table.",
 )
-def convert(file: str, model_file: str | None) -> None:
+@click.option(
+    "--name",
+    default=None,
+    help="The job's name (default: the TFJob's metadata.name, or its generateName kept).",
+)
+def convert(file: str, model_file: str | None, name: str | None) -> None:
     """Turn a Kubeflow TFJob (kubeflow.org/v1) into an EmbeddingTrainingJob running the same
-    containers; print it. Exit 2 naming the TFJob field that etj cannot express."""
+    containers; print it, with a warning line (stderr) for each TFJob field not carried.
+    Exit 2 naming the TFJob field that etj cannot express."""
     from etj.cli.convert import ConversionError, convert_tfjob
     from etj.cli.files import InputError, display_name, load_documents
     from etj.core.crd import to_yaml
@@ -238,17 +244,23 @@ def convert(file: str, model_file: str | None) -> None:
     out = []
     for i, doc in enumerate(docs):
         prefix = display_name(file) + (f"[{i}]" if len(docs) > 1 else "")
+        warnings: list[str] = []
         try:
-            job = convert_tfjob(doc, model)
+            job = convert_tfjob(doc, model, name=name, warnings=warnings)
         except ConversionError as e:
             click.echo(f"{prefix}: {e}", err=True)
             raise SystemExit(2) from None
+        for warning in warnings:
+            click.echo(f"{prefix}: warning: {warning}", err=True)
         result = validate_manifest(job)
         if not result.ok:
             for problem in result.problems:
                 click.echo(f"{prefix}: the converted job: {problem}", err=True)
             raise SystemExit(2)
-        note = f"# Converted by `etj convert` from TFJob {job['metadata']['name']}.\n"
+        meta = job["metadata"]
+        called = meta.get("name") or f"{meta['generateName']}(generated)"
+        note = f"# Converted by `etj convert` from TFJob {called}.\n"
+        note += "".join(f"# not carried: {w}\n" for w in warnings)
         if model is None:
             note += "# spec.model is a one-row placeholder table: `--model FILE` gives yours.\n"
         out.append(note + to_yaml(job))

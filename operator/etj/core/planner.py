@@ -534,6 +534,13 @@ def _plan_ps(spec: EmbeddingTrainingJobSpec, tables: list[_Table]) -> ShardPlan:
     _check_shard_limits(tables, minimum, max_shard, n)
     budget = ps_memory_budget(spec)
     base = quantity_bytes(spec.sharding.ps_base_memory)
+    own = spec.replicas.ps
+    own_program = own is not None and own.template is not None and own.template.runs_own_program
+    if own is not None and own_program and isinstance(own.replicas, int):
+        # A ps running the job's own program (a converted TFJob) holds what that program
+        # puts there and asks for the memory its template says: etj plans the shards
+        # (ETJ_SHARD_PLAN) but judges no memory it does not plan.
+        return _ps_plan(spec, tables, minimum, own.replicas)
     if base >= budget:
         raise PlanError(
             "spec.replicas.ps.resources",

@@ -109,7 +109,7 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
                 raise DataError(f"{path}:1: the header line is empty")
             if not columns:
                 columns, reference = [c.strip() for c in fields], path
-                missing = [f.name for f in fs.features if f.name not in columns]
+                missing = [f.source for f in fs.features if f.source not in columns]
                 if missing:
                     raise DataError(
                         f"{path}:1: the header lacks the declared column(s) "
@@ -122,8 +122,16 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
                 f"{path}:1: expected {len(columns)} fields (data.files.columns), found "
                 f"{len(fields)}; is the delimiter {data.delimiter!r} right?"
             )
+    twice = [c for c in dict.fromkeys(f.source for f in fs.features) if columns.count(c) > 1]
+    if twice:
+        where = [i + 1 for i, c in enumerate(columns) if c == twice[0]]
+        raise DataError(
+            f"{reference or 'data.files.columns'}:1: the header names column {twice[0]!r} "
+            f"{len(where)} times (columns {', '.join(map(str, where))}): rename all but one "
+            "in the file (a feature reads one column)"
+        )
     if not data.header:
-        missing = [f.name for f in fs.features if f.name not in columns]
+        missing = [f.source for f in fs.features if f.source not in columns]
         if missing:
             raise DataError(f"data.files.columns lacks the feature(s) {', '.join(missing)}")
     return columns
@@ -348,7 +356,7 @@ class DelimitedParser:
         return checked(out, checks, file, number, self.max_bad)
 
     def _cell(self, feature: Feature, cells: tf.Tensor) -> tf.Tensor:
-        return cells[:, self.index[feature.name]]
+        return cells[:, self.index[feature.source]]
 
     def _number(self, feature: Feature, cells: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """(value, empty, not-a-number) of a numeric column."""
@@ -360,8 +368,19 @@ class DelimitedParser:
 
     def _label(self, cells: tf.Tensor, checks: list[Check]) -> tf.Tensor:
         f = self.fs.label
-        value, empty, nan = self._number(f, cells)
         cell = self._cell(f, cells)
+        if f.positive is not None:
+            value, bad = fx.text_label(cell, f)
+            checks.append(
+                (
+                    bad,
+                    lambda i: tf.strings.join(
+                        [f"label {f.name} is not {f.label_values}: ", quoted(cell[i])]
+                    ),
+                )
+            )
+            return value
+        value, empty, nan = self._number(f, cells)
         checks.append(
             (
                 tf.logical_or(empty, nan),
@@ -369,7 +388,7 @@ class DelimitedParser:
             )
         )
         usable = fx.label_ok(value, f)
-        need = "a finite number" if f.threshold is not None else "0 or 1 (set a threshold)"
+        need = f.label_values
         checks.append(
             (
                 tf.logical_not(tf.logical_or(usable, tf.logical_or(empty, nan))),

@@ -125,6 +125,24 @@ def label_ok(values: tf.Tensor, feature: Feature) -> tf.Tensor:
     return tf.logical_or(tf.equal(values, 0.0), tf.equal(values, 1.0))
 
 
+def text_label(cells: tf.Tensor, feature: Feature) -> tuple[tf.Tensor, tf.Tensor]:
+    """0/1 labels of a label with ``positive`` values (text cells, trimmed) and which
+    cells are bad (empty; with ``negative``: neither positive nor negative)."""
+    assert feature.positive is not None
+    cell = tf.strings.strip(cells)
+    positive = _is_in(cell, feature.positive)
+    bad = tf.equal(tf.strings.length(cell), 0)
+    if feature.negative is not None:
+        known = tf.logical_or(positive, _is_in(cell, feature.negative))
+        bad = tf.logical_or(bad, tf.logical_not(known))
+    return tf.cast(positive, tf.float32), bad
+
+
+def _is_in(cell: tf.Tensor, values: list[str]) -> tf.Tensor:
+    wanted = tf.constant([v.strip() for v in values])
+    return tf.reduce_any(tf.equal(tf.expand_dims(cell, -1), wanted), axis=-1)
+
+
 def split_values(cells: tf.Tensor, feature: Feature) -> tf.RaggedTensor:
     """A multi-valued column's values (empty values dropped), at most ``maxLength``."""
     assert feature.delimiter is not None

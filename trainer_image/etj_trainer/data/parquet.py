@@ -99,7 +99,7 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
     """The columns read (the features, in spec order), after checking every file: a
     Parquet file with rows and every declared column, of a type its feature can read."""
     _, _, pq = _arrow()
-    columns = [f.name for f in fs.features]
+    columns = [f.source for f in fs.features]
     for path in files:
         try:
             meta = pq.ParquetFile(_source(path))
@@ -116,9 +116,9 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
                 f"{path}: no column(s) {', '.join(missing)} (it has: {', '.join(schema.names[:50])})"
             )
         for f in fs.features:
-            problem = type_problem(f, schema.field(f.name).type)
+            problem = type_problem(f, schema.field(f.source).type)
             if problem:
-                raise DataError(f"{path}: column {f.name} {problem}")
+                raise DataError(f"{path}: column {f.source} {problem}")
     return columns
 
 
@@ -148,7 +148,7 @@ class _Batches:
     """A generator of one file's ``(row numbers, cells)`` batches (this shard's)."""
 
     def __init__(self, fs: fx.FeatureSet, columns: list[str], batch_size: int):
-        self.features = {f.name: f for f in fs.features}
+        self.features = {f.source: f for f in fs.features}
         self.columns = columns
         self.batch_size = batch_size
 

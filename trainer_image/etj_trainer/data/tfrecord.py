@@ -68,9 +68,9 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> None:
             raise DataError(f"{path}:1: the record is not a tf.train.Example") from None
         present = example.features.feature
         for f in fs.features:
-            if f.name not in present:
+            if f.source not in present:
                 continue
-            kind = present[f.name].WhichOneof("kind")
+            kind = present[f.source].WhichOneof("kind")
             want = _LISTS[f.stored_type]
             if kind is not None and kind != want:
                 raise DataError(
@@ -86,7 +86,7 @@ class ExampleParser:
         self.fs = fs
         self.max_bad = max_bad
         self.spec = {
-            f.name: tf.io.RaggedFeature(_DTYPES[f.stored_type], row_splits_dtype=tf.int64)
+            f.source: tf.io.RaggedFeature(_DTYPES[f.stored_type], row_splits_dtype=tf.int64)
             for f in fs.features
         }
 
@@ -141,7 +141,7 @@ class ExampleParser:
         for f in reversed(self.fs.features):  # the first feature's message wins
             want = _LISTS[f.stored_type]
             other = tf.logical_not(kinds[:, :, _KINDS.index(want)])
-            bad = tf.reduce_any(present & tf.equal(keys, f.name) & set_kind & other, axis=1)
+            bad = tf.reduce_any(present & tf.equal(keys, f.source) & set_kind & other, axis=1)
             message = f"feature {f.name} is not a {want} (valueType {f.stored_type})"
             what = tf.where(bad, message, what)
             wrong = tf.logical_or(wrong, bad)
@@ -151,28 +151,34 @@ class ExampleParser:
         names = location(file, number)
         parsed = tf.io.parse_example(record, self.spec, example_names=names)
         label = self.fs.label
-        values = parsed[label.name]
+        values = parsed[label.source]
         count = values.row_lengths()
-        first = tf.cast(values.to_tensor(shape=[None, 1])[:, 0], tf.float32)
         missing = tf.not_equal(count, 1)
-        unusable = tf.logical_and(
-            tf.logical_not(missing), tf.logical_not(fx.label_ok(first, label))
-        )
-        need = "a finite number" if label.threshold is not None else "0 or 1 (set a threshold)"
+        if label.positive is not None:
+            text = values.to_tensor(default_value="", shape=[None, 1])[:, 0]
+            value, bad = fx.text_label(text, label)
+            unusable = tf.logical_and(tf.logical_not(missing), bad)
+            first = text
+        else:
+            first = tf.cast(values.to_tensor(shape=[None, 1])[:, 0], tf.float32)
+            unusable = tf.logical_and(
+                tf.logical_not(missing), tf.logical_not(fx.label_ok(first, label))
+            )
+            value = fx.label(first, label)
+            first = tf.strings.as_string(first)
+        need = label.label_values
         checks: list[Check] = [
             (missing, lambda i: tf.constant(f"label {label.name} is missing (or not one value)")),
             (
                 unusable,
-                lambda i: tf.strings.join(
-                    [f"label {label.name} is not {need}: ", tf.strings.as_string(first[i])]
-                ),
+                lambda i: tf.strings.join([f"label {label.name} is not {need}: ", first[i]]),
             ),
         ]
-        out: dict[str, Any] = {LABEL_KEY: fx.label(first, label)}
+        out: dict[str, Any] = {LABEL_KEY: value}
         if self.fs.dense:
-            out[DENSE_KEY] = tf.stack([self._dense(f, parsed[f.name]) for f in self.fs.dense], 1)
+            out[DENSE_KEY] = tf.stack([self._dense(f, parsed[f.source]) for f in self.fs.dense], 1)
         for f in self.fs.categorical:
-            out[input_key(f.name)] = self._categorical(f, parsed[f.name])
+            out[input_key(f.name)] = self._categorical(f, parsed[f.source])
         return checked(out, checks, file, number, self.max_bad)
 
     @staticmethod

@@ -186,7 +186,7 @@ class RawServingModel(tf.Module):
             fs = FeatureSet(spec)
             # Built now, so the module tracks them and the SavedModel keeps their files.
             vocabularies = [v.table for f in fs.categorical if (v := fs.vocabulary(f))]
-            parser = DelimitedParser(fs, [f.name for f in fs.features], ",", max_bad=0)
+            parser = DelimitedParser(fs, [f.source for f in fs.features], ",", max_bad=0)
         self.vocabularies = vocabularies
         self._parsing = _Parsing(spec, parser)
         self.serve = tf.function(self.probability, input_signature=[input_signature(spec)])
@@ -198,7 +198,8 @@ class RawServingModel(tf.Module):
             return dict(inputs)
         first = inputs[input_name(raw_columns(spec)[0])]
         n = tf.shape(first)[0]
-        fill = tf.fill([n], "0")  # the label column: parse_cells reads one; unused here
+        # The label column: parse_cells reads one (a valid value); unused here.
+        fill = tf.fill([n], parser.fs.label.placeholder_label)
         cells = tf.stack(
             [
                 fill if f.kind == FeatureKind.LABEL else inputs[input_name(f.name)]

@@ -118,17 +118,17 @@ def replica_resources(
     requests: dict[str, Any] = dict(given.requests or {}) if given else {}
     limits: dict[str, Any] = dict(given.limits or {}) if given else {}
     need: int | None = None
-    if role == Role.PS and plan.ps:
+    own = runs_own_program((role_template(job, role) or {}).get("spec"))
+    if role == Role.PS and plan.ps and not own:
+        # (A ps of the job's own program asks for what its template says, as in a TFJob.)
         need = plan.ps[index].memory_request_bytes
         if "memory" not in limits:
             # The budget the plan was fitted into is the ps's limit.
             limits["memory"] = job.spec.sharding.default_ps_memory
-    elif role in (Role.CHIEF, Role.WORKER) and plan.replica_memory_bytes is not None:
+    elif role in (Role.CHIEF, Role.WORKER) and plan.replica_memory_bytes is not None and not own:
         # etj's trainer mirrors every table on each replica; a program of the user's own
         # (a converted TFJob) is sized by the resources it asks for, as in a TFJob.
-        template = role_template(job, role)
-        if not runs_own_program((template or {}).get("spec")):
-            need = plan.replica_memory_bytes
+        need = plan.replica_memory_bytes
     if need is not None:
         current = quantity_bytes(requests["memory"]) if "memory" in requests else 0
         if need > current:

@@ -146,7 +146,7 @@ BAD_CASES = [
     Bad(
         "label-not-binary",
         _lines(GOOD[0], GOOD[1], "4\t1\t1\tx\tDrama"),
-        ":3: label label is not 0 or 1 (set a threshold): '4'",
+        ":3: label label is not 0 or 1 (set a threshold, or positive values): '4'",
     ),
     Bad(
         "wrong-delimiter",
@@ -265,3 +265,90 @@ def test_whitespace_around_fields_is_ignored_and_blank_lines_are_no_records(tmp_
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert got["dense"][0, 1] == 7  # the blank I2: its default
+
+
+def _labelled(positive: list[str], negative: list[str] | None = None) -> ModelSpec:
+    label: dict[str, Any] = {"name": "label", "kind": "label", "positive": positive}
+    if negative is not None:
+        label["negative"] = negative
+    return ModelSpec.model_validate({**MODEL, "features": [label, *MODEL["features"][1:]]})
+
+
+def test_a_text_label_reads_positive_values_as_1_and_the_rest_as_0(tmp_path: Path):
+    path = tmp_path / "adult.csv"
+    rows = [
+        ">50K\t1\t1\tx\tDrama",
+        " <=50K \t1\t1\tx\tDrama",
+        ">50K\t1\t1\tx\tDrama",
+        "x\t1\t1\ty\t",
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    (batch,) = _read(_data(str(path)), model=_labelled([">50K"]))
+    assert batch["label"].tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_a_value_neither_positive_nor_negative_is_a_bad_record(tmp_path: Path):
+    from etj_trainer.data.records import DataError, data_error_from
+
+    path = tmp_path / "y.csv"
+    path.write_text("yes\t1\t1\tx\tDrama\nno\t1\t1\tx\tDrama\nYes\t1\t1\tx\tDrama\n")
+    model = _labelled(["yes"], ["no"])
+    with pytest.raises(Exception) as caught:
+        _read(_data(str(path)), model=model)
+    error = data_error_from(caught.value)
+    assert isinstance(error, DataError), repr(caught.value)[:2000]
+    assert str(error) == f"{path}:3: label label is not one of yes, no (positive/negative): 'Yes'"
+    (batch,) = _read(_data(str(path), max_bad=1), model=model)
+    assert batch["label"].tolist() == [1.0, 0.0]
+    assert int(batch["bad_records"]) == 1
+
+
+def test_an_empty_text_label_is_a_bad_record(tmp_path: Path):
+    path = tmp_path / "y.csv"
+    path.write_text("yes\t1\t1\tx\tDrama\n \t1\t1\tx\tDrama\n")
+    (batch,) = _read(_data(str(path), max_bad=1), model=_labelled(["yes"]))
+    assert batch["label"].tolist() == [1.0]
+    assert int(batch["bad_records"]) == 1
+
+
+def test_a_column_is_read_by_its_header_name_when_the_feature_is_named_otherwise(tmp_path: Path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("Review Text,label\ngood,1\nbad,0\n")
+    model = ModelSpec.model_validate(
+        {
+            "embeddings": [{"name": "text", "vocabularySize": 100, "dimension": 4}],
+            "features": [
+                {"name": "label", "kind": "label"},
+                {
+                    "name": "review_text",
+                    "column": "Review Text",
+                    "kind": "categorical",
+                    "table": "text",
+                },
+            ],
+        }
+    )
+    data = _data(str(path), delimiter=",", header=True, columns=None)
+    (batch,) = _read(data, model=model)
+    from etj_trainer.data.features import string_rows
+
+    assert (
+        batch["ids/review_text"][:, 0].tolist()
+        == string_rows(["good", "bad"], 100).numpy().tolist()
+    )
+
+
+def test_a_header_naming_a_read_column_twice_is_a_data_error(tmp_path: Path):
+    from etj_trainer.data.delimited import preflight
+    from etj_trainer.data.features import FeatureSet
+    from etj_trainer.data.records import DataError
+
+    path = tmp_path / "dup.csv"
+    path.write_text("label,I1,I2,C1,genres,C1\n1,1,1,x,y,z\n")
+    data = _data(str(path), delimiter=",", header=True, columns=None)
+    with pytest.raises(DataError) as caught:
+        preflight([str(path)], data.files, FeatureSet(_model()))
+    assert str(caught.value) == (
+        f"{path}:1: the header names column 'C1' 2 times (columns 4, 6): rename all but one "
+        "in the file (a feature reads one column)"
+    )

@@ -143,3 +143,28 @@ def test_records_of_the_wrong_type_are_skipped_and_counted_when_allowed(tmp_path
     # A record whose features are all as declared is never counted.
     clean = _write(tmp_path / "b.tfrecord", [_example(**GOOD)] * 20)
     assert sum(int(b["bad_records"]) for b in _read(clean, max_bad=5)) == 0
+
+
+def test_a_text_label_reads_positive_values_as_1(tmp_path: Path):
+    from etj_trainer.data.pipeline import feature_dataset
+
+    path = _write(
+        tmp_path / "a.tfrecord",
+        [
+            _example(**{**GOOD, "click": [b"yes"]}),
+            _example(**{**GOOD, "click": [b"no"]}),
+            _example(**{**GOOD, "click": [b"maybe"]}),
+        ],
+    )
+    label = {"name": "click", "kind": "label", "positive": ["yes"], "negative": ["no"]}
+    model = ModelSpec.model_validate({**MODEL, "features": [label, *MODEL["features"][1:]]})
+    data = DataSpec.model_validate(
+        {
+            "source": "files",
+            "files": {"pattern": str(path), "format": "tfrecord"},
+            "maxBadRecords": 1,
+        }
+    )
+    (batch,) = [b for b in feature_dataset(model, data, 16, repeat=False)]
+    assert batch["label"].numpy().tolist() == [1.0, 0.0]
+    assert int(batch["bad_records"]) == 1

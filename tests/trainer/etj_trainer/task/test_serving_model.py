@@ -431,6 +431,34 @@ def test_a_dynamic_table_is_served_collisionless_with_its_index(tmp_path: Path) 
     assert np.array_equal(index[:, 0], keys) and np.array_equal(index[:, 1], rows)
 
 
+def test_a_request_needs_no_label_of_a_text_label(tmp_path: Path) -> None:
+    """A label of positive/negative values (where "0" is no valid label) is no input
+    of the serving signature, and parsing a request passes without it."""
+    import tensorflow as tf
+
+    from etj.api.spec import ModelSpec
+    from etj_trainer.models import build_tower
+    from etj_trainer.task.serving_model import save
+
+    model = ModelSpec.model_validate(
+        {
+            "embeddings": [{"name": "job", "vocabularySize": 20, "dimension": 4}],
+            "features": [
+                {"name": "income", "kind": "label", "positive": [">50K"], "negative": ["<=50K"]},
+                {"name": "job", "kind": "categorical", "table": "job"},
+            ],
+            "hiddenUnits": [4],
+        }
+    )
+    shards = [tf.Variable(tf.random.uniform([20, 4], seed=1))]
+    tower = build_tower(model, _inputs(model), seed=1)
+    save(model, [shards], tower, str(tmp_path / "serving"))
+    fn = tf.saved_model.load(str(tmp_path / "serving")).signatures["serving_default"]
+    assert set(fn.structured_input_signature[1]) == {"job"}
+    got = fn(job=tf.constant(["Sales", "Tech-support"]))["probability"].numpy()
+    assert got.shape == (2,) and ((got > 0) & (got < 1)).all()
+
+
 def _inputs(model: Any) -> Any:
     from etj_trainer.models import TowerInputs
 

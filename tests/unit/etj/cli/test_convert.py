@@ -31,6 +31,8 @@ TFJOBS = [
     "simple.yaml",
     "gpu-pvc.yaml",
     "gang-volcano.yaml",
+    "generate-name.yaml",
+    "exported.yaml",
 ]
 ROLE = {
     "chief": "chief",
@@ -193,10 +195,10 @@ def test_what_etj_cannot_express_names_the_field(change, field):
 def test_cli_prints_a_valid_job(tmp_path):
     result = CliRunner().invoke(main, ["convert", str(CASES / "ps.yaml")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    job = yaml.safe_load(result.output)
+    job = yaml.safe_load(result.stdout)
     assert job["kind"] == "EmbeddingTrainingJob"
     path = tmp_path / "job.yaml"
-    path.write_text(result.output)
+    path.write_text(result.stdout)
     check = CliRunner().invoke(main, ["validate", str(path)], catch_exceptions=False)
     assert check.exit_code == 0 and "ctr-ps: valid (ParameterServer, 2 ps)" in check.output
 
@@ -364,3 +366,89 @@ def test_worker_and_evaluator_without_a_chief():
     for tf_config in configs.values():
         assert sorted(tf_config["cluster"]) == ["worker"]
     assert configs["wide-deep-eval-evaluator-0"]["task"] == {"type": "evaluator", "index": 0}
+
+
+def test_a_generate_name_tfjob_keeps_it_and_validates_under_it(tmp_path):
+    job = convert_tfjob(_tfjob("generate-name.yaml"))
+    assert job["metadata"] == {"generateName": "tfjob", "namespace": "your-user-namespace"}
+    result = validate_manifest(job)
+    assert result.ok, result.problems
+    path = tmp_path / "job.yaml"
+    out = CliRunner().invoke(main, ["convert", str(CASES / "generate-name.yaml")])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("# Converted by `etj convert` from TFJob tfjob(generated).")
+    path.write_text(out.stdout)
+    check = CliRunner().invoke(main, ["validate", str(path)])
+    assert check.exit_code == 0, check.output
+    named = CliRunner().invoke(
+        main, ["convert", str(CASES / "generate-name.yaml"), "--name", "mnist-1"]
+    )
+    assert yaml.safe_load(named.stdout)["metadata"]["name"] == "mnist-1"
+    assert "generateName" not in yaml.safe_load(named.stdout)["metadata"]
+
+
+def test_no_name_at_all_says_what_to_give():
+    tfjob = _tfjob("generate-name.yaml")
+    del tfjob["metadata"]["generateName"]
+    with pytest.raises(ConversionError, match=r"\(or metadata\.generateName, or --name\)"):
+        convert_tfjob(tfjob)
+    assert convert_tfjob(tfjob, name="given")["metadata"]["name"] == "given"
+
+
+def test_an_own_program_job_with_a_small_ps_validates_and_keeps_its_requests():
+    """etj judges no ps memory it does not plan: the program's own 200Mi ps is rendered
+    with the template's own requests."""
+    job = convert_tfjob(_tfjob("exported.yaml"))
+    result = validate_manifest(job)
+    assert result.ok, result.problems
+    (ps,) = [
+        p
+        for p in build_pods(EmbeddingTrainingJob.from_manifest(job), result.plan, RenderSettings())
+        if p["metadata"]["labels"]["training.etj.dev/replica-type"] == "ps"
+    ]
+    (main_container,) = [c for c in ps["spec"]["containers"] if c["name"] == "trainer"]
+    assert main_container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "200Mi"},
+        "limits": {"memory": "200Mi"},
+    }
+
+
+def test_every_field_not_carried_is_one_warning_line_and_the_rest_is_carried():
+    warnings: list[str] = []
+    job = convert_tfjob(_tfjob("exported.yaml"), warnings=warnings)
+    assert warnings == [
+        "metadata.uid: not carried: the API server sets it for the new job",
+        "metadata.resourceVersion: not carried: the API server sets it for the new job",
+        "metadata.generation: not carried: the API server sets it for the new job",
+        "metadata.creationTimestamp: not carried: the API server sets it for the new job",
+        "metadata.managedFields: not carried: the API server sets it for the new job",
+        "status: not carried: the new job reports its own",
+        "spec.runPolicy.managedBy: not carried: 'kubeflow.org/training-operator' names "
+        "Kubeflow's controller",
+    ]
+    run_policy = job["spec"]["runPolicy"]
+    assert run_policy == {
+        "cleanPodPolicy": "None",
+        "backoffLimit": 3,
+        "activeDeadlineSeconds": 3600,
+        "ttlSecondsAfterFinished": 120,
+        # The Pod-level restartPolicy (no replica-level one) is the replica's.
+        "restartPolicy": "OnFailure",
+    }
+    out = CliRunner().invoke(main, ["convert", str(CASES / "exported.yaml")])
+    lines = [line for line in out.stderr.splitlines() if line]
+    assert lines == [f"exported.yaml: warning: {w}" for w in warnings] or lines == [
+        f"{CASES / 'exported.yaml'}: warning: {w}" for w in warnings
+    ]
+
+
+def test_a_pod_restart_policy_the_replicas_overrides_is_warned():
+    tfjob = _tfjob("simple.yaml")
+    tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["restartPolicy"] = "Never"
+    warnings: list[str] = []
+    job = convert_tfjob(tfjob, warnings=warnings)
+    assert job["spec"]["runPolicy"]["restartPolicy"] == "OnFailure"
+    assert warnings == [
+        "spec.tfReplicaSpecs.Worker.template.spec.restartPolicy: not carried: "
+        "spec.tfReplicaSpecs.Worker.restartPolicy (OnFailure) overrides it, as in TFJob"
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -82,9 +83,11 @@ def test_rare_ids_grow_with_the_file():
     assert cols[1].estimate > 10 * cols[1].distinct
 
 
-def test_no_label_is_a_clear_error():
-    with pytest.raises(ValueError, match="no label column"):
-        build_job("j", "/d", ["a,b", "x,3.5", "y,4.5", "z,1.5"], total_rows=3)
+def test_no_label_column_is_a_guess_asked_in_the_job():
+    job, cols = build_job("j", "/d", ["a,b", "x,3.5", "y,4.5", "z,1.5"], total_rows=3)
+    label = next(c for c in cols if c.kind == "label")
+    assert label.comment.startswith("asked: which column is the label?")
+    assert validate_manifest(job).ok
 
 
 def test_etj_init_writes_a_job_that_validates(tmp_path):
@@ -98,7 +101,7 @@ def test_etj_init_writes_a_job_that_validates(tmp_path):
     out = tmp_path / "job.yaml"
     result = CliRunner().invoke(cli, ["init", "--from-data", str(data), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "rating: label" in result.output
+    assert re.search(r"\nrating +label +named 'rating', a rating: >= 4 is 1\n", result.output)
     job = yaml.safe_load(out.read_text())
     assert job["metadata"]["name"] == "ratings"
     assert job["spec"]["data"]["files"]["pattern"] == str(data.resolve())
@@ -215,3 +218,125 @@ def test_quoted_delimiters_do_not_change_the_sniffed_delimiter():
     assert sniff_delimiter(lines) == ","
     lines = ['x\t"1,2,3"\t0', 'y\t"4,5"\t1']
     assert sniff_delimiter(lines) == "\t"
+
+
+def _features(job: dict) -> dict[str, dict]:
+    return {f["name"]: f for f in job["spec"]["model"]["features"]}
+
+
+def test_a_text_label_is_proposed_with_its_positive_value():
+    rng = random.Random(2)
+    lines = ["age,workclass,education,income"] + [
+        f"{rng.randint(17, 90)},{rng.choice(['Private', 'State-gov'])},"
+        f"{rng.choice(['HS-grad', 'Bachelors', 'Masters'])},{rng.choice(['<=50K', '>50K'])}"
+        for _ in range(200)
+    ]
+    job, cols = build_job("adult", "/d", lines, total_rows=200)
+    assert _features(job)["income"] == {"name": "income", "kind": "label", "positive": [">50K"]}
+    assert next(c for c in cols if c.name == "income").comment == ""
+    assert validate_manifest(job).ok
+
+
+def test_a_two_valued_label_without_a_known_word_is_asked():
+    lines = ["y,colour"] + [f"{'b' if i % 3 else 'a'},c{i % 7}" for i in range(100)]
+    job, cols = build_job("j", "/d", lines, total_rows=100)
+    assert _features(job)["y"]["positive"] == ["a"]  # the rarer value
+    assert cols[0].comment.startswith("asked: which value means 1? guessed 'a'")
+    lines = ["y,colour"] + [f"{'no' if i % 3 else 'yes'},c{i % 7}" for i in range(100)]
+    job, cols = build_job("j", "/d", lines, total_rows=100)
+    assert _features(job)["y"]["positive"] == ["yes"] and cols[0].comment == ""
+
+
+def test_a_rating_beside_user_and_item_ids_is_a_threshold_with_a_comment():
+    lines = ["user_id\titem_id\trating"] + [
+        f"{i % 40}\t{i * 7 % 90}\t{1 + i % 5}" for i in range(300)
+    ]
+    job, cols = build_job("ml", "/d", lines, total_rows=300)
+    assert _features(job)["rating"] == {"name": "rating", "kind": "label", "threshold": 4.0}
+    assert "1 when >= 4" in cols[2].comment
+    assert [c.kind for c in cols] == ["categorical", "categorical", "label"]
+
+
+def test_names_are_made_valid_keeping_the_header_as_column_and_an_index_is_left_out():
+    lines = [",Clothing ID,Review Text,Rating,Recommended IND"] + [
+        f'{i},{i % 30},"text {i % 11}, long",{1 + i % 5},{i % 2}' for i in range(120)
+    ]
+    job, cols = build_job("reviews", "/d", lines, total_rows=120)
+    features = _features(job)
+    assert features["review_text"]["column"] == "Review Text"
+    assert features["clothing_id"] == {
+        "name": "clothing_id",
+        "column": "Clothing ID",
+        "kind": "categorical",
+        "valueType": "int",
+        "table": "clothing_id",
+    }
+    assert features["recommended_ind"]["kind"] == "label"  # the 0/1 column
+    assert cols[0].kind == "skip" and "no name in the header" in cols[0].why
+    assert validate_manifest(job).ok
+
+
+def test_a_file_of_numbers_only_gets_an_id_column():
+    rng = random.Random(3)
+    lines = ["having_IP,URL_Length,SSLfinal_State,Result"] + [
+        ",".join(str(rng.choice([-1, 0, 1])) for _ in range(3)) + f",{rng.choice([-1, 1])}"
+        for _ in range(200)
+    ]
+    job, cols = build_job("phishing", "/d", lines, total_rows=200)
+    features = _features(job)
+    assert features["Result"]["positive"] == ["1"]
+    assert features["having_IP"]["kind"] == "categorical"
+    assert validate_manifest(job).ok
+    floats = ["a,b,label"] + [f"{i * 0.37:.2f},{(i % 9) * 0.5},{i % 2}" for i in range(100)]
+    job, cols = build_job("f", "/d", floats, total_rows=100)
+    assert cols[1].kind == "categorical" and "numbers only" in cols[1].why
+    assert validate_manifest(job).ok
+
+
+def test_a_trailing_delimiter_and_a_repeated_header_name():
+    lines = ["label,a,b,a,"] + [f"{i % 2},x{i % 5},{i % 3}.5,y{i % 4}," for i in range(100)]
+    job, cols = build_job("j", "/d", lines, total_rows=100)
+    assert cols[-1].ignored and "trailing" in cols[-1].why
+    assert cols[3].kind == "skip" and "names 'a' twice" in cols[3].why
+    assert [f["name"] for f in job["spec"]["model"]["features"]] == ["label", "a", "b"]
+    assert validate_manifest(job).ok
+    bare = [f"{i % 2},x{i % 5},{i % 3}.5," for i in range(100)]
+    job, cols = build_job("j", "/d", bare, total_rows=100)
+    assert job["spec"]["data"]["files"]["columns"] == ["c0", "c1", "c2", "c3"]
+    assert cols[-1].ignored and validate_manifest(job).ok
+
+
+def test_quoted_fields_holding_line_breaks_are_one_record():
+    lines = ["label,review,stars"]
+    for i in range(60):
+        lines += [f'{i % 2},"first line {i % 7}', "", f'second, ""quoted""",{1 + i % 5}']
+    job, cols = build_job("j", "/d", [line + "\n" for line in lines], total_rows=60)
+    files = job["spec"]["data"]["files"]
+    assert "quote" not in files and files["header"] is True
+    assert [c.name for c in cols] == ["label", "review", "stars"]
+    assert cols[1].distinct == 7 and cols[2].kind != "skip"
+
+
+def test_a_header_only_file_gets_a_job_and_a_note():
+    notes: list[str] = []
+    job, _ = build_job("j", "/d", ["user,item,click\n"], total_rows=1, notes=notes)
+    assert notes and "header only" in notes[0]
+    assert _features(job)["click"]["kind"] == "label"
+    assert validate_manifest(job).ok
+
+
+def test_the_written_yaml_holds_the_questions_and_the_left_out_columns():
+    import yaml
+
+    from etj.cli.from_data import decision_table, job_yaml
+    from etj.core.crd import to_yaml
+
+    lines = ["id,y,colour"] + [f"{i},{'b' if i % 3 else 'a'},c{i % 7}" for i in range(100)]
+    job, cols = build_job("j", "/d", lines, total_rows=100)
+    text = job_yaml(job, cols, to_yaml)
+    assert yaml.safe_load(text) == job
+    assert "# asked: which value means 1? guessed 'a'" in text
+    assert "# left out: a unique key (no value repeats): nothing to learn\n" in text
+    assert '# - {"name": "id", "column": "id"}' in text or '# - {"name": "id"}' in text
+    table = decision_table(cols)
+    assert table.splitlines()[1].split()[:3] == ["id", "left", "out"]

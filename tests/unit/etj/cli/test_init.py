@@ -78,3 +78,48 @@ def test_a_file_that_infers_nothing_is_one_clear_error(tmp_path: Path):
     result = CliRunner().invoke(cli, ["init", "--from-data", str(data)])
     assert result.exit_code != 0
     assert "Error:" in result.output and "Traceback" not in result.output
+
+
+def test_a_utf16_file_is_named_with_the_encoding_to_convert_from(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from etj.cli.main import main as cli
+
+    path = tmp_path / "export.csv"
+    path.write_bytes("label,user\n1,a\n0,b\n".encode("utf-16"))
+    result = CliRunner().invoke(cli, ["init", "--from-data", str(path)])
+    assert result.exit_code != 0
+    assert f"{path}:1: the file is UTF-16LE" in result.output
+    assert "iconv -f UTF-16 -t UTF-8" in result.output
+
+
+def test_an_empty_gzip_file_is_one_clear_error(tmp_path: Path):
+    import gzip
+
+    from click.testing import CliRunner
+
+    from etj.cli.main import main as cli
+
+    path = tmp_path / "empty.csv.gz"
+    path.write_bytes(gzip.compress(b""))
+    result = CliRunner().invoke(cli, ["init", "--from-data", str(path)])
+    assert result.exit_code != 0
+    assert result.output.strip().endswith(f"{path}: the file holds no lines (nothing to read)")
+
+
+def test_a_header_only_file_gets_a_job_and_says_it_cannot_be_trained_on(tmp_path: Path):
+    import yaml
+    from click.testing import CliRunner
+
+    from etj.cli.main import main as cli
+    from etj.core.validation import validate_manifest
+
+    path = tmp_path / "header.csv"
+    path.write_text("user,item,click\n")
+    out = tmp_path / "job.yaml"
+    result = CliRunner().invoke(cli, ["init", "--from-data", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "cannot train on this file: the file holds a header only" in result.output
+    text = out.read_text()
+    assert "# cannot train on this file: the file holds a header only" in text
+    assert validate_manifest(yaml.safe_load(text)).ok
