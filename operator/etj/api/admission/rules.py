@@ -141,24 +141,41 @@ _APPARMOR = "jobs keep the node's AppArmor confinement"
 _SELINUX = "jobs keep the node's SELinux confinement"
 _B, _R, _D = Origin.BASELINE, Origin.RESTRICTED, Origin.DEPUTY
 
+_SELINUX_TYPES_WHY = f"{_SELINUX}: types {', '.join(t for t in SELINUX_TYPES if t)} only"
+
+
+def _pod_and_container(
+    name: str, field: str, kind: str, arg: object, why: str, origin: Origin = _B
+) -> tuple[Check, Check]:
+    """A securityContext rule at both levels Kubernetes has it: the pod's (``pod-<name>``)
+    and every container's."""
+    return (
+        Check(f"pod-{name}", PODS, f"securityContext.{field}", kind, arg, why, origin),
+        Check(name, CONTAINERS, f"securityContext.{field}", kind, arg, why, origin),
+    )
+
+
 HOST_ACCESS_CHECKS: tuple[Check, ...] = (
     Check(
         "host-network", PODS, "hostNetwork", "equals", True, "the node's network is not for jobs"
     ),
     Check("host-pid", PODS, "hostPID", "equals", True, "the node's processes are not for jobs"),
     Check("host-ipc", PODS, "hostIPC", "equals", True, "the node's IPC is not for jobs"),
-    Check("pod-run-as-root", PODS, "securityContext.runAsUser", "equals", 0, _ROOT, _R),
-    Check("pod-run-as-non-root", PODS, "securityContext.runAsNonRoot", "equals", False, _ROOT, _R),
-    Check(
-        "pod-seccomp", PODS, "securityContext.seccompProfile.type", "equals", "Unconfined", _SECCOMP
+    *_pod_and_container("run-as-root", "runAsUser", "equals", 0, _ROOT, _R),
+    *_pod_and_container("run-as-non-root", "runAsNonRoot", "equals", False, _ROOT, _R),
+    *_pod_and_container("seccomp", "seccompProfile.type", "equals", "Unconfined", _SECCOMP),
+    *_pod_and_container("apparmor", "appArmorProfile.type", "equals", "Unconfined", _APPARMOR),
+    *_pod_and_container(
+        "selinux-type", "seLinuxOptions.type", "outside", SELINUX_TYPES, _SELINUX_TYPES_WHY
     ),
-    Check(
-        "pod-apparmor",
-        PODS,
-        "securityContext.appArmorProfile.type",
+    *_pod_and_container("selinux-user", "seLinuxOptions.user", "present", None, _SELINUX),
+    *_pod_and_container("selinux-role", "seLinuxOptions.role", "present", None, _SELINUX),
+    *_pod_and_container(
+        "host-process",
+        "windowsOptions.hostProcess",
         "equals",
-        "Unconfined",
-        _APPARMOR,
+        True,
+        "host processes are not for jobs",
     ),
     Check(
         "apparmor-annotation",
@@ -170,34 +187,12 @@ HOST_ACCESS_CHECKS: tuple[Check, ...] = (
         "localhost/* lifts the confinement",
     ),
     Check(
-        "pod-selinux-type",
-        PODS,
-        "securityContext.seLinuxOptions.type",
-        "outside",
-        SELINUX_TYPES,
-        f"{_SELINUX}: types {', '.join(t for t in SELINUX_TYPES if t)} only",
-    ),
-    Check(
-        "pod-selinux-user", PODS, "securityContext.seLinuxOptions.user", "present", None, _SELINUX
-    ),
-    Check(
-        "pod-selinux-role", PODS, "securityContext.seLinuxOptions.role", "present", None, _SELINUX
-    ),
-    Check(
         "sysctls",
         PODS,
         "securityContext.sysctls",
         "names",
         SAFE_SYSCTLS,
         "only the safe sysctls, isolated from the node: " + ", ".join(SAFE_SYSCTLS),
-    ),
-    Check(
-        "pod-host-process",
-        PODS,
-        "securityContext.windowsOptions.hostProcess",
-        "equals",
-        True,
-        "host processes are not for jobs",
     ),
     Check(
         "privileged",
@@ -225,40 +220,6 @@ HOST_ACCESS_CHECKS: tuple[Check, ...] = (
         f"only {', '.join(ALLOWED_CAPABILITIES)} may be added",
         _R,
     ),
-    Check("run-as-root", CONTAINERS, "securityContext.runAsUser", "equals", 0, _ROOT, _R),
-    Check(
-        "run-as-non-root", CONTAINERS, "securityContext.runAsNonRoot", "equals", False, _ROOT, _R
-    ),
-    Check(
-        "seccomp",
-        CONTAINERS,
-        "securityContext.seccompProfile.type",
-        "equals",
-        "Unconfined",
-        _SECCOMP,
-    ),
-    Check(
-        "apparmor",
-        CONTAINERS,
-        "securityContext.appArmorProfile.type",
-        "equals",
-        "Unconfined",
-        _APPARMOR,
-    ),
-    Check(
-        "selinux-type",
-        CONTAINERS,
-        "securityContext.seLinuxOptions.type",
-        "outside",
-        SELINUX_TYPES,
-        f"{_SELINUX}: types {', '.join(t for t in SELINUX_TYPES if t)} only",
-    ),
-    Check(
-        "selinux-user", CONTAINERS, "securityContext.seLinuxOptions.user", "present", None, _SELINUX
-    ),
-    Check(
-        "selinux-role", CONTAINERS, "securityContext.seLinuxOptions.role", "present", None, _SELINUX
-    ),
     Check(
         "proc-mount",
         CONTAINERS,
@@ -266,14 +227,6 @@ HOST_ACCESS_CHECKS: tuple[Check, ...] = (
         "equals",
         "Unmasked",
         "an unmasked /proc shows the node's kernel settings",
-    ),
-    Check(
-        "host-process",
-        CONTAINERS,
-        "securityContext.windowsOptions.hostProcess",
-        "equals",
-        True,
-        "host processes are not for jobs",
     ),
     Check("host-port", PORTS, "hostPort", "nonzero", None, "the node's ports are not for jobs"),
     Check("host-path", VOLUMES, "hostPath", "present", None, "the node's files are not for jobs"),
