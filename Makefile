@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv kernels lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages e2e kueue fake-gcs test-deps kind-up kind-down kind-packages
+	node-packages e2e kueue fake-gcs kafka test-deps kind-up kind-down kind-packages
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -23,6 +23,7 @@ help:
 	@echo "make binaries  - build (or reuse) the Kubernetes control plane under $(ETJ_CACHE)"
 	@echo "make kueue     - build (or reuse) Kueue under $(ETJ_CACHE) for the Kueue admission test"
 	@echo "make fake-gcs  - build (or reuse) fake-gcs-server and gcs-front under $(ETJ_CACHE) for the gs:// tests"
+	@echo "make kafka     - fetch (or reuse) Apache Kafka's jars under $(ETJ_CACHE)/kafka for the Kafka tests"
 	@echo "make kind-up   - the 3-node kind cluster of kind-config.yaml, offline (root; cached)"
 	@echo "make kind-down - delete it and check nothing is left behind"
 	@echo "make e2e       - the end-to-end suite on the kind cluster (root: brings it up, deletes it)"
@@ -84,6 +85,11 @@ kueue:
 fake-gcs:
 	nice -n 10 bash tests/cluster/kind-fake-gcs.sh --binaries
 
+# Apache Kafka's jars from Maven Central (~10 s cold), for the tests that train from a real
+# broker (etj_testcluster.kafka); those tests fetch them through the same script themselves.
+kafka:
+	nice -n 10 bash tests/cluster/build-kafka.sh
+
 # What the suite runs against, all cached under $(ETJ_CACHE): the control plane and Kueue
 # (for the Kueue admission test; 150 s cold) always; as root also the packages the image
 # build (buildah) and the kind cluster's private Docker engine need, and the kubelet in the
@@ -93,11 +99,11 @@ fake-gcs:
 # the end-to-end tests on it (tests/e2e, as root; elsewhere they skip saying why) run last.
 # Warm, every step is a cache check (seconds).
 ifeq ($(shell id -u),0)
-TEST_DEPS := binaries kueue fake-gcs node-packages kind-packages
+TEST_DEPS := binaries kueue fake-gcs kafka node-packages kind-packages
 TEST_DEPS_ENV := ETJ_WITH_KUBELET=1
 HOST_PACKAGES := node-packages kind-packages
 else
-TEST_DEPS := binaries kueue fake-gcs
+TEST_DEPS := binaries kueue fake-gcs kafka
 endif
 
 test-deps:

@@ -33,3 +33,17 @@ def tf() -> Any:
     import tensorflow
 
     return tensorflow
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real Kafka broker (KRaft, one node) on a free 127.0.0.1 port for the session; each
+    test makes its own topic. Skips, saying why, where Java or the jars are missing."""
+    from etj_testcluster import kafka as local_kafka
+
+    local_kafka.ensure_fetched()
+    why = local_kafka.missing()
+    if why:
+        pytest.skip(why)
+    with local_kafka.LocalKafka(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker

@@ -1,0 +1,202 @@
+"""A real Apache Kafka broker on 127.0.0.1 for the tests that train from a topic: one
+process in KRaft mode, broker and controller combined (no ZooKeeper; Kafka 4 has none).
+
+The jars (``org.apache.kafka:kafka_2.13`` and its runtime dependencies, from Maven Central)
+are fetched by ``tests/cluster/build-kafka.sh`` into ``$ETJ_CACHE/kafka/<version>/lib``;
+``ensure_fetched()`` runs it (a warm run is a file check), so a fresh clone needs no
+separate step. ``LocalKafka.start()`` formats a fresh log directory
+(``kafka.tools.StorageTool format``, what ``kafka-storage.sh format`` runs), starts
+``kafka.Kafka`` on free ports and waits until the broker answers a metadata request.
+
+It must not: listen anywhere but 127.0.0.1, leave a process behind (``stop()``; the broker
+also dies with its starter), or write outside its state directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from etj.local.launch import Proc, free_port, start
+from etj_testcluster.cluster import ClusterError, cache_dir
+from etj_testcluster.waiting import WaitTimeout, wait_for
+
+# Keep in step with KAFKA_VERSION in tests/cluster/build-kafka.sh.
+KAFKA_VERSION = "4.4.0"
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "build-kafka.sh"
+
+
+def kafka_version() -> str:
+    return os.environ.get("ETJ_KAFKA_VERSION", KAFKA_VERSION)
+
+
+def kafka_lib() -> Path:
+    """The broker's classpath directory (keep in step with build-kafka.sh)."""
+    return cache_dir() / "kafka" / kafka_version() / "lib"
+
+
+def missing() -> str | None:
+    """Why the broker cannot run here, or None."""
+    if shutil.which("java") is None:
+        return "no java on PATH (Kafka 4 needs Java 17 or newer)"
+    if not (kafka_lib() / ".complete").exists():
+        return f"no Kafka jars in {kafka_lib()}: run `make kafka` (tests/cluster/build-kafka.sh)"
+    return None
+
+
+def ensure_fetched(timeout: float = 1800.0) -> None:
+    """Fetch the jars unless cached (the script holds a lock: parallel callers wait for
+    one fetch). The deadline only stops a fetch that hangs."""
+    if (kafka_lib() / ".complete").exists() or shutil.which("mvn") is None:
+        return
+    subprocess.run(
+        ["nice", "-n", "10", "bash", str(BUILD_SCRIPT)],
+        env={**os.environ, "ETJ_KAFKA_VERSION": kafka_version()},
+        check=True,
+        timeout=timeout,
+    )
+
+
+def cluster_id(seed: uuid.UUID | None = None) -> str:
+    """A KRaft cluster id: a UUID in URL-safe base64 without padding (22 characters), the
+    form ``kafka-storage random-uuid`` prints. Pure given ``seed``."""
+    raw = (seed or uuid.uuid4()).bytes
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def server_properties(port: int, controller_port: int, log_dir: Path) -> str:
+    """The single node's server.properties: broker and controller in one process, every
+    internal topic with one replica (there is one broker), no delay before the first
+    consumer group's rebalance. Pure."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def java_command(main: str, *args: str, heap: str = "512m") -> list[str]:
+    """``java`` running one of Kafka's main classes on the cached classpath. Pure."""
+    return ["java", f"-Xmx{heap}", "-cp", f"{kafka_lib()}/*", main, *args]
+
+
+@dataclass
+class LocalKafka:
+    state_dir: Path
+    port: int = 0
+    proc: Proc | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.state_dir / "kafka.log"
+
+    def start(self, timeout: float = 180.0) -> LocalKafka:
+        ensure_fetched()
+        why = missing()
+        if why:
+            raise ClusterError(why)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.port, controller = free_port(), free_port()
+        config = self.state_dir / "server.properties"
+        config.write_text(server_properties(self.port, controller, self.state_dir / "data"))
+        subprocess.run(
+            java_command(
+                "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)
+            ),
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
+        self.proc = start(
+            "kafka",
+            java_command("kafka.Kafka", str(config)),
+            dict(os.environ),
+            self.log,
+            self.state_dir,
+        )
+        self._wait_ready(time.monotonic() + timeout)
+        return self
+
+    def _wait_ready(self, deadline: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.popen.poll() is not None:
+                raise ClusterError(f"kafka exited with {self.proc.exit_code}\n{self.log_tail()}")
+            try:
+                return bool(admin.list_topics(timeout=2).brokers)
+            except Exception:  # not up yet: KafkaException(_TRANSPORT / _TIMED_OUT)
+                return False
+
+        try:
+            wait_for(ready, max(0.0, deadline - time.monotonic()), "kafka ready", every=0.3)
+        except WaitTimeout:
+            raise ClusterError(f"kafka not ready in time\n{self.log_tail()}") from None
+
+    def create_topic(self, name: str, partitions: int, timeout: float = 120.0) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = admin.create_topics([NewTopic(name, num_partitions=partitions)])
+        futures[name].result(timeout=timeout)
+
+    def produce(self, topic: str, rows: list[tuple[int, bytes]], timeout: float = 120.0) -> None:
+        """Write ``(partition, value)`` messages and wait until the broker has them all."""
+        from confluent_kafka import Producer
+
+        errors: list[Any] = []
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        for partition, value in rows:
+            producer.produce(
+                topic,
+                value,
+                partition=partition,
+                on_delivery=lambda err, _msg: errors.append(err) if err else None,
+            )
+        left = producer.flush(timeout)
+        if left or errors:
+            raise ClusterError(f"kafka: {left} messages not delivered, errors {errors[:3]}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log.exists():
+            return "(no kafka log)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(grace=30)
+            self.proc = None
+
+    def __enter__(self) -> LocalKafka:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
