@@ -709,6 +709,7 @@ def host_leftovers() -> list[str]:
     return left
 
 
+@pytest.mark.extended  # make test-all; CI has the same chain on the local control plane with its process node (tests/integration/scenarios/test_daily_chain_node.py) and the images on kind in the tests above
 def test_daily_chain_a_cronjob_creates_each_day_and_day_two_warm_starts(installed: Kind) -> None:
     """examples/daily as its files say to run it: the logs claim filled by its Job (the
     trainer image), the CronJob with its RBAC creating each day's generateName job from

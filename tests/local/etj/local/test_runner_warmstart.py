@@ -174,6 +174,7 @@ def gcs(tmp_path: Path) -> Any:
         yield served
 
 
+@pytest.mark.extended  # make test-all; CI has the warm start from a job and a directory (above), and TensorFlow's checkpoints on fake-gcs-server (tests/e2e/test_fake_gcs.py)
 def test_from_a_gs_location_into_more_ps_with_a_table_added(tmp_path: Path, gcs: Any):
     first = _run(tmp_path, _ps_job("day-1", 1, TABLES), gcs.env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

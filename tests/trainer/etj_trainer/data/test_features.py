@@ -158,6 +158,7 @@ print(json.dumps(state.model(batch).numpy().tolist()))
 """
 
 
+@pytest.mark.extended  # make test-all; CI has the same string getting the same row in another process (above) and a checkpoint restored into other shards (task/test_restore.py)
 def test_a_restored_checkpoint_scores_the_same_raw_lines_the_same(tmp_path: Path):
     """Rows come from the strings alone: a restart (another process) finds the rows the
     trained embeddings are in."""

@@ -78,6 +78,7 @@ def test_same_math_alone_and_under_parameter_server(tmp_path: Path) -> None:
     same_math(zoo_spec({"architecture": "dnn"}), tmp_path)
 
 
+@pytest.mark.extended  # make test-all; CI runs the quickstart through `etj run` in tests/local/etj/local/test_runner.py (a killed worker included)
 @pytest.mark.slow
 def test_etj_run_trains_the_quickstart(tmp_path: Path) -> None:
     etj_run_trains({}, tmp_path)

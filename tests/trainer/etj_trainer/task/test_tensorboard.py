@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from harness import ROOT, job_spec, read_events, trainer_config, trainer_env
 
@@ -102,6 +103,7 @@ def scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+@pytest.mark.extended  # make test-all; CI has the leader's scalars of a local run (test_main.py) and the warm start's own tests
 def test_tensorboard_holds_the_leaders_scalars_and_a_warm_start_continues_them(
     tmp_path: Path,
 ) -> None:

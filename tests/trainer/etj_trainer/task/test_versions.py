@@ -285,6 +285,7 @@ def test_parameter_server_versions_serve_while_training(tf: Any, tmp_path: Path)
         _check(tf, job, run, total, keep)
 
 
+@pytest.mark.extended  # make test-all; CI has the ParameterServer variant and the versions' own checks above (numbered, kept, a failed one, a remote base path)
 @pytest.mark.parametrize("workers", [2])
 def test_mirrored_versions_serve_while_training(tf: Any, tmp_path: Path, workers: int) -> None:
     total, keep = 2000, 3

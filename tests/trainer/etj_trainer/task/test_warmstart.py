@@ -277,6 +277,7 @@ def _rows_of_ids(path: str, shards: int, fallback: int) -> dict[int, Any]:
     return out
 
 
+@pytest.mark.extended  # make test-all; CI has the ParameterServer warm start into more ps above, a dynamic table restored into another layout (models/test_dynamic_relayout.py) and `etj run`'s warm starts
 def test_a_dynamic_table_warm_starts_into_more_ps_and_a_smaller_pool(tmp_path: Path) -> None:
     """A dynamic table saved by 2 ps in 8 shards of a 600-row pool goes on in 3 ps, 18
     shards, a 240-row pool: each id kept has its saved vector at its new row (an id the new
