@@ -896,6 +896,63 @@ CASES: list[Case] = [
         "spec.restartPolicy may not be set",
         _set("spec.replicas.ps.template", {"spec": {"restartPolicy": "Always"}}),
     ),
+    # ---- disk tables (model.embeddings[].storage.disk) -----------------------------------
+    Case(
+        "disk-two-cache-sizes",
+        "cel",
+        f"{F0}.storage.disk",
+        "takes one of cacheRows or cacheBytes",
+        _set(f"{E0}.storage", {"disk": {"cacheRows": 10, "cacheBytes": "1Mi"}}),
+    ),
+    Case(
+        "disk-no-cache-size",
+        "cel",
+        f"{F0}.storage.disk",
+        "takes one of cacheRows or cacheBytes",
+        _set(f"{E0}.storage", {"disk": {"path": "/ssd"}}),
+    ),
+    Case(
+        "disk-under-mirrored",
+        "cel",
+        "spec",
+        "storage.disk is for strategy ParameterServer",
+        _both(
+            _set(f"{E0}.storage", {"disk": {"cacheRows": 10}}),
+            _set("spec.strategy", "MultiWorkerMirrored"),
+            _delete("spec.replicas.ps"),
+            _delete("spec.replicas.chief"),
+        ),
+    ),
+    Case(
+        "disk-dynamic",
+        "cel",
+        "spec",
+        "storage.disk cannot be used with dynamic",
+        _both(
+            _set(f"{E0}.storage", {"disk": {"cacheRows": 10}}),
+            _set(f"{E0}.dynamic", {"capacity": 1000}),
+        ),
+    ),
+    Case(
+        "disk-bfloat16",
+        "cel",
+        "spec",
+        "a bfloat16 or float16 table cannot be on disk",
+        _both(
+            _set(f"{E0}.storage", {"disk": {"cacheRows": 10}}),
+            _set(f"{E0}.dtype", "bfloat16"),
+        ),
+    ),
+    Case(
+        "disk-adam",
+        "cel",
+        "spec",
+        "sgd, adagrad or rowwiseAdagrad",
+        _both(
+            _set(f"{E0}.storage", {"disk": {"cacheRows": 10}}),
+            _set("spec.training.optimizer", "adam"),
+        ),
+    ),
     # ---- dynamic tables (model.embeddings[].dynamic) -------------------------------------
     Case(
         "dynamic-capacity-zero",

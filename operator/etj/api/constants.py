@@ -125,6 +125,12 @@ VOLUME_WARM_START = "warm-start"
 VOLUME_MODEL_CODE = "model-code"
 MODEL_CODE_MOUNT = "/opt/etj/model-code"
 MODEL_CODE_ENV = "ETJ_MODEL_CODE"
+# A ps' disk tables' files (model.embeddings[].storage.disk without a path): an emptyDir
+# sized to the ps' shard files (etj.api.disk.disk_volume_bytes), at DISK_MOUNT.
+VOLUME_DISK_TABLES = "disk-tables"
+DISK_MOUNT = "/var/lib/etj/disk-tables"
+# The directory a ps keeps those files in (DISK_MOUNT; a process-backed node remaps it).
+DISK_TABLES_ENV = "ETJ_DISK_TABLES"
 ETJ_VOLUMES = (
     VOLUME_TRAINER_CONFIG,
     VOLUME_CHECKPOINTS,
@@ -133,6 +139,7 @@ ETJ_VOLUMES = (
     VOLUME_GCS_CREDENTIALS,
     VOLUME_MODEL_CODE,
     VOLUME_WARM_START,
+    VOLUME_DISK_TABLES,
 )
 
 # What etj's renderer writes on its objects (etj.core.render) beside the labels above: the

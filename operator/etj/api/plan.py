@@ -21,6 +21,17 @@ from etj.api.spec import (
 )
 
 
+class DiskTablePlan(ApiModel):
+    """Where a disk table's shards live (``model.embeddings[].storage.disk``)."""
+
+    record_bytes: int = Field(ge=1, description="Bytes of one row with its slots on disk.")
+    file_bytes: int = Field(ge=0, description="Bytes of the table's files, all shards.")
+    cache_rows_per_shard: list[int] = Field(
+        description="Rows each shard keeps in RAM, in shard order."
+    )
+    path: str = Field(description="Directory of the shard files in each ps.")
+
+
 class TablePlan(ApiModel):
     """How one embedding table is split."""
 
@@ -37,8 +48,9 @@ class TablePlan(ApiModel):
     bytes: int = Field(
         ge=0,
         description=(
-            "Bytes of the table with its optimizer slots (a dynamic table's: with its index "
-            "and admission counters)."
+            "RAM of the table with its optimizer slots (a dynamic table's: with its index "
+            "and admission counters; a disk table's: its cache, bitmap and one streamed "
+            "checkpoint piece per shard)."
         ),
     )
     shards: int = Field(ge=1, description="Number of shards (partitions along the rows).")
@@ -48,6 +60,9 @@ class TablePlan(ApiModel):
     )
     capacity: int | None = Field(
         default=None, description="A dynamic table's pool rows (the last rows); unset: fixed."
+    )
+    disk: DiskTablePlan | None = Field(
+        default=None, description="A disk table's files and caches; unset: in RAM."
     )
 
     @property
@@ -65,7 +80,10 @@ class TablePlan(ApiModel):
 
     @property
     def slot_bytes(self) -> int:
-        """Bytes of the table's optimizer slots (float32), all shards together."""
+        """Bytes of the table's optimizer slots (float32) in RAM, all shards together (a
+        disk table's are in its records, counted in its cache)."""
+        if self.disk is not None:
+            return 0
         per_slot = slot_bytes_per_row(self.optimizer, self.dimension)
         return self.rows * per_slot * OPTIMIZER_SLOTS[self.optimizer]
 
@@ -74,7 +92,9 @@ class PsPlan(ApiModel):
     """What one parameter server holds."""
 
     index: int = Field(ge=0, description="ps task index.")
-    bytes: int = Field(ge=0, description="Bytes of the shards it holds, with optimizer slots.")
+    bytes: int = Field(
+        ge=0, description="RAM of the shards it holds, with optimizer slots (disk: caches)."
+    )
     memory_request_bytes: int = Field(
         ge=0,
         description="Memory the ps pod requests: shard bytes x headroom + base memory + "
@@ -82,6 +102,9 @@ class PsPlan(ApiModel):
         "shard or one of its optimizer slots).",
     )
     shards: list[str] = Field(description="Shards it holds, as table/shard.")
+    disk_bytes: int = Field(
+        default=0, ge=0, description="Bytes of the disk tables' shard files it holds."
+    )
 
 
 class ShardPlan(ApiModel):

@@ -69,17 +69,40 @@ def print_plan(job: EmbeddingTrainingJob, plan: ShardPlan, console: Console | No
             "A dynamic table's bytes count its pool and fallback rows with optimizer slots, "
             "its index and its admission counters."
         )
+    on_disk = [t for t in plan.tables if t.disk is not None]
+    if on_disk:
+        disks = Table(title="Tables on disk")
+        for col in ("table", "cached rows", "cache %", "RAM", "disk", "path"):
+            disks.add_column(col, justify="left" if col in ("table", "path") else "right")
+        for t in on_disk:
+            assert t.disk is not None
+            cached = sum(t.disk.cache_rows_per_shard)
+            disks.add_row(
+                t.name,
+                f"{cached:,}",
+                f"{100 * cached / t.rows:.2g}",
+                human_bytes(t.bytes),
+                human_bytes(t.disk.file_bytes),
+                t.disk.path,
+            )
+        console.print(disks)
+        console.print(
+            "A disk table's RAM is its cache (rows with slots and cache entries) and one bit "
+            "a row; its rows with their slots are in files on each ps' local disk."
+        )
     if plan.ps:
         ps = Table(title="Parameter servers")
-        for col in ("ps", "shards", "bytes", "memory request"):
+        columns = ["ps", "shards", "bytes", "memory request"] + (["disk"] if on_disk else [])
+        for col in columns:
             ps.add_column(col, justify="right")
         for p in plan.ps:
-            ps.add_row(
+            row = [
                 str(p.index),
                 str(len(p.shards)),
                 human_bytes(p.bytes),
                 human_bytes(p.memory_request_bytes),
-            )
+            ]
+            ps.add_row(*row, *([human_bytes(p.disk_bytes)] if on_disk else []))
         console.print(ps)
     elif plan.replica_memory_bytes is not None:
         console.print(

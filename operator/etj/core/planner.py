@@ -84,6 +84,15 @@ so each shard carries its share:
   the trainer prunes them to ``capacity`` at each pass, and one interval adds at most
   ``maintainEverySteps x batchSizePerReplica x ids per example`` new keys.
 
+Disk tables (``model.embeddings[].storage.disk``, ``etj.api.disk``). The rows with their
+slots live in one file per shard on the ps' local disk; what counts against the ps'
+memory is the shard's cache (its share of ``cacheRows``, proportional to its rows, rounded
+up: records with their cache entries), one bit a row, and, as the largest piece a
+checkpoint holds, one streamed piece of rows (``etj.api.disk.PIECE_BYTES``) instead of the
+whole shard. ``maxShardBytes`` bounds a shard's file. The ps' file bytes are its
+``disk_bytes``, the size the renderer gives its emptyDir. Such a job is ParameterServer
+(``Auto`` picks it).
+
 Strategy ``Auto``: MultiWorkerMirrored when all tables (with slots) fit in
 ``sharding.mirroredMaxBytes`` — every worker then holds a copy — and none is bfloat16 in a
 job of several processes, else ParameterServer. TensorFlow 2.21's collectives (the
@@ -101,8 +110,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from etj.api.architectures import linear_table_name
+from etj.api.constants import DISK_MOUNT
+from etj.api.disk import (
+    disk_of,
+    piece_rows,
+    record_bytes,
+    shard_cache_rows,
+    shard_ram_bytes,
+    table_cache_rows,
+)
 from etj.api.dynamic import table_rows
-from etj.api.plan import PsPlan, ShardPlan, TablePlan
+from etj.api.plan import DiskTablePlan, PsPlan, ShardPlan, TablePlan
 from etj.api.quantity import human_bytes, quantity_bytes
 from etj.api.spec import (
     MAX_PS,
@@ -148,10 +166,36 @@ class _Table:
     bytes_per_row: int
     # A dynamic table's pool rows (``rows`` counts its fallback rows too); None: fixed.
     capacity: int | None = None
+    # A disk table's record (a float32 row with its slots) and rows cached over all its
+    # shards, and the directory of its files in a ps; None: a table in RAM.
+    record: int | None = None
+    cache_rows: int | None = None
+    path: str | None = None
 
     @property
     def bytes(self) -> int:
-        return self.rows * self.bytes_per_row
+        """RAM of the table (a disk table's: of its cache and bitmap as one shard, which
+        no split into shards makes smaller)."""
+        return self.ram(self.rows)
+
+    @property
+    def shard_row_bytes(self) -> int:
+        """Bytes of a row that maxShardBytes bounds: in RAM, or a disk table's in its file."""
+        return self.record if self.record is not None else self.bytes_per_row
+
+    def ram(self, shard_rows: int) -> int:
+        """RAM of a shard of ``shard_rows`` rows (besides the piece a restore reads)."""
+        if self.record is None or self.cache_rows is None:
+            return shard_rows * self.bytes_per_row
+        cached = shard_cache_rows(self.cache_rows, self.rows, shard_rows)
+        return shard_ram_bytes(self.record, shard_rows, cached)
+
+    def piece(self, shard_rows: int) -> int:
+        """The largest piece a checkpoint save or restore of such a shard holds at once: a
+        variable (the shard or one slot), or a disk shard's streamed piece of rows."""
+        if self.record is not None:
+            return min(shard_rows, piece_rows(self.record)) * self.record
+        return shard_rows * self.variable_bytes_per_row
 
     @property
     def variable_bytes_per_row(self) -> int:
@@ -166,17 +210,29 @@ class _Table:
     def planned(self, shards: int, ps_of_shard: list[int]) -> TablePlan:
         """The table in the plan: in ``shards`` partitions, shard ``j`` on ps
         ``ps_of_shard[j]`` (none under MultiWorkerMirrored)."""
+        split = rows_per_shard(self.rows, shards)
+        disk = None
+        if self.record is not None and self.cache_rows is not None:
+            disk = DiskTablePlan(
+                record_bytes=self.record,
+                file_bytes=self.rows * self.record,
+                cache_rows_per_shard=[
+                    shard_cache_rows(self.cache_rows, self.rows, n) for n in split
+                ],
+                path=self.path or DISK_MOUNT,
+            )
         return TablePlan(
             name=self.name,
             rows=self.rows,
             dimension=self.dimension,
             dtype=self.dtype,
             optimizer=self.optimizer,
-            bytes=self.bytes,
+            bytes=sum(self.ram(n) for n in split) if disk else self.bytes,
             shards=shards,
-            rows_per_shard=rows_per_shard(self.rows, shards),
+            rows_per_shard=split,
             ps_of_shard=ps_of_shard,
             capacity=self.capacity,
+            disk=disk,
         )
 
 
@@ -234,15 +290,22 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
         # A dynamic table's index and counters, spread over its rows (rounded up, so the
         # total is never under the estimate): each shard carries its share.
         overhead = -(-dynamic_overhead_bytes(t, spec) // rows)
+        optimizer = Optimizer(t.optimizer or default_opt)
+        disk = disk_of(t)
         out.append(
             _Table(
                 name=t.name,
                 rows=rows,
                 dimension=t.dimension,
                 dtype=t.dtype,
-                optimizer=t.optimizer or default_opt,
+                optimizer=optimizer,
                 bytes_per_row=table_bytes_per_row(t, default_opt) + overhead,
                 capacity=t.dynamic.capacity if t.dynamic else None,
+                record=record_bytes(optimizer, t.dimension) if disk else None,
+                cache_rows=(
+                    table_cache_rows(disk, optimizer, t.dimension, rows) if disk else None
+                ),
+                path=disk.path if disk else None,
             )
         )
     return out
@@ -263,6 +326,9 @@ def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> Strategy:
         return spec.strategy
     if spec.replicas.ps is not None or _bfloat16_tables(spec):
         return Strategy.PARAMETER_SERVER
+    if any(disk_of(t) for t in spec.model.embeddings):
+        # (A table on disk is for ParameterServer only: etj.api.disk.DISK_SPEC_RULES.)
+        return Strategy.PARAMETER_SERVER
     total = sum(t.bytes for t in _tables(spec))
     if total <= quantity_bytes(spec.sharding.mirrored_max_bytes):
         return Strategy.MULTI_WORKER_MIRRORED
@@ -279,7 +345,7 @@ def min_shard_count(table: _Table, max_shard_bytes: int) -> int:
     """The fewest shards that keep every shard of the table under ``max_shard_bytes``."""
     # Count by rows, not bytes: TF gives the leftover rows to the first shards, so the
     # largest shard has ceil(rows / shards) rows and that is what must fit.
-    max_rows = max_shard_bytes // table.bytes_per_row
+    max_rows = max_shard_bytes // table.shard_row_bytes
     return min(max(1, -(-table.rows // max_rows)), table.rows)
 
 
@@ -358,19 +424,21 @@ def _loads(tables: list[_Table], counts: list[int], num_ps: int) -> _Loads:
         rounds, rest = divmod(k, num_ps)
         big_rounds, big_rest = divmod(r, num_ps)
         c = counter % num_ps
-        everyone += t.bytes_per_row * (rounds * q + big_rounds)
-        for length, weight in ((rest, q), (big_rest, 1)):
+        # A shard of q rows costs small, one of q + 1 rows small + extra.
+        small = t.ram(q)
+        extra = t.ram(q + 1) - small if r else 0
+        everyone += rounds * small + big_rounds * extra
+        for length, weight in ((rest, small), (big_rest, extra)):
             for lo, hi in _cyclic(c, length, num_ps):
-                delta[lo] += t.bytes_per_row * weight
-                delta[hi] -= t.bytes_per_row * weight
-        vb = t.variable_bytes_per_row
+                delta[lo] += weight
+                delta[hi] -= weight
         if big_rounds:
-            floor = max(floor, vb * (q + 1))
+            floor = max(floor, t.piece(q + 1))
         elif rounds:
-            floor = max(floor, vb * q)
-            ranges.append((vb * (q + 1), c, big_rest))
+            floor = max(floor, t.piece(q))
+            ranges.append((t.piece(q + 1), c, big_rest))
         else:
-            ranges += [(vb * q, c, rest), (vb * (q + 1), c, big_rest)]
+            ranges += [(t.piece(q), c, rest), (t.piece(q + 1), c, big_rest)]
         counter += k
     held, running = [], everyone
     for i in range(num_ps):
@@ -411,20 +479,30 @@ def _ps_plan(
     for k in counts:
         offsets.append(offsets[-1] + k)
     names: list[list[str]] = [[] for _ in range(num_ps)]
+    disk = [0] * num_ps
     plans = []
     for t, k, c in zip(tables, counts, offsets[:-1], strict=True):
         placement = [(c + j) % num_ps for j in range(k)]
+        plan = t.planned(k, placement)
         for j, ps in enumerate(placement):
             names[ps].append(f"{t.name}/{j}")
-        plans.append(t.planned(k, placement))
+            if plan.disk is not None:
+                disk[ps] += plan.rows_per_shard[j] * plan.disk.record_bytes
+        plans.append(plan)
     requests = _requests(loads, spec)
     return ShardPlan(
         strategy=Strategy.PARAMETER_SERVER,
         ps_replicas=num_ps,
-        total_bytes=sum(t.bytes for t in tables),
+        total_bytes=sum(p.bytes for p in plans),
         tables=plans,
         ps=[
-            PsPlan(index=i, bytes=loads.held[i], memory_request_bytes=requests[i], shards=names[i])
+            PsPlan(
+                index=i,
+                bytes=loads.held[i],
+                memory_request_bytes=requests[i],
+                shards=names[i],
+                disk_bytes=disk[i],
+            )
             for i in range(num_ps)
         ],
     )
@@ -438,11 +516,11 @@ def _where(i: int, n: int) -> str:
 
 def _check_rows_fit_shards(tables: list[_Table], max_shard: int, n: int) -> None:
     for i, t in enumerate(tables):
-        if t.bytes_per_row > max_shard:
+        if t.shard_row_bytes > max_shard:
             raise PlanError(
                 "spec.sharding.maxShardBytes",
                 f"one row of table {t.name!r} ({_where(i, n)}) with its optimizer slots "
-                f"is {t.bytes_per_row} bytes, more than maxShardBytes ({max_shard}); raise "
+                f"is {t.shard_row_bytes} bytes, more than maxShardBytes ({max_shard}); raise "
                 "maxShardBytes",
             )
 
@@ -450,10 +528,11 @@ def _check_rows_fit_shards(tables: list[_Table], max_shard: int, n: int) -> None
 def _check_shard_limits(tables: list[_Table], minimum: list[int], max_shard: int, n: int) -> None:
     for i, (t, k) in enumerate(zip(tables, minimum, strict=True)):
         if k > MAX_SHARDS_PER_TABLE:
-            need = -(-t.bytes // MAX_SHARDS_PER_TABLE)
+            size = t.rows * t.shard_row_bytes
+            need = -(-size // MAX_SHARDS_PER_TABLE)
             raise PlanTooLarge(
                 f"spec.{_where(i, n)}",
-                f"table {t.name!r} is {human_bytes(t.bytes)} with its optimizer slots: "
+                f"table {t.name!r} is {human_bytes(size)} with its optimizer slots: "
                 f"{k} shards of at most maxShardBytes ({human_bytes(max_shard)}), over the "
                 f"{MAX_SHARDS_PER_TABLE} shards per table TensorFlow handles well; raise "
                 f"sharding.maxShardBytes to at least {human_bytes(need)} or make the table "
@@ -497,7 +576,7 @@ def _check_dynamic_fits(
 
 def _largest_shard_request(t: _Table, shards: int, spec: EmbeddingTrainingJobSpec) -> int:
     rows = -(-t.rows // shards)
-    return memory_request(rows * t.bytes_per_row, rows * t.variable_bytes_per_row, spec)
+    return memory_request(t.ram(rows), t.piece(rows), spec)
 
 
 def _fewest_ps(

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from etj.api.base import ApiModel
 from etj.api.constants import MANAGED_BY
+from etj.api.disk import DISK_SPEC_RULES
 from etj.api.rules import Rule, cel_extra, check_rules
 from etj.api.spec.checkpoint import CheckpointSpec
 from etj.api.spec.data import UNSUPPORTED_SCHEME_REASON, UNSUPPORTED_SCHEMES, DataSpec
@@ -193,6 +194,7 @@ class EmbeddingTrainingJobSpec(ApiModel):
             ),
             *CHIEF_RULES,
             *WARM_START_SPEC_RULES,
+            *DISK_SPEC_RULES,
             (
                 "!(self.strategy == 'ParameterServer' && has(self.replicas) && has(self.replicas.worker) && self.replicas.worker.replicas < 1)",
                 "strategy ParameterServer needs at least one worker",
@@ -278,4 +280,5 @@ class EmbeddingTrainingJobSpec(ApiModel):
         check_rules(self, _DATA_SCHEME_RULES)
         check_rules(self, _FOLLOW_RULES)
         check_rules(self, WARM_START_SPEC_RULES)
+        check_rules(self, DISK_SPEC_RULES)
         return self

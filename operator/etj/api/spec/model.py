@@ -21,6 +21,7 @@ from etj.api.architectures import (
 )
 from etj.api.base import ApiModel, inline_enum
 from etj.api.custom import CUSTOM_RULES, CustomModel
+from etj.api.disk import TableStorage
 from etj.api.dynamic import DYNAMIC_MODEL_RULES, DynamicTable, check_key_space
 from etj.api.features import MODEL_FEATURE_RULES, Feature, FeatureKind
 from etj.api.rules import cel_extra, check_rules
@@ -73,6 +74,14 @@ class EmbeddingTable(ApiModel):
         description=(
             "Make the table collisionless: ids get rows of a pool of dynamic.capacity rows "
             "as they are admitted; vocabularySize rows are then the fallback of the others."
+        ),
+    )
+    storage: TableStorage | None = Field(
+        default=None,
+        description=(
+            "Where the rows live: in the ps' RAM (default) or, with disk, in files on each "
+            "ps' local disk with only a cache of the hot rows in RAM (tables larger than "
+            "memory)."
         ),
     )
 
@@ -203,6 +212,9 @@ class ModelSpec(ApiModel):
                     "name": linear_table_name(t.name),
                     "dimension": 1,
                     "optimizer": Optimizer(optimizer) if optimizer else t.optimizer,
+                    # (A first-order table is a float a row: it stays in RAM, and may
+                    # use an optimizer the disk kernels do not apply.)
+                    "storage": None,
                 }
             )
             for t in self.embeddings

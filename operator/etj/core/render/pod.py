@@ -14,6 +14,8 @@ from etj.api.constants import (
     ANNOTATION_CLUSTER_WORKERS,
     ANNOTATION_SPEC_GENERATION,
     CONTAINER_NAME,
+    DISK_MOUNT,
+    DISK_TABLES_ENV,
     GCS_CREDENTIALS_ENV,
     JOB_NAME_ENV,
     LABEL_COMPONENT,
@@ -38,12 +40,14 @@ from etj.api.constants import (
     TRAINER_CONFIG_MOUNT,
     VOLUME_CHECKPOINTS,
     VOLUME_DATA,
+    VOLUME_DISK_TABLES,
     VOLUME_GCS_CREDENTIALS,
     VOLUME_MODEL_CODE,
     VOLUME_TMP,
     VOLUME_TRAINER_CONFIG,
     VOLUME_WARM_START,
 )
+from etj.api.disk import disk_volume_bytes
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.podtemplate import runs_own_program
@@ -194,6 +198,23 @@ def _volumes(job: EmbeddingTrainingJob) -> tuple[list[dict[str, Any]], list[dict
     return volumes, mounts
 
 
+def disk_tables_volume(plan: ShardPlan, index: int) -> dict[str, Any] | None:
+    """The emptyDir of ps ``index``'s disk-table files (those of tables naming no path of
+    their own), sized to them with a margin; None when it holds none."""
+    held = 0
+    for t in plan.tables:
+        if t.disk is None or t.disk.path != DISK_MOUNT:
+            continue
+        held += sum(
+            rows * t.disk.record_bytes
+            for rows, ps in zip(t.rows_per_shard, t.ps_of_shard, strict=True)
+            if ps == index
+        )
+    if not held:
+        return None
+    return {"emptyDir": {"sizeLimit": format_bytes(disk_volume_bytes(held))}}
+
+
 def model_code_config_map(job: EmbeddingTrainingJob) -> str | None:
     """The ConfigMap holding the job's own tower code (``spec.model.custom.configMap``)."""
     custom = job.spec.model.custom
@@ -306,6 +327,11 @@ def build_pod(
     if secret is not None:
         # TensorFlow's gs:// client reads the key file this names (never its contents here).
         env.append({"name": GCS_CREDENTIALS_ENV, "value": f"{GCS_CREDENTIALS_MOUNT}/{secret.key}"})
+    disk = disk_tables_volume(plan, index) if role == Role.PS else None
+    if disk is not None:
+        # Where the ps' disk tables keep their files (the trainer reads the directory here,
+        # so a process-backed node's remapping of the mount reaches it).
+        env.append({"name": DISK_TABLES_ENV, "value": DISK_MOUNT})
     env += [e.to_wire() for e in (template.env or [])] if template else []
     ports = [{"name": PORT_NAME_TF, "containerPort": settings.tf_port, "protocol": "TCP"}]
     if (role, index) == replicas.leader():
@@ -319,6 +345,9 @@ def build_pod(
         role == Role.WORKER and plan.strategy == Strategy.PARAMETER_SERVER and replicas.chief > 0
     )
     volumes, mounts = _volumes(job)
+    if disk is not None:
+        volumes.append({"name": VOLUME_DISK_TABLES, **disk})
+        mounts.append({"name": VOLUME_DISK_TABLES, "mountPath": DISK_MOUNT})
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": _plain(job.spec.image or settings.default_image),
