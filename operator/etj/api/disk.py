@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 
 from etj.api.base import ApiModel, Quantity
 from etj.api.quantity import quantity_bytes
-from etj.api.rules import Rule, cel_extra, check_rules
+from etj.api.rules import Rule, cel_extra
 from etj.api.sizing import Optimizer
 
 # The optimizers the kernels apply in place (their names in the API).
@@ -113,9 +113,7 @@ def disk_of(table: Any) -> DiskStorage | None:
 
 def slot_floats(optimizer: Optimizer, dimension: int) -> int:
     """Floats of optimizer state beside each row in a disk record."""
-    return {Optimizer.SGD: 0, Optimizer.ADAGRAD: dimension, Optimizer.ROWWISE_ADAGRAD: 1}[
-        optimizer
-    ]
+    return {Optimizer.SGD: 0, Optimizer.ADAGRAD: dimension, Optimizer.ROWWISE_ADAGRAD: 1}[optimizer]
 
 
 def record_bytes(optimizer: Optimizer, dimension: int) -> int:
@@ -164,8 +162,7 @@ DISK_SPEC_RULES = (
         "worker holds the whole table and updates it by collectives, which a table on disk "
         "behind a cache cannot join; use strategy ParameterServer (or Auto)",
         lambda s: (
-            s.strategy != "MultiWorkerMirrored"
-            or not any(disk_of(t) for t in s.model.embeddings)
+            s.strategy != "MultiWorkerMirrored" or not any(disk_of(t) for t in s.model.embeddings)
         ),
     ),
     Rule(
@@ -186,14 +183,11 @@ DISK_SPEC_RULES = (
         "'adagrad')) in ['sgd', 'adagrad', 'rowwiseAdagrad']))",
         "storage.disk takes the optimizers its kernels apply in place: sgd, adagrad or "
         "rowwiseAdagrad (set the table's optimizer or training.optimizer)",
-        lambda s: not any(
-            disk_of(t) and (t.optimizer or s.training.optimizer) not in DISK_OPTIMIZERS
-            for t in s.model.embeddings
+        lambda s: (
+            not any(
+                disk_of(t) and (t.optimizer or s.training.optimizer) not in DISK_OPTIMIZERS
+                for t in s.model.embeddings
+            )
         ),
     ),
 )
-
-
-def check_disk_rules(spec: Any) -> None:
-    """``ValueError`` naming the first rule of ``DISK_SPEC_RULES`` the spec breaks."""
-    check_rules(spec, DISK_SPEC_RULES)

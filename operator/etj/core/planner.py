@@ -302,9 +302,7 @@ def _tables(spec: EmbeddingTrainingJobSpec) -> list[_Table]:
                 bytes_per_row=table_bytes_per_row(t, default_opt) + overhead,
                 capacity=t.dynamic.capacity if t.dynamic else None,
                 record=record_bytes(optimizer, t.dimension) if disk else None,
-                cache_rows=(
-                    table_cache_rows(disk, optimizer, t.dimension, rows) if disk else None
-                ),
+                cache_rows=(table_cache_rows(disk, optimizer, t.dimension, rows) if disk else None),
                 path=disk.path if disk else None,
             )
         )

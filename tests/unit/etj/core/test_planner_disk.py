@@ -117,7 +117,12 @@ def test_strategy_auto_picks_parameter_server_for_a_disk_table():
     body = _body(strategy="Auto")
     del body["replicas"]
     body["model"]["embeddings"] = [
-        {"name": "tiny", "vocabularySize": 100, "dimension": 4, "storage": {"disk": {"cacheRows": 10}}}
+        {
+            "name": "tiny",
+            "vocabularySize": 100,
+            "dimension": 4,
+            "storage": {"disk": {"cacheRows": 10}},
+        }
     ]
     assert build_plan(_spec(body)).strategy == Strategy.PARAMETER_SERVER
 
