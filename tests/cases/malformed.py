@@ -44,6 +44,18 @@ BASE: dict[str, Any] = {
 }
 
 
+# A Kafka source and the feature schema its messages are rows of.
+KAFKA_FEATURES: list[dict[str, Any]] = [
+    {"name": "y", "kind": "label"},
+    {"name": "user", "kind": "categorical", "table": "user_id"},
+    {"name": "item", "kind": "categorical", "table": "item_id"},
+]
+KAFKA_DATA: dict[str, Any] = {
+    "source": "kafka",
+    "kafka": {"bootstrapServers": "kafka-0.kafka:9092,kafka-1.kafka:9092", "topic": "clicks"},
+}
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -725,6 +737,71 @@ CASES: list[Case] = [
             _delete("spec.replicas.ps"),
             _delete("spec.replicas.chief"),
             _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "follow": {}}}),
+        ),
+    ),
+    # ---- Kafka (data.kafka) -----------------------------------------------------------------
+    Case(
+        "kafka-and-files",
+        "cel",
+        "spec.data",
+        "data.kafka and data.files are exclusive",
+        _both(
+            _set("spec.model.features", KAFKA_FEATURES),
+            _set("spec.data", {**KAFKA_DATA, "files": {"pattern": "/d/*"}}),
+        ),
+    ),
+    Case(
+        "kafka-without-kafka",
+        "cel",
+        "spec.data",
+        "data.kafka is required when source is kafka",
+        _set("spec.data", {"source": "kafka"}),
+    ),
+    Case(
+        "kafka-without-source",
+        "cel",
+        "spec.data",
+        "data.kafka needs data.source kafka",
+        _both(
+            _set("spec.model.features", KAFKA_FEATURES),
+            _set("spec.data", {"kafka": KAFKA_DATA["kafka"]}),
+        ),
+    ),
+    Case(
+        "kafka-without-features",
+        "cel",
+        "spec",
+        "data.kafka needs model.features",
+        _set("spec.data", KAFKA_DATA),
+    ),
+    Case(
+        "kafka-mirrored-two-workers",
+        "cel",
+        "spec",
+        "data.kafka under MultiWorkerMirrored takes one training process",
+        _both(
+            _set("spec.strategy", "MultiWorkerMirrored"),
+            _delete("spec.replicas.ps"),
+            _delete("spec.replicas.chief"),
+            _set("spec.model.features", KAFKA_FEATURES),
+            _set("spec.data", KAFKA_DATA),
+        ),
+    ),
+    Case(
+        "kafka-topic-bad-name",
+        "schema",
+        "spec.data.kafka.topic",
+        "should match pattern",
+        _set("spec.data", {"source": "kafka", "kafka": {**KAFKA_DATA["kafka"], "topic": "a b"}}),
+    ),
+    Case(
+        "kafka-servers-no-port",
+        "schema",
+        "spec.data.kafka.bootstrapServers",
+        "should match pattern",
+        _set(
+            "spec.data",
+            {"source": "kafka", "kafka": {**KAFKA_DATA["kafka"], "bootstrapServers": "kafka"}},
         ),
     ),
     Case(

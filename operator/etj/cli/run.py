@@ -92,7 +92,8 @@ def run(
     epochs = job.spec.training.epochs
     length = f"{epochs} epochs (steps counted by the trainer)" if epochs else f"{steps} steps"
     if steps is None:
-        length = "following its files (until stopped or idle)"
+        what = "its Kafka topic" if job.spec.data.kafka is not None else "its files"
+        length = f"following {what} (until stopped or idle)"
     if any(template_command(role_template(job, role)) for role in (Role.CHIEF, Role.WORKER)):
         length = "its own program (the template's command)"
     tasks = replica_set(job, plan)

@@ -174,13 +174,14 @@ def _chief_problem(job: EmbeddingTrainingJob, plan: ShardPlan) -> Problem | None
 
 
 def _follow_problem(job: EmbeddingTrainingJob, plan: ShardPlan) -> Problem | None:
-    """The rules of a job following its files (``etj.api.spec.FOLLOW_STRATEGY_RULES``) for
-    the strategy ``Auto`` chose."""
+    """The rules of a job following its files or a Kafka topic
+    (``etj.api.spec.FOLLOW_STRATEGY_RULES``) for the strategy ``Auto`` chose."""
     if job.spec.strategy != Strategy.AUTO:
         return None
     decided = job.spec.model_copy(update={"strategy": plan.strategy})
     try:
         check_rules(decided, FOLLOW_STRATEGY_RULES)
     except ValueError as exc:
-        return Problem("spec.data.files.follow", f"{exc} (strategy Auto chose {plan.strategy})")
+        field = "spec.data.kafka" if job.spec.data.kafka is not None else "spec.data.files.follow"
+        return Problem(field, f"{exc} (strategy Auto chose {plan.strategy})")
     return None

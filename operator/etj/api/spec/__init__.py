@@ -43,6 +43,7 @@ from etj.api.spec.data import (
     DataSpec,
     FileData,
     FollowFiles,
+    KafkaData,
     SyntheticData,
     ValidationData,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "FileData",
     "FollowFiles",
     "GangScheduler",
+    "KafkaData",
     "ModelSpec",
     "Optimizer",
     "Placement",

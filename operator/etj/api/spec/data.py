@@ -1,5 +1,5 @@
-"""``spec.data``: where training examples come from (synthetic or files, held-out files),
-and the storage schemes TensorFlow cannot read.
+"""``spec.data``: where training examples come from (synthetic, files or a Kafka topic,
+held-out files), and the storage schemes TensorFlow cannot read.
 
 Pure: no I/O, no environment, no kopf or Kubernetes client.
 """
@@ -131,6 +131,64 @@ class FileData(ApiModel):
     )
 
 
+# A Kafka topic name (the broker's own rule: at most 249 of these characters).
+KAFKA_TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
+# host:port[,host:port...] (librdkafka's bootstrap.servers).
+KAFKA_SERVERS_PATTERN = r"^[^,\s:]+:[0-9]{1,5}(,[^,\s:]+:[0-9]{1,5})*$"
+
+
+class KafkaData(ApiModel):
+    """Training data read from a Kafka topic as it arrives (the online path): each message
+    is one row of the job's feature schema (``model.features``), delimited text. The
+    offsets trained are saved in the checkpoint with the tables, never taken from the
+    consumer group's commits: after any failure the job resumes from the offsets of the
+    checkpoint it restored."""
+
+    bootstrap_servers: str = Field(
+        pattern=KAFKA_SERVERS_PATTERN,
+        max_length=4096,
+        description="The brokers to bootstrap from: host:port, comma-separated.",
+    )
+    topic: str = Field(pattern=KAFKA_TOPIC_PATTERN, description="The topic to train from.")
+    consumer_group: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=249,
+        description=(
+            "The consumers' group.id (default: etj-<job name>). Offsets are never committed "
+            "to it nor read from it: every partition is assigned explicitly and read from "
+            "the checkpoint's offsets (the earliest one on a first start)."
+        ),
+    )
+    format: Literal["csv"] = Field(
+        default="csv",
+        description="csv: each message is one row of delimited text (no header).",
+    )
+    delimiter: str = Field(
+        default=",", min_length=1, max_length=1, description="csv: the field delimiter."
+    )
+    columns: list[Annotated[str, Field(min_length=1, max_length=128)]] | None = Field(
+        default=None,
+        max_length=4096,
+        description=(
+            "csv: the fields of a message, in order (default: the columns of "
+            "model.features, in the order they are declared)."
+        ),
+    )
+    quote: Literal['"', "none"] = Field(
+        default='"',
+        description='csv: the quote character (RFC 4180), or none for rows that use " as data.',
+    )
+    stop_after_idle_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "End the job (Succeeded) when no message has arrived for this long; without it "
+            "the job trains until it is suspended or deleted (or reaches training.steps)."
+        ),
+    )
+
+
 class ValidationData(ApiModel):
     """Held-out files scored after each checkpoint (AUC and log-loss in status.evaluation)."""
 
@@ -145,29 +203,53 @@ class ValidationData(ApiModel):
     )
 
 
+_DATA_RULES = (
+    Rule(
+        "self.source != 'files' || has(self.files)",
+        "data.files is required when source is files",
+        lambda d: d.source != "files" or d.files is not None,
+    ),
+    Rule(
+        "!has(self.validation) || has(self.files)",
+        "data.validation needs data.files (its format and columns)",
+        lambda d: d.validation is None or d.files is not None,
+    ),
+    Rule(
+        "!has(self.kafka) || !has(self.files)",
+        "data.kafka and data.files are exclusive: a job trains from one source",
+        lambda d: d.kafka is None or d.files is None,
+    ),
+    Rule(
+        "self.source != 'kafka' || has(self.kafka)",
+        "data.kafka is required when source is kafka",
+        lambda d: d.source != "kafka" or d.kafka is not None,
+    ),
+    Rule(
+        "!has(self.kafka) || self.source == 'kafka'",
+        "data.kafka needs data.source kafka",
+        lambda d: d.kafka is None or d.source == "kafka",
+    ),
+)
+
+
 class DataSpec(ApiModel):
     """Where training examples come from."""
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": _cel(
-            (
-                "self.source != 'files' || has(self.files)",
-                "data.files is required when source is files",
-            ),
-            (
-                "!has(self.validation) || has(self.files)",
-                "data.validation needs data.files (its format and columns)",
-            ),
-        )
-    }
+    model_config = ApiModel.model_config | {"json_schema_extra": _cel(*_DATA_RULES)}
 
-    source: Literal["synthetic", "files"] = Field(
-        default="synthetic", description="synthetic (generated) or files."
+    source: Literal["synthetic", "files", "kafka"] = Field(
+        default="synthetic", description="synthetic (generated), files or kafka."
     )
     synthetic: SyntheticData | None = Field(
         default=None, description="Settings of the synthetic generator."
     )
     files: FileData | None = Field(default=None, description="Settings of file input.")
+    kafka: KafkaData | None = Field(
+        default=None,
+        description=(
+            "Settings of Kafka input (a topic followed as it arrives; needs model.features)."
+        ),
+    )
     validation: ValidationData | None = Field(
         default=None,
         description="Held-out data for AUC and log-loss after each checkpoint (files only).",
@@ -177,16 +259,14 @@ class DataSpec(ApiModel):
         ge=0,
         description=(
             "Records that do not parse which training may skip (counted in status.progress); "
-            "0 stops the job at the first with DataError: <file>:<line>: <what>."
+            "0 stops the job at the first with DataError: <file>:<line>: <what> "
+            "(<topic>/<partition>@<offset> for Kafka)."
         ),
     )
 
     @model_validator(mode="after")
-    def _files_given(self) -> DataSpec:
-        if self.source == "files" and self.files is None:
-            raise ValueError("data.files is required when data.source is 'files'")
-        if self.validation is not None and self.files is None:
-            raise ValueError("data.validation needs data.files (its format and columns)")
+    def _rules(self) -> DataSpec:
+        check_rules(self, _DATA_RULES)
         return self
 
 

@@ -82,6 +82,19 @@ FOLLOW_STRATEGY_RULES = (
             or _training_processes(s) == 1
         ),
     ),
+    Rule(
+        "!has(self.data) || !has(self.data.kafka) || self.strategy != 'MultiWorkerMirrored' || "
+        "((has(self.replicas) && has(self.replicas.chief) ? self.replicas.chief.replicas : 0) + "
+        "(has(self.replicas) && has(self.replicas.worker) ? self.replicas.worker.replicas : 2)) == 1",
+        "data.kafka under MultiWorkerMirrored takes one training process (a chief or one "
+        "worker): its collectives need every worker to run the same steps, and the messages "
+        "that arrive do not divide into equal shares; use strategy ParameterServer for more",
+        lambda s: (
+            s.data.kafka is None
+            or s.strategy != Strategy.MULTI_WORKER_MIRRORED
+            or _training_processes(s) == 1
+        ),
+    ),
 )
 _FOLLOW_RULES = (
     Rule(
@@ -91,6 +104,11 @@ _FOLLOW_RULES = (
         lambda s: not _follows(s) or s.training.epochs is None,
     ),
     *FOLLOW_STRATEGY_RULES,
+    Rule(
+        "!has(self.data) || !has(self.data.kafka) || has(self.model.features)",
+        "data.kafka needs model.features (each message is one row of the job's feature schema)",
+        lambda s: s.data.kafka is None or bool(s.model.features),
+    ),
 )
 
 _DATA_SCHEME_RULES = (

@@ -37,8 +37,8 @@ class TrainingSpec(ApiModel):
         ge=1,
         description=(
             f"Total training steps (default {DEFAULT_STEPS}, unless epochs is given). A job "
-            "following its files (data.files.follow) without steps trains until it is "
-            "suspended, deleted or idle for data.files.follow.stopAfterIdleSeconds."
+            "following its files (data.files.follow) or a Kafka topic (data.kafka) without "
+            "steps trains until it is suspended, deleted or idle for stopAfterIdleSeconds."
         ),
     )
     epochs: int | None = Field(
@@ -105,10 +105,12 @@ class ShardingSpec(ApiModel):
 
 def step_limit(training: TrainingSpec, data: DataSpec) -> int | None:
     """The steps a job trains: ``training.steps``, else none for a job that follows its
-    files (it ends when stopped or idle), else ``DEFAULT_STEPS``. (``training.epochs`` is
+    files or a Kafka topic (it ends when stopped or idle), else ``DEFAULT_STEPS``. (``training.epochs`` is
     resolved into steps by the trainer, which counts the records.)"""
     if training.steps is not None:
         return training.steps
     if data.files is not None and data.files.follow is not None:
+        return None
+    if data.kafka is not None:
         return None
     return DEFAULT_STEPS

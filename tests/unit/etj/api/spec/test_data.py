@@ -81,3 +81,55 @@ def test_following_parquet_files_is_refused():
 def test_malformed_follow_settings_are_refused(bad):
     with pytest.raises(ValidationError):
         FileData.model_validate({"pattern": "/d/*", "follow": bad})
+
+
+KAFKA = {"bootstrapServers": "kafka-0.kafka:9092,10.0.0.7:9094", "topic": "clicks.v2"}
+
+
+def test_a_kafka_source_takes_brokers_a_topic_and_delimited_rows():
+    d = DataSpec.model_validate({"source": "kafka", "kafka": KAFKA})
+    assert d.kafka is not None and d.files is None
+    k = d.kafka
+    assert (k.bootstrap_servers, k.topic) == (KAFKA["bootstrapServers"], "clicks.v2")
+    assert (k.format, k.delimiter, k.quote, k.columns) == ("csv", ",", '"', None)
+    assert k.consumer_group is None and k.stop_after_idle_seconds is None
+
+
+@pytest.mark.parametrize(
+    "servers", ["kafka", "kafka:", "a:9092,", "a:9092 b:9092", ":9092", "a:123456"]
+)
+def test_bootstrap_servers_are_host_port_pairs(servers: str):
+    with pytest.raises(ValidationError, match=r"bootstrap_servers|bootstrapServers"):
+        DataSpec.model_validate(
+            {"source": "kafka", "kafka": {**KAFKA, "bootstrapServers": servers}}
+        )
+
+
+@pytest.mark.parametrize("topic", ["", "a b", "a/b", "x" * 250])
+def test_a_topic_name_follows_kafkas_rule(topic: str):
+    with pytest.raises(ValidationError, match="topic"):
+        DataSpec.model_validate({"source": "kafka", "kafka": {**KAFKA, "topic": topic}})
+
+
+def test_kafka_is_one_source_exclusive_with_files_and_named_by_source():
+    with pytest.raises(ValidationError, match=r"data\.kafka and data\.files are exclusive"):
+        DataSpec.model_validate(
+            {"source": "kafka", "kafka": KAFKA, "files": {"pattern": "/d/*.csv"}}
+        )
+    with pytest.raises(ValidationError, match=r"data\.kafka is required when source is kafka"):
+        DataSpec(source="kafka")
+    with pytest.raises(ValidationError, match=r"data\.kafka needs data\.source kafka"):
+        DataSpec.model_validate({"kafka": KAFKA})
+    with pytest.raises(ValidationError, match=r"data\.validation needs data\.files"):
+        DataSpec.model_validate(
+            {"source": "kafka", "kafka": KAFKA, "validation": {"pattern": "/d/eval-*"}}
+        )
+
+
+def test_a_kafka_job_runs_without_steps_unless_it_gives_them():
+    from etj.api.spec import TrainingSpec, step_limit
+
+    kafka = DataSpec.model_validate({"source": "kafka", "kafka": KAFKA})
+    assert step_limit(TrainingSpec(), kafka) is None
+    assert step_limit(TrainingSpec(steps=500), kafka) == 500
+    assert step_limit(TrainingSpec(), DataSpec()) is not None
