@@ -26,7 +26,7 @@ def make_job(
         **spec,
     }
     if strategy == "ParameterServer":
-        body["replicas"]["ps"] = {"replicas": 2}
+        body["replicas"].setdefault("ps", {"replicas": 2})
     manifest = {
         "apiVersion": "training.etj.dev/v1alpha1",
         "kind": "EmbeddingTrainingJob",

@@ -20,12 +20,14 @@ and Volcano's ``scheduling.k8s.io/group-name`` annotation — becomes etj's
 as Kubeflow's operator does.
 
 What has no etj equivalent is refused with a ``ConversionError`` naming the TFJob field
-(``enableDynamicWorker``, ``schedulingPolicy.minResources``, different restart policies per
-role, ``AllWorkers`` next to a Chief, ...); what is left behind because the new job does
-not need it (``status``, the metadata the API server sets, ``runPolicy.managedBy``, a ps'
-restart policy, a Pod-level ``restartPolicy`` the replica's overrides) is a warning line
-naming the field: nothing is dropped silently. A Pod-level ``restartPolicy`` with none on
-the replica is the replica's (what ``kubectl create`` users write). ``metadata.generateName``
+(``enableDynamicWorker``, ``schedulingPolicy.minResources``, ``AllWorkers`` next to a
+Chief, ...); what is left behind because the new job does not need it (``status``, the
+metadata the API server sets, ``runPolicy.managedBy``, a Pod-level ``restartPolicy`` the
+replica's overrides) is a warning line naming the field: nothing is dropped silently.
+Restart policies are carried per role: the one most replicas give becomes the job's
+``runPolicy.restartPolicy``, a role that gives another gets its own
+``replicas.<role>.restartPolicy``. A Pod-level ``restartPolicy`` with none on the replica
+is the replica's (what ``kubectl create`` users write). ``metadata.generateName``
 is kept (the API server names the job; ``etj run``/``etj validate`` name it from it), and a
 name can be given instead (``--name``).
 
@@ -39,6 +41,7 @@ Kubeflow's TFJob API is read from its documented fields, not imported (no Go typ
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
 
 from etj.api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
@@ -139,34 +142,25 @@ def _replica_restart_policy(key: str, rs: dict[str, Any], warnings: list[str]) -
     return given, field
 
 
-def _restart_policy(
+def _restart_policies(
     roles: dict[str, tuple[str, dict[str, Any]]], warnings: list[str]
-) -> str | None:
-    """The one restart policy of the job; the ps' are not asked (etj always restarts a ps)."""
-    chosen: tuple[str, str] | None = None
+) -> tuple[str | None, dict[str, str]]:
+    """The job's restart policy (runPolicy.restartPolicy) and each role's that differs from
+    it (replicas.<role>.restartPolicy), as the TFJob's replicas give them. The job's is the
+    one most roles give (the first such in TFJob order on a tie)."""
+    given: dict[str, str] = {}
     for role, (key, rs) in roles.items():
-        given, field = _replica_restart_policy(key, rs, warnings)
-        if given is None:
+        policy, field = _replica_restart_policy(key, rs, warnings)
+        if policy is None:
             continue
-        if role == "ps":
-            if given in ("OnFailure", "Always"):
-                continue  # what etj does with a failed ps anyway
-            warnings.append(
-                f"{field}: not carried: etj restarts a failed ps (and the chief, which "
-                "restores the last checkpoint) whatever the policy"
-            )
-            continue
-        if given not in RESTART_POLICY:
-            raise ConversionError(field, f"{given!r} is not one of {', '.join(RESTART_POLICY)}")
-        policy = RESTART_POLICY[given]
-        if chosen is not None and chosen[1] != policy:
-            raise ConversionError(
-                field,
-                f"{given} differs from {chosen[0]}'s; etj has one restart policy per job "
-                "(runPolicy.restartPolicy)",
-            )
-        chosen = chosen or (key, policy)
-    return chosen[1] if chosen else None
+        if policy not in RESTART_POLICY:
+            raise ConversionError(field, f"{policy!r} is not one of {', '.join(RESTART_POLICY)}")
+        given[role] = RESTART_POLICY[policy]
+    if not given:
+        return None, {}
+    counts = Counter(given.values())
+    job = max(counts, key=lambda p: (counts[p], -list(given.values()).index(p)))
+    return job, {role: p for role, p in given.items() if p != job}
 
 
 def _run_policy(spec: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
@@ -383,9 +377,11 @@ def convert_tfjob(
     if strategy == Strategy.PARAMETER_SERVER and replicas["ps"]["replicas"] < 1:
         raise ConversionError("spec.tfReplicaSpecs.PS.replicas", "must be >= 1")
     run_policy = _run_policy(spec, warnings)
-    restart = _restart_policy(roles, warnings)
+    restart, per_role = _restart_policies(roles, warnings)
     if restart is not None:
         run_policy["restartPolicy"] = restart
+    for role, policy in per_role.items():
+        replicas[role]["restartPolicy"] = policy
     success = SUCCESS_POLICY[given_success]
     if success is not None:
         if chiefs:

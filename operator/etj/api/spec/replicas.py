@@ -11,7 +11,9 @@ from pydantic import Field, field_validator, model_validator
 
 from etj.api.base import ApiModel, Quantity
 from etj.api.podtemplate import PodTemplate
+from etj.api.roles import Role
 from etj.api.rules import cel_extra
+from etj.api.spec.run_policy import RestartPolicy
 
 _cel = cel_extra
 
@@ -47,6 +49,14 @@ class ReplicaSpec(ApiModel):
         description=(
             "A Pod template merged over this role's Pods, e.g. to run your own TensorFlow "
             "program (the trainer container's command and args) with sidecars and volumes."
+        ),
+    )
+    restart_policy: RestartPolicy | None = Field(
+        default=None,
+        description=(
+            "This role's restart policy (a TFJob replica's restartPolicy): Never, OnFailure "
+            "or ExitCode, as runPolicy.restartPolicy, which it overrides for this role "
+            "(default: that one)."
         ),
     )
 
@@ -90,6 +100,14 @@ class PsSpec(ApiModel):
         description=(
             "A Pod template merged over this role's Pods, e.g. to run your own TensorFlow "
             "program (the trainer container's command and args) with sidecars and volumes."
+        ),
+    )
+    restart_policy: RestartPolicy | None = Field(
+        default=None,
+        description=(
+            "This role's restart policy (a TFJob replica's restartPolicy): Never, OnFailure "
+            "or ExitCode, as runPolicy.restartPolicy, which it overrides for this role "
+            "(default: that one)."
         ),
     )
 
@@ -148,3 +166,13 @@ class ReplicasSpec(ApiModel):
         if v is not None and v.replicas > 1:
             raise ValueError("at most one evaluator is supported")
         return v
+
+    def restart_policy_of(self, role: Role, default: RestartPolicy) -> RestartPolicy:
+        """``role``'s restart policy: its own, else ``default`` (runPolicy.restartPolicy)."""
+        own = {
+            Role.CHIEF: self.chief,
+            Role.WORKER: self.worker,
+            Role.PS: self.ps,
+            Role.EVALUATOR: self.evaluator,
+        }[role]
+        return own.restart_policy if own is not None and own.restart_policy else default

@@ -14,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from etj.api.job import EmbeddingTrainingJob
+from etj.api.roles import Role
 from etj.api.spec import GangScheduler
 from etj.cli.convert import ConversionError, convert_tfjob
 from etj.cli.main import main
@@ -162,13 +163,6 @@ def _broken(change) -> dict:
             "spec.tfReplicaSpecs.Worker.replicas",
         ),
         (lambda t: t["spec"].update(successPolicy="AnyWorker"), "spec.successPolicy"),
-        (
-            lambda t: (
-                t["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Never")
-                or t["spec"]["tfReplicaSpecs"]["Master"].update(restartPolicy="OnFailure")
-            ),
-            "spec.tfReplicaSpecs.Worker.restartPolicy",
-        ),
         (
             lambda t: t["spec"]["tfReplicaSpecs"].update(
                 Chief=t["spec"]["tfReplicaSpecs"]["Master"]
@@ -452,3 +446,23 @@ def test_a_pod_restart_policy_the_replicas_overrides_is_warned():
         "spec.tfReplicaSpecs.Worker.template.spec.restartPolicy: not carried: "
         "spec.tfReplicaSpecs.Worker.restartPolicy (OnFailure) overrides it, as in TFJob"
     ]
+
+
+def test_restart_policies_that_differ_per_role_are_carried_per_role():
+    """The one most replicas give is the job's; the others are their roles' own (a ps'
+    Never too: the TFJob's author asked that a failed ps fail the job)."""
+    tfjob = _tfjob("ps.yaml")
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    specs["Chief"]["restartPolicy"] = "OnFailure"
+    specs["Worker"]["restartPolicy"] = "Never"
+    specs["PS"]["restartPolicy"] = "Never"
+    job = convert_tfjob(tfjob)
+    assert job["spec"]["runPolicy"]["restartPolicy"] == "Never"
+    assert job["spec"]["replicas"]["chief"]["restartPolicy"] == "OnFailure"
+    assert "restartPolicy" not in job["spec"]["replicas"]["worker"]
+    assert "restartPolicy" not in job["spec"]["replicas"]["ps"]
+    spec = EmbeddingTrainingJob.from_manifest(job).spec
+    assert (
+        spec.replicas.restart_policy_of(Role.CHIEF, spec.run_policy.restart_policy) == "OnFailure"
+    )
+    assert spec.replicas.restart_policy_of(Role.PS, spec.run_policy.restart_policy) == "Never"

@@ -38,12 +38,13 @@ def fail_or_restart(p: _Pass, replicas: ReplicaSet) -> bool:
 
 def _failures(p: _Pass, replicas: ReplicaSet) -> list[Failure]:
     restarting = set(p.st.restarting_pods)
-    policy = p.job.spec.run_policy.restart_policy
+    spec = p.job.spec
+    job_policy = spec.run_policy.restart_policy
     # A pod of a task the spec no longer has (the job was scaled down) is being removed:
     # its end is no failure.
     desired = set(replicas.tasks())
     return [
-        classify(pod, policy)
+        classify(pod, spec.replicas.restart_policy_of(pod.role, job_policy))
         for pod in p.w.pods
         if pod.name not in restarting
         and pod.key in desired

@@ -78,3 +78,25 @@ def test_the_failures_step_force_deletes_lost_pods_and_ends_the_pass_only_on_fai
     assert not fail_or_restart(healthy, replicas) and healthy.d.force_delete_pods == []
     failed = _Pass(_world(job, _failed(job, Role.WORKER, 0, exit_code=1)))
     assert fail_or_restart(failed, replicas) and failed.st.phase == Phase.FAILED
+
+
+def test_a_role_restart_policy_overrides_the_jobs_for_that_role_only():
+    """As a TFJob replica's restartPolicy: workers Never beside the job's OnFailure fail
+    the job; a ps failure is still restarted with the chief."""
+    replicas = {"worker": {"replicas": 2, "restartPolicy": "Never"}}
+    job = make_job(replicas=replicas, status={"phase": "Running"})
+    worker = run(job, _failed(job, Role.WORKER, 1, exit_code=1))
+    assert worker.status.phase == Phase.FAILED
+    assert "restartPolicy Never" in worker.status.message
+    ps = run(job, _failed(job, Role.PS, 0, exit_code=1))
+    assert ps.status.phase == Phase.RESTARTING
+    assert sorted(ps.delete_pods) == ["j-chief-0", "j-ps-0"]
+
+
+def test_a_role_may_be_restarted_under_a_job_that_restarts_nothing():
+    replicas = {"worker": {"replicas": 2}, "ps": {"replicas": 2, "restartPolicy": "OnFailure"}}
+    job = make_job(
+        replicas=replicas, runPolicy={"restartPolicy": "Never"}, status={"phase": "Running"}
+    )
+    assert run(job, _failed(job, Role.PS, 1, exit_code=1)).status.phase == Phase.RESTARTING
+    assert run(job, _failed(job, Role.WORKER, 0, exit_code=1)).status.phase == Phase.FAILED
