@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 
-from etj.api.constants import TF_CONFIG_ENV
+from etj.api.constants import LEGACY_KERAS_ENV, TF_CONFIG_ENV
 from etj.api.roles import Role
 from etj.api.spec import Strategy
 from etj.api.trainer_reasons import REASON_MODEL_ERROR
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def _tf_environment() -> None:
     # tf_keras (never Keras 3) if anything pulls Keras in; TensorFlow's C++ INFO chatter off.
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault(LEGACY_KERAS_ENV, "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 

@@ -43,7 +43,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from etj.api.constants import API_VERSION, KIND
+from etj.api.features import FeatureKind, Transform, ValueType
 from etj.api.roles import Role
+from etj.api.sizing import Optimizer
+from etj.api.spec import Strategy
 
 LABEL_NAMES = (
     "label",
@@ -310,11 +313,14 @@ def profile(
             column.ignored = excluded[j].startswith("an empty trailing column")
             continue
         if j == label:
-            column.kind, column.settings = "label", label_settings
+            column.kind, column.settings = FeatureKind.LABEL.value, label_settings
             column.why, column.comment = label_why, label_comment
             continue
         if not rows:
-            column.kind, column.why = "categorical", "no rows to judge: read as text"
+            column.kind, column.why = (
+                FeatureKind.CATEGORICAL.value,
+                "no rows to judge: read as text",
+            )
             continue
         if not present:
             column.why = "empty in the whole sample"
@@ -322,13 +328,16 @@ def profile(
         kind, settings, why = _kind(name, present, distinct)
         if header_name in lists:
             longest = max((len([p for p in v.split("|") if p]) for v in present), default=1)
-            kind, settings = "categorical", {"delimiter": "|", "maxLength": min(longest, 1024)}
+            kind, settings = (
+                FeatureKind.CATEGORICAL.value,
+                {"delimiter": "|", "maxLength": min(longest, 1024)},
+            )
             why = "a list column"
         if settings.get("delimiter"):
             parts = {p for v in present for p in v.split(settings["delimiter"]) if p}
             column.estimate = _estimate(len(parts), len(present), len(rows), total_rows)
         column.kind, column.settings, column.why = kind, settings, why
-    if not any(c.kind == "categorical" for c in out):
+    if not any(c.kind == FeatureKind.CATEGORICAL for c in out):
         _propose_an_id(out, columns)
     return out
 
@@ -337,7 +346,7 @@ def _propose_an_id(out: list[Column], columns: list[list[str]]) -> None:
     """A file of numbers only: its integer column of fewest values becomes an id (or,
     with none, its number column of fewest values, hashed as text): a CTR model learns
     from tables, and needs one."""
-    candidates = [c for c in out if c.kind == "dense" and c.distinct >= 2]
+    candidates = [c for c in out if c.kind == FeatureKind.DENSE and c.distinct >= 2]
     if not candidates:
         return
     index = {id(c): j for j, c in enumerate(out)}
@@ -347,8 +356,8 @@ def _propose_an_id(out: list[Column], columns: list[list[str]]) -> None:
 
     ints = [c for c in candidates if integers(c)]
     chosen = min(ints or candidates, key=lambda c: c.distinct)
-    chosen.kind = "categorical"
-    chosen.settings = {"valueType": "int"} if ints else {}
+    chosen.kind = FeatureKind.CATEGORICAL.value
+    chosen.settings = {"valueType": ValueType.INT.value} if ints else {}
     chosen.why = (
         f"proposed as an id ({chosen.distinct} values): a file of numbers only, and a CTR "
         "model needs a table" + ("" if ints else " (hashed as text)")
@@ -368,29 +377,45 @@ def _kind(name: str, present: list[str], distinct: int) -> tuple[str, dict[str, 
         if distinct > 2 and with_d > 0.05 * len(present):
             longest = max(len([p for p in v.split(d) if p]) for v in present)
             settings = {"delimiter": d, "maxLength": min(max(longest, 1), 1024)}
-            return "categorical", settings, f"lists split by {d!r}"
+            return FeatureKind.CATEGORICAL.value, settings, f"lists split by {d!r}"
     numbers = all(_is_number(v) for v in present)
     if not numbers:
-        return "categorical", {}, f"text, {distinct} values"
+        return FeatureKind.CATEGORICAL.value, {}, f"text, {distinct} values"
     integers = all(_INT.match(v) for v in present)
     if integers and any(abs(int(v)) > INT64_MAX for v in present):
-        return "categorical", {}, "ids past int64 (hashed as text)"
+        return FeatureKind.CATEGORICAL.value, {}, "ids past int64 (hashed as text)"
     if integers and (name.lower().endswith("id") or name.lower().endswith("_id")):
-        return "categorical", {"valueType": "int"}, "integer ids (named ...id)"
+        return (
+            FeatureKind.CATEGORICAL.value,
+            {"valueType": ValueType.INT.value},
+            "integer ids (named ...id)",
+        )
     if integers and len({len(v) for v in present}) == 1 and len(present[0]) >= 4:
-        return "categorical", {}, "fixed-width codes"
+        return FeatureKind.CATEGORICAL.value, {}, "fixed-width codes"
     if integers and 2 <= distinct <= FEW_CODES and len(present) >= 4 * distinct:
-        return "categorical", {"valueType": "int"}, f"integer codes ({distinct} values)"
+        return (
+            FeatureKind.CATEGORICAL.value,
+            {"valueType": ValueType.INT.value},
+            f"integer codes ({distinct} values)",
+        )
     values = [float(v) for v in present]
     low, high = min(values), max(values)
     if integers and low >= -5 and high - low > 100:
-        return "dense", {"transform": "log1p"}, "counts over a wide range"
+        return (
+            FeatureKind.DENSE.value,
+            {"transform": Transform.LOG1P.value},
+            "counts over a wide range",
+        )
     mean = sum(values) / len(values)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
     if std == 0:
-        return "dense", {}, "a number (constant in the sample)"
-    settings = {"transform": "standardize", "mean": round(mean, 6), "std": round(std, 6)}
-    return "dense", settings, "a number" + ("" if integers else " with fractions")
+        return FeatureKind.DENSE.value, {}, "a number (constant in the sample)"
+    settings = {
+        "transform": Transform.STANDARDIZE.value,
+        "mean": round(mean, 6),
+        "std": round(std, 6),
+    }
+    return FeatureKind.DENSE.value, settings, "a number" + ("" if integers else " with fractions")
 
 
 def table_name(column: str, taken: set[str]) -> str:
@@ -462,7 +487,7 @@ def build_job(
     if bad_first:
         job["spec"]["data"]["maxBadRecords"] = 1
         # Said beside the label (always written, never left out).
-        label = next(c for c in cols if c.kind == "label")
+        label = next(c for c in cols if c.kind == FeatureKind.LABEL)
         note = (
             f"line 1 has {len(split[0])} fields, every other line {width}: it is no header "
             "of these columns, and data.maxBadRecords: 1 skips it"
@@ -498,7 +523,7 @@ def _feature(c: Column) -> dict[str, Any]:
 def _job(
     name: str, cols: list[Column], files: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Column]]:
-    if not any(c.kind == "label" for c in cols):
+    if not any(c.kind == FeatureKind.LABEL for c in cols):
         raise ValueError("no column can be the label (every column is left out: see why)")
     taken: set[str] = set()
     tables, features = [], []
@@ -506,7 +531,7 @@ def _job(
         if c.kind == "skip":
             continue
         feature = _feature(c)
-        if c.kind == "categorical":
+        if c.kind == FeatureKind.CATEGORICAL:
             vocab = vocabulary_size(c.estimate)
             table = table_name(c.name, taken)
             tables.append({"name": table, "vocabularySize": vocab, "dimension": dimension(vocab)})
@@ -522,14 +547,14 @@ def _job(
         "kind": KIND,
         "metadata": {"name": name},
         "spec": {
-            "strategy": "Auto",
+            "strategy": Strategy.AUTO.value,
             "replicas": {Role.WORKER.value: {"replicas": 2}},
             "model": {"embeddings": tables, "features": features, "hiddenUnits": [256, 128]},
             "data": {"source": "files", "files": files, "maxBadRecords": 0},
             "training": {
                 "batchSizePerReplica": 1024,
                 "epochs": 1,
-                "optimizer": "adagrad",
+                "optimizer": Optimizer.ADAGRAD.value,
                 "learningRate": 0.05,
             },
             # Several pods share the checkpoints: a ReadWriteMany claim etj creates.

@@ -115,7 +115,9 @@ def run(
         console=console,
         transient=False,
     ) as bar:
-        task = bar.add_task("train", total=steps, phase="Pending", rate="", loss="-", restarts=0)
+        task = bar.add_task(
+            "train", total=steps, phase=Phase.PENDING, rate="", loss="-", restarts=0
+        )
 
         def on_status(st: EmbeddingTrainingJobStatus) -> None:
             p = st.progress

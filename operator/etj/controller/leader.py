@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from etj.api.constants import POD_NAME_ENV
 from etj.controller import metrics
 from etj.controller.kube import Kube
 
@@ -55,7 +56,7 @@ class Timing:
 def default_identity() -> str:
     """The pod name (a pod's hostname) and a random suffix: a restarted container is a new
     candidate, never mistaken for the holder it replaced."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return f"{os.environ.get(POD_NAME_ENV) or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def micro_time(t: datetime) -> str:

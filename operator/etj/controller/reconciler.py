@@ -43,7 +43,7 @@ from etj.api.job import EmbeddingTrainingJob, ObjectMeta
 from etj.api.plan import ShardPlan
 from etj.api.reasons import REASON_GANG_UNAVAILABLE, REASON_INVALID_SPEC, REASON_STORAGE_NOT_SHARED
 from etj.api.roles import ALL_ROLES
-from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus
+from etj.api.status import FINISHED_PHASES, EmbeddingTrainingJobStatus, Phase, PodPhase
 from etj.api.storage import claims_to_read, sharing_problems
 from etj.controller import metrics
 from etj.controller.cache import WatchCache
@@ -243,7 +243,7 @@ class Reconciler:
                 status, REASON_INVALID_SPEC, problems, iso(now), obj["metadata"].get("generation")
             )
             await self._write_status(obj, new)
-            if status.phase != "Failed":
+            if status.phase != Phase.FAILED:
                 self.post_event(obj, Event("Warning", REASON_INVALID_SPEC, problems))
             return Outcome(finished=True)
         job = validated.job.model_copy(update={"status": status})
@@ -664,7 +664,7 @@ def _metrics_address(raw_pods: list[dict[str, Any]], settings: OperatorSettings)
             if annotated:
                 return str(annotated)
             ip = (pod.get("status") or {}).get("podIP")
-            if ip and (pod.get("status") or {}).get("phase") == "Running":
+            if ip and (pod.get("status") or {}).get("phase") == PodPhase.RUNNING:
                 return f"{ip}:{port['containerPort']}"
     return None
 

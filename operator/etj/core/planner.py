@@ -315,7 +315,7 @@ def _bfloat16_tables(spec: EmbeddingTrainingJobSpec) -> list[int]:
     chief = spec.replicas.chief
     if (chief.replicas if chief is not None else 0) + spec.replicas.worker.replicas <= 1:
         return []
-    return [i for i, t in enumerate(spec.model.embeddings) if t.dtype == "bfloat16"]
+    return [i for i, t in enumerate(spec.model.embeddings) if t.dtype == Dtype.BFLOAT16]
 
 
 def resolve_strategy(spec: EmbeddingTrainingJobSpec) -> Strategy:

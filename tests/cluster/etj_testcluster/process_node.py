@@ -54,6 +54,7 @@ from etj.api.constants import (
     TF_CONFIG_ENV,
     VOLUME_MODEL_CODE,
 )
+from etj.api.status import PodPhase
 from etj.controller.kube import load_config
 from etj.local.launch import Proc, free_port, start
 from etj.local.pod_process import pod_process
@@ -127,13 +128,13 @@ class ProcessNode:
             proc = self.procs.get(uid)
             if pod.metadata.deletion_timestamp is not None:
                 self._delete(pod, proc)
-            elif proc is None and pod.status.phase == "Pending" and uid not in self.refused:
+            elif proc is None and pod.status.phase == PodPhase.PENDING and uid not in self.refused:
                 self._start(pod)
             elif (
                 proc is not None
                 and not proc.stopping
                 and proc.exit_code is not None
-                and pod.status.phase == "Running"
+                and pod.status.phase == PodPhase.RUNNING
             ):
                 if pod.spec.restart_policy == "Always":
                     self._restart(pod)
@@ -158,7 +159,7 @@ class ProcessNode:
             self._status(
                 ns,
                 name,
-                "Failed",
+                PodPhase.FAILED.value,
                 running=False,
                 exit_code=128,
                 reason="ImageNotRunnable",
@@ -200,7 +201,7 @@ class ProcessNode:
         self._status(
             ns,
             name,
-            "Running",
+            PodPhase.RUNNING.value,
             running=True,
             container=container["name"],
             restarts=self.restarts.get(uid, 0),
@@ -270,7 +271,7 @@ class ProcessNode:
         self._status(
             pod.metadata.namespace,
             pod.metadata.name,
-            "Succeeded" if code == 0 else "Failed",
+            (PodPhase.SUCCEEDED if code == 0 else PodPhase.FAILED).value,
             running=False,
             exit_code=code,
             reason=reason,
@@ -292,7 +293,7 @@ class ProcessNode:
         if (
             proc is not None
             and pod.metadata.finalizers
-            and pod.status.phase not in ("Succeeded", "Failed")
+            and pod.status.phase not in (PodPhase.SUCCEEDED, PodPhase.FAILED)
         ):
             # A finalizer (Kueue's) keeps the pod after the deletion is confirmed: its end
             # is written first, as a kubelet writes it (a pod without one is gone at once).
@@ -314,7 +315,9 @@ class ProcessNode:
         container = {"name": "trainer", "ready": False, "restartCount": 0}
         container |= {"image": "local", "imageID": "", "state": waiting}
         self.core.patch_namespaced_pod_status(
-            name, ns, {"status": {"phase": "Pending", "containerStatuses": [container]}}
+            name,
+            ns,
+            {"status": {"phase": PodPhase.PENDING.value, "containerStatuses": [container]}},
         )
 
     def _status(

@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.features import MISSING_ROW, Feature, Transform, ValueType
+from etj.api.features import MISSING_ROW, Feature, FeatureKind, Transform, ValueType
 from etj.api.spec import ModelSpec
 from etj_trainer.data.keys import keys_of
 
@@ -162,9 +162,9 @@ class FeatureSet:
     def __init__(self, model: ModelSpec):
         assert model.features is not None
         self.features = list(model.features)
-        self.label = next(f for f in self.features if f.kind == "label")
-        self.dense = [f for f in self.features if f.kind == "dense"]
-        self.categorical = [f for f in self.features if f.kind == "categorical"]
+        self.label = next(f for f in self.features if f.kind == FeatureKind.LABEL)
+        self.dense = [f for f in self.features if f.kind == FeatureKind.DENSE]
+        self.categorical = [f for f in self.features if f.kind == FeatureKind.CATEGORICAL]
         self.vocabulary_size = {t.name: t.vocabulary_size for t in model.embeddings}
         self.dynamic = {t.name for t in model.embeddings if t.dynamic is not None}
         self._vocabularies: dict[str, Vocabulary] = {}

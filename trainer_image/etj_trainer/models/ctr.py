@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from etj.api.architectures import linear_table_name
 from etj.api.dynamic import table_rows
-from etj.api.spec import EmbeddingTable, ModelSpec
+from etj.api.spec import Dtype, EmbeddingTable, ModelSpec
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import DENSE_KEY, INPUT_PREFIX, Lookup, lookups
 from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
@@ -34,7 +34,7 @@ from etj_trainer.models.custom import tower_variables, trainable_variables
 from etj_trainer.models.dynamic import SlotReset
 from etj_trainer.models.dynamic_shards import ShardedDynamicTable
 
-STORAGE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
+STORAGE_DTYPES = {Dtype.FLOAT32: tf.float32, Dtype.BFLOAT16: tf.bfloat16, Dtype.FLOAT16: tf.float16}
 # Initial embedding values are uniform in [-EMBEDDING_INIT, EMBEDDING_INIT].
 EMBEDDING_INIT = 0.05
 

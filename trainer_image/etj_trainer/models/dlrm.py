@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from etj.api.architectures import DlrmSpec
+from etj.api.architectures import Architecture, DlrmSpec
 from etj.api.spec import ModelSpec
 from etj_trainer.models.base import FlatTower, TowerInputs, apply_mlp, dense_layers
 
@@ -40,7 +40,7 @@ class DlrmTower(FlatTower):
         top = [*spec.hidden_units, 1]
         more, _ = dense_layers("top", width, top, seed, SEED_BASE + 1_000)
         self.top = len(top)
-        super().__init__("dlrm", inputs, pieces + more)
+        super().__init__(Architecture.DLRM, inputs, pieces + more)
 
     def forward(
         self,

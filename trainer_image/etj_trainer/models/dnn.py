@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from etj.api.architectures import Architecture
 from etj.api.spec import ModelSpec
 from etj_trainer.models.base import FlatTower, TowerInputs, apply_mlp, concat_inputs, dense_layers
 
@@ -20,7 +21,7 @@ class DnnTower(FlatTower):
         units = [*spec.hidden_units, 1]
         pieces, _ = dense_layers("mlp", inputs.width, units, seed, SEED_BASE)
         self.layers = len(units)
-        super().__init__("dnn", inputs, pieces)
+        super().__init__(Architecture.DNN, inputs, pieces)
 
     def forward(
         self,

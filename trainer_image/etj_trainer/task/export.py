@@ -53,6 +53,7 @@ import numpy as np
 import tensorflow as tf
 
 from etj.api.dynamic import table_rows
+from etj.api.spec import Dtype
 from etj_trainer.models import local_tower
 from etj_trainer.task.serving_model import local_io
 from etj_trainer.task.serving_model import save as save_serving
@@ -62,12 +63,12 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "tables.json"
 SERVING = "serving"
-_NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+_NUMPY_DTYPES = {Dtype.FLOAT32: np.float32, Dtype.FLOAT16: np.float16, Dtype.BFLOAT16: np.uint16}
 
 
 def _shard_array(shard: Any, dtype: str) -> np.ndarray:
     value = shard.read_value()
-    if dtype == "bfloat16":
+    if dtype == Dtype.BFLOAT16:
         return tf.bitcast(value, tf.uint16).numpy()
     return value.numpy()
 
@@ -182,7 +183,7 @@ def manifest(state: TrainingState) -> dict[str, Any]:
                 "rows": table_rows(t),
                 "dimension": t.dimension,
                 "dtype": t.dtype,
-                "storage": "uint16-bits" if t.dtype == "bfloat16" else t.dtype,
+                "storage": "uint16-bits" if t.dtype == Dtype.BFLOAT16 else t.dtype,
                 "combiner": t.combiner,
                 "idsPerExample": t.ids_per_example,
                 "file": f"embeddings/{t.name}.npy",

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from etj.api.spec import Dtype
 from etj_trainer.task.export import MANIFEST
 
 
@@ -51,7 +52,7 @@ class MappedTable:
         dynamic table's read through its index (``row_of``)."""
         flat = self.row_of(np.asarray(ids, dtype=np.int64).reshape(-1))
         raw = self.rows[flat]
-        if self.dtype == "bfloat16":
+        if self.dtype == Dtype.BFLOAT16:
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         return np.asarray(raw, dtype=np.float32).reshape(*np.shape(ids), self.dimension)
 

@@ -25,16 +25,17 @@ from typing import Any
 
 import tensorflow as tf
 
+from etj.api.spec import Optimizer
 from etj_trainer.task.rowupdate import BETA_1, BETA_2, EPSILON, ROWWISE_ADAGRAD, update_rows
 
-OPTIMIZERS = ("sgd", "adagrad", ROWWISE_ADAGRAD, "ftrl", "adam")
+OPTIMIZERS = (Optimizer.SGD, Optimizer.ADAGRAD, ROWWISE_ADAGRAD, Optimizer.FTRL, Optimizer.ADAM)
 SLOTS: dict[str, tuple[str, ...]] = {
-    "sgd": (),
-    "adagrad": ("accumulator",),
+    Optimizer.SGD: (),
+    Optimizer.ADAGRAD: ("accumulator",),
     # Its own name: a checkpoint of the other Adagrad is refused by name, not by shape.
     ROWWISE_ADAGRAD: ("row_accumulator",),
-    "ftrl": ("accumulator", "linear"),
-    "adam": ("m", "v"),
+    Optimizer.FTRL: ("accumulator", "linear"),
+    Optimizer.ADAM: ("m", "v"),
 }
 # Slots with one value per row, not per element.
 ROW_SLOTS = frozenset({"row_accumulator"})
@@ -51,7 +52,7 @@ def slot_initial(optimizer: str, slot: str) -> float:
 def dense_optimizer(optimizer: str) -> str:
     """The optimizer of the dense variables when ``optimizer`` is the job's: row-wise
     Adagrad is for tables; the MLP gets Adagrad."""
-    return "adagrad" if optimizer == ROWWISE_ADAGRAD else optimizer
+    return Optimizer.ADAGRAD if optimizer == ROWWISE_ADAGRAD else optimizer
 
 
 def _const(value: float, dtype: tf.DType) -> tf.Tensor:
@@ -142,15 +143,15 @@ def _dense_adam(var: Any, slots: Sequence[Any], g: tf.Tensor, lr: float, t: Any)
 UpdateFn = Callable[[Any, Sequence[Any], Any, float, Any], Any]
 # The fused kernels, for float32 tables; every other sparse update is ``update_rows``.
 _FUSED_SPARSE: dict[str, UpdateFn] = {
-    "sgd": _sparse_sgd,
-    "adagrad": _sparse_adagrad,
-    "ftrl": _sparse_ftrl,
+    Optimizer.SGD: _sparse_sgd,
+    Optimizer.ADAGRAD: _sparse_adagrad,
+    Optimizer.FTRL: _sparse_ftrl,
 }
 _DENSE: dict[str, UpdateFn] = {
-    "sgd": _dense_sgd,
-    "adagrad": _dense_adagrad,
-    "ftrl": _dense_ftrl,
-    "adam": _dense_adam,
+    Optimizer.SGD: _dense_sgd,
+    Optimizer.ADAGRAD: _dense_adagrad,
+    Optimizer.FTRL: _dense_ftrl,
+    Optimizer.ADAM: _dense_adam,
 }
 
 

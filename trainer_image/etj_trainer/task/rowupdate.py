@@ -80,11 +80,11 @@ def _adam(w: Any, s: list[Any], g: Any, lr: float, t: Any) -> tuple[Any, list[An
 
 
 ROW_MATH: dict[str, RowMath] = {
-    "sgd": _sgd,
-    "adagrad": _adagrad,
+    Optimizer.SGD: _sgd,
+    Optimizer.ADAGRAD: _adagrad,
     ROWWISE_ADAGRAD: _rowwise_adagrad,
-    "ftrl": _ftrl,
-    "adam": _adam,
+    Optimizer.FTRL: _ftrl,
+    Optimizer.ADAM: _adam,
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from etj.api.spec import Dtype
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.records import BAD_KEY
@@ -129,7 +130,7 @@ class TrainingState:
         if fused is None:
             fused = isinstance(
                 strategy, tf.distribute.experimental.ParameterServerStrategy
-            ) and all(t.dtype == "float32" for t in config.model.tables)
+            ) and all(t.dtype == Dtype.FLOAT32 for t in config.model.tables)
         # The flat tower (not a custom one) travels with the rows of its ps.
         tower = None if self.model.custom else self.model.tower.params
         self.fused = FusedTables(self.model, tower) if fused else None

@@ -28,8 +28,8 @@ def replica_statuses(
         out[role.value] = ReplicaStatus(
             active=sum(1 for p in mine if p.active),
             ready=sum(1 for p in mine if p.active and p.phase == PodPhase.RUNNING),
-            succeeded=sum(1 for p in mine if p.phase == "Succeeded"),
-            failed=sum(1 for p in mine if p.phase == "Failed"),
+            succeeded=sum(1 for p in mine if p.phase == PodPhase.SUCCEEDED),
+            failed=sum(1 for p in mine if p.phase == PodPhase.FAILED),
             restarts=prev.restarts if prev else 0,
         )
     return ReplicaStatuses(**out)

@@ -1,10 +1,11 @@
-"""Every name the operator, ``etj run`` and the trainer share is written once, in etj.api.
+"""The contract's names beyond its values: keys under etj's prefixes, the trainer ConfigMap's
+name, and each environment variable's one meaning.
 
-Reads the product's source (the operator package, the trainer, the test cluster that
-stands in for the kubelet) as Python syntax trees and fails on a string literal outside
-etj.api that spells one of the contract's names by hand: a role, a condition type, an
-environment variable, a label, an annotation, the metrics port name, a trainer-config file
-name, a metric name. Docstrings and comments are not code and are not read.
+A literal equal to a value etj.api defines (a role, an environment variable, a label, a
+reason, ...) is the drift guard's (``tests/unit/lint/test_contract_drift.py``). This reads
+the same sources for what an equality cannot see: a label or annotation key under one of
+etj's prefixes that etj.api does not define at all, a ConfigMap name built by hand, a key
+built from ``GROUP`` in an f-string. Docstrings are not code and are not read.
 """
 
 from __future__ import annotations
@@ -14,17 +15,8 @@ from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 
-import pytest
-
 from etj.api import conventions
-from etj.api.progress import (
-    EVALUATION_METRICS,
-    EXPORT_METRICS,
-    METRIC_RESTARTS_SEEN,
-    PROGRESS_METRICS,
-)
-from etj.api.roles import ALL_ROLES
-from etj.api.status import ConditionType
+from tests.unit.lint.test_contract_drift import contract_values
 
 ROOT = Path(__file__).resolve().parents[4]
 OPERATOR = ROOT / "operator" / "etj"
@@ -35,27 +27,15 @@ EXEMPT_DIRS = (
     OPERATOR / "api",  # the contract itself
 )
 
-ROLES = {r.value for r in ALL_ROLES}
-CONDITION_TYPES = {t.value for t in ConditionType}
-SHARED_ENV = set(conventions.ENV_VARS)
-LABELS_AND_ANNOTATIONS = set(conventions.LABELS) | set(conventions.ANNOTATIONS)
+# Every environment variable etj.api names (each ``*_ENV``).
+SHARED_ENV = {v for v, where in contract_values().items() if where.endswith("_ENV")}
 # Prefixes of every label and annotation key etj sets or reads.
 KEY_PREFIXES = ("training.etj.dev/", "app.kubernetes.io/", "kueue.x-k8s.io/")
-METRICS = {*PROGRESS_METRICS, *EVALUATION_METRICS, *EXPORT_METRICS, METRIC_RESTARTS_SEEN}
 
-# Literals that spell a contract name but mean something else, each with why.
+# Literals under a key prefix that are no key of etj's, each with why.
 ALLOWED: dict[tuple[str, str], str] = {
-    # TFJob's replica types (lowercased) mapped to etj's roles: TFJob's names, not etj's.
-    ("operator/etj/cli/convert.py", "chief"): "TFJob's replica type",
-    ("operator/etj/cli/convert.py", "worker"): "TFJob's replica type",
-    ("operator/etj/cli/convert.py", "ps"): "TFJob's replica type",
-    ("operator/etj/cli/convert.py", "evaluator"): "TFJob's replica type",
-    # A column of `etj plan`: the word, not the role.
-    ("operator/etj/cli/planview.py", "ps"): "a table column's title",
     # Kueue's API group in an apiVersion, not a label key.
     ("tests/cluster/etj_testcluster/kueue.py", "kueue.x-k8s.io/v1beta2"): "an apiVersion",
-    # Kueue's own configuration file (its metrics endpoint), not etj's port name.
-    ("tests/cluster/etj_testcluster/kueue.py", "metrics"): "Kueue's config key",
     # The test cluster's own annotation (its process node's pid): no product code reads it.
     ("tests/cluster/etj_testcluster/process_node.py", "training.etj.dev/local-pid"): "test rig",
 }
@@ -79,52 +59,17 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-# The functions that set or read a condition by type, and where the type is among their
-# arguments (a reason may well be spelled as a type: "Suspended").
-CONDITION_TYPE_ARG = {"set_condition": 1, "condition_true": 1, "condition": 0}
-
-
-def _condition_type_arg(node: ast.Call) -> Iterator[str]:
-    """The type argument of a call that sets or reads a condition, when a bare string."""
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    at = CONDITION_TYPE_ARG.get(name)
-    if at is not None and len(node.args) > at:
-        arg = node.args[at]
-        if isinstance(arg, ast.Constant) and arg.value in CONDITION_TYPES:
-            yield arg.value
-
-
-def _compared_condition_type(node: ast.Compare) -> Iterator[str]:
-    """``<x>.type == "Running"``: a condition's type compared with a bare string."""
-    if isinstance(node.left, ast.Attribute) and node.left.attr == "type":
-        for right in node.comparators:
-            if isinstance(right, ast.Constant) and right.value in CONDITION_TYPES:
-                yield right.value
-
-
 def _why(value: str) -> str | None:
-    """Which of the contract's names ``value`` spells by hand, if any."""
-    if value in ROLES:
-        return "a role (etj.api.roles.Role)"
-    if value in SHARED_ENV:
-        return "a shared environment variable (etj.api.constants)"
-    if value in LABELS_AND_ANNOTATIONS or value.startswith(KEY_PREFIXES):
+    """Which of the contract's names ``value`` builds by hand, if any."""
+    if value.startswith(KEY_PREFIXES):
         return "a label or annotation key (etj.api.constants)"
-    if value in METRICS:
-        return "a metric name (etj.api.progress)"
-    if value in conventions.PORT_NAMES:
-        return "a port name (etj.api.constants.METRICS_PORT_NAME)"
-    if value in conventions.FILE_NAMES:
-        return "a trainer-config file name (etj.api.constants)"
     if value.endswith(conventions.TRAINER_CONFIG_MAP_SUFFIX):
         return "the trainer ConfigMap's name (etj.api.conventions.trainer_config_map_name)"
     return None
 
 
-def _problems(path: Path) -> Iterator[str]:
-    rel = path.relative_to(ROOT).as_posix()
-    tree = ast.parse(path.read_text(), str(path))
+def _problems(rel: str, source: str) -> Iterator[str]:
+    tree = ast.parse(source, rel)
     docstrings = _docstrings(tree)
     for node in ast.walk(tree):
         found: list[tuple[str, str]] = []
@@ -133,8 +78,7 @@ def _problems(path: Path) -> Iterator[str]:
                 found.append((node.value, why))
         elif isinstance(node, ast.JoinedStr):
             # f"{GROUP}/job-name": a key built from the group by hand.
-            parts = node.values
-            for before, after in pairwise(parts):
+            for before, after in pairwise(node.values):
                 if (
                     isinstance(before, ast.FormattedValue)
                     and isinstance(before.value, ast.Name)
@@ -143,19 +87,17 @@ def _problems(path: Path) -> Iterator[str]:
                     and str(after.value).startswith("/")
                 ):
                     found.append((f"{{GROUP}}{after.value}", "a label or annotation key"))
-        elif isinstance(node, ast.Call):
-            found += [(v, "a condition type (ConditionType)") for v in _condition_type_arg(node)]
-        elif isinstance(node, ast.Compare):
-            found += [
-                (v, "a condition type (ConditionType)") for v in _compared_condition_type(node)
-            ]
         for value, why in found:
             if (rel, value) not in ALLOWED:
                 yield f"{rel}:{getattr(node, 'lineno', '?')}: {value!r} is {why}"
 
 
-def test_no_contract_name_is_spelled_outside_etj_api():
-    problems = [p for path in _sources() for p in _problems(path)]
+def test_no_contract_name_is_built_outside_etj_api():
+    problems = [
+        p
+        for path in _sources()
+        for p in _problems(path.relative_to(ROOT).as_posix(), path.read_text())
+    ]
     assert not problems, "spell these with etj.api's names:\n" + "\n".join(problems)
 
 
@@ -190,41 +132,15 @@ def test_each_environment_variable_has_one_meaning():
     operator and the chief's to the trainer)."""
     operator = _private_env(OPERATOR / "cli") | _private_env(OPERATOR / "controller")
     trainer = _private_env(TRAINER)
+    assert {"TF_CONFIG", "ETJ_REPLICA_TYPE", "ETJ_SHARD_PLAN"} <= SHARED_ENV
     assert not operator & trainer
     assert not (operator | trainer) & SHARED_ENV
 
 
-@pytest.mark.parametrize(
-    ("value", "why"),
-    [
-        ("ps", "role"),
-        ("ETJ_REPLICA_TYPE", "environment"),
-        ("TF_CONFIG", "environment"),
-        ("training.etj.dev/metrics-address", "annotation"),
-        ("training.etj.dev/anything-new", "annotation"),
-        ("etj_trainer_step", "metric"),
-        ("metrics", "port"),
-        ("trainer.json", "file"),
-        ("j-trainer-config", "ConfigMap"),
-    ],
-)
-def test_the_grep_sees_each_kind(value: str, why: str):
-    assert why in (_why(value) or "")
-
-
-def test_the_grep_sees_condition_types_in_calls_and_comparisons(tmp_path: Path):
-    source = tmp_path / "m.py"
-    source.write_text(
-        '"""Doc: Running is fine here."""\n'
-        'p.condition("Running", True, "R", "")\n'
-        'ok = c.type == "Failed"\n'
-        'phase = "Running"  # a pod phase: not a condition\n'
-        'key = f"{GROUP}/job-name"\n'
-    )
-    tree = ast.parse(source.read_text())
-    calls = [v for n in ast.walk(tree) if isinstance(n, ast.Call) for v in _condition_type_arg(n)]
-    compared = [
-        v for n in ast.walk(tree) if isinstance(n, ast.Compare) for v in _compared_condition_type(n)
+def test_the_grep_sees_each_kind():
+    assert "annotation" in (_why("training.etj.dev/anything-new") or "")
+    assert "ConfigMap" in (_why("j-trainer-config") or "")
+    source = '"""Doc: training.etj.dev/x is prose."""\nkey = f"{GROUP}/job-name"\nx = "etj"\n'
+    assert list(_problems("m.py", source)) == [
+        "m.py:2: '{GROUP}/job-name' is a label or annotation key"
     ]
-    assert calls == ["Running"] and compared == ["Failed"]
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and _why(str(n.value))]

@@ -203,7 +203,7 @@ def resolve(
             )
         if phase != Phase.SUCCEEDED:
             return Resolution(
-                wait=f"waiting for job {source.name} to succeed (it is {phase or 'Pending'})"
+                wait=f"waiting for job {source.name} to succeed (it is {phase or Phase.PENDING})"
             )
         return from_source_job(job, source, "fromJob", now)
     assert ws.selector is not None
