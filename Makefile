@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv kernels lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages e2e kueue fake-gcs kafka test-deps kind-up kind-down kind-packages
+	node-packages e2e kueue fake-gcs kafka test-deps kind-up kind-down kind-packages benchmark-deps
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -28,6 +28,7 @@ help:
 	@echo "make kind-down - delete it and check nothing is left behind"
 	@echo "make e2e       - the end-to-end suite on the kind cluster (root: brings it up, deletes it)"
 	@echo "make images    - build both images (docker, else buildah as root; cached by input hash)"
+	@echo "make benchmark-deps - PyTorch and TorchRec for benchmarks/peers.py (~5 GB, cached)"
 
 venv: $(VENV)/.installed
 
@@ -173,6 +174,19 @@ e2e e2e-kind: venv binaries
 
 bench: venv
 	$(PY) benchmarks/trainer_throughput.py --quick
+
+# benchmarks/peers.py's peers (PyTorch, TorchRec + FBGEMM on CPU) into the venv: the
+# `benchmark` extra, then torchrec without its requirement of the CUDA fbgemm-gpu
+# (pyproject.toml says why). ~5 GB installed; cached under $(ETJ_CACHE)/pip. Never part
+# of `make test`.
+TORCHREC := torchrec==1.9.2
+benchmark-deps: $(VENV)/.benchmark-deps
+
+$(VENV)/.benchmark-deps: $(VENV)/.installed pyproject.toml
+	nice -n 10 $(PY) -m pip install -q -e '.[benchmark]'
+	nice -n 10 $(PY) -m pip install -q --no-deps '$(TORCHREC)'
+	$(PY) -c 'import torch, fbgemm_gpu, torchrec; print("torch", torch.__version__, "fbgemm_gpu", fbgemm_gpu.__version__)'
+	touch $@
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
