@@ -17,6 +17,13 @@ a step-numbered version of the resumed run would rank below them, or collide wit
 or a warm-started job whose step count restarts at 0. ``status.export`` says which step
 each number holds.
 
+Deltas (``spec.export.deltaSteps``/``deltaSeconds``) live beside the base path, in
+``DELTAS_DIR``: ``deltas/<version>/<sequence>/`` holds the ``sequence``-th delta on top of
+version ``version`` (sequences 1, 2, ... in the order they apply), its manifest
+(``DELTA_MANIFEST``, naming its base version and sequence) written last and the directory
+renamed into place whole; the last delta of a version's chain names the next version it
+brings a reader to (``etj_trainer.task.deltas`` writes and applies them).
+
 Pure: no I/O, no environment, no clock (the caller passes the time).
 """
 
@@ -35,11 +42,33 @@ STAGING_PREFIX = ".staging-"
 RETIRING_PREFIX = ".retiring-"
 # The default number of versions kept (spec.export.keep).
 DEFAULT_KEEP = 5
+# Where a job's deltas go, beside the serving base path, and a delta's manifest.
+DELTAS_DIR = "deltas"
+DELTA_MANIFEST = "delta.json"
+_SEQUENCE_DIGITS = 8
 
 
 def serving_location(checkpoint_directory: str) -> str:
     """The serving base path of a job whose checkpoints are in ``checkpoint_directory``."""
     return f"{checkpoint_directory.rstrip('/')}/{SERVING_DIR}"
+
+
+def deltas_location(checkpoint_directory: str) -> str:
+    """Where the deltas of a job whose checkpoints are in ``checkpoint_directory`` go."""
+    return f"{checkpoint_directory.rstrip('/')}/{DELTAS_DIR}"
+
+
+def delta_name(sequence: int) -> str:
+    """The directory of the ``sequence``-th delta of a version (zero-padded: names sort
+    as sequences do)."""
+    if sequence < 1:
+        raise ValueError(f"a delta's sequence starts at 1, not {sequence}")
+    return f"{sequence:0{_SEQUENCE_DIGITS}d}"
+
+
+def sequence_of(name: str) -> int | None:
+    """The sequence a delta directory's name stands for, or None (staging, anything else)."""
+    return version_of(name)
 
 
 def version_of(name: str) -> int | None:

@@ -10,7 +10,7 @@ etj.core.reconcile.progress (``progress_record``, ``evaluation_record``).
 
 The trainer (and a job's own program through ``etj_trainer.sdk``) serves the gauges named
 here on its metrics page; the operator scrapes them into ``status.progress``,
-``status.evaluation`` and ``status.export`` (etj.core.reconcile.progress). The metric names are the contract: a
+``status.evaluation`` and ``status.export`` (its ``lastDelta`` too) (etj.core.reconcile.progress). The metric names are the contract: a
 name changed on one side only would leave the job's progress empty.
 
 Pure: no I/O.
@@ -47,6 +47,15 @@ METRIC_EXPORT_VERSION = "etj_trainer_export_version"
 METRIC_EXPORT_STEP = "etj_trainer_export_step"
 METRIC_EXPORT_TIME = "etj_trainer_export_time_seconds"
 
+# The newest delta (spec.export.deltaSteps/deltaSeconds): the version it applies to, its
+# sequence, the step it holds, the Unix time it was moved into place and the rows it carries
+# (status.export.lastDelta; 0 until the first).
+METRIC_DELTA_BASE_VERSION = "etj_trainer_delta_base_version"
+METRIC_DELTA_SEQUENCE = "etj_trainer_delta_sequence"
+METRIC_DELTA_STEP = "etj_trainer_delta_step"
+METRIC_DELTA_TIME = "etj_trainer_delta_time_seconds"
+METRIC_DELTA_ROWS = "etj_trainer_delta_rows"
+
 # Metric name -> status.progress field (Progress, by Python name).
 PROGRESS_METRICS: dict[str, str] = {
     METRIC_STEP: "step",
@@ -72,12 +81,26 @@ EXPORT_METRICS: dict[str, str] = {
     METRIC_EXPORT_TIME: "time",
 }
 
+# Metric name -> status.export.lastDelta field (DeltaStatus, by Python name; the time as
+# for EXPORT_METRICS).
+DELTA_METRICS: dict[str, str] = {
+    METRIC_DELTA_BASE_VERSION: "base_version",
+    METRIC_DELTA_SEQUENCE: "sequence",
+    METRIC_DELTA_STEP: "step",
+    METRIC_DELTA_TIME: "time",
+    METRIC_DELTA_ROWS: "rows",
+}
+
 # The ``event`` of the trainer's JSON lines that carry the record.
 EVENT_PROGRESS = "progress"
 EVENT_EVALUATION = "evaluation"
 # A serving version moved into place: status.export's wire fields (lastVersion, step, time,
 # location).
 EVENT_EXPORTED = "exported"
+# A delta moved into place: status.export.lastDelta's wire fields (baseVersion, sequence,
+# step, time, rows); a failed one.
+EVENT_DELTA_EXPORTED = "deltaExported"
+EVENT_DELTA_FAILED = "deltaFailed"
 
 # Only in the trainer's progress lines (not in status): how often this process resumed.
 RESTARTS_SEEN_KEY = "restartsSeen"

@@ -162,6 +162,21 @@ class Evaluation(ApiModel):
     update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
 
 
+class DeltaStatus(ApiModel):
+    """The newest delta (spec.export.deltaSteps/deltaSeconds), as the leader last reported it."""
+
+    base_version: int = Field(ge=1, description="The version it applies to.")
+    sequence: int = Field(
+        ge=1,
+        description="Its place among that version's deltas (1, 2, ... in the order they apply).",
+    )
+    step: int = Field(ge=0, description="The training step it brings serving to.")
+    time: str | None = Field(
+        default=None, description="When it was moved into place (RFC 3339, the leader's clock)."
+    )
+    rows: int = Field(ge=0, description="Embedding rows it carries (rows changed since the last).")
+
+
 class ExportStatus(ApiModel):
     """The newest serving version (spec.export), as the leader last reported it."""
 
@@ -180,6 +195,13 @@ class ExportStatus(ApiModel):
     location: str | None = Field(
         default=None,
         description="The serving base path (TensorFlow Serving's --model_base_path).",
+    )
+    last_delta: DeltaStatus | None = Field(
+        default=None,
+        description=(
+            "The newest delta written since a version (spec.export.deltaSteps or "
+            "deltaSeconds): its version, sequence, step, time and rows."
+        ),
     )
     update_time: str | None = Field(default=None, description="When this was read (RFC 3339).")
 

@@ -39,6 +39,11 @@ class TrainerExport(ApiModel):
     every_steps: int | None = Field(default=None, ge=1, description="Steps between versions.")
     every_seconds: int | None = Field(default=None, ge=1, description="Seconds between versions.")
     keep: int = Field(ge=1, description="Versions kept.")
+    delta_directory: str | None = Field(
+        default=None, description="Where deltas between versions go (none: no deltas)."
+    )
+    delta_steps: int | None = Field(default=None, ge=1, description="Steps between deltas.")
+    delta_seconds: int | None = Field(default=None, ge=1, description="Seconds between deltas.")
 
 
 class TrainerConfig(ApiModel):

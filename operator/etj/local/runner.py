@@ -34,7 +34,13 @@ from etj.api.constants import (
 )
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
-from etj.api.progress import EVENT_EVALUATION, EVENT_EXPORTED, EVENT_PROGRESS, EVENT_WARM_STARTED
+from etj.api.progress import (
+    EVENT_DELTA_EXPORTED,
+    EVENT_EVALUATION,
+    EVENT_EXPORTED,
+    EVENT_PROGRESS,
+    EVENT_WARM_STARTED,
+)
 from etj.api.roles import Role
 from etj.api.status import (
     FINISHED_PHASES,
@@ -49,6 +55,7 @@ from etj.core.reconcile import PodState, World, decide
 from etj.core.reconcile.decision import Event, iso
 from etj.core.reconcile.progress import (
     WarmStartReport,
+    delta_record,
     evaluation_record,
     export_record,
     progress_record,
@@ -99,8 +106,12 @@ def evaluation_from_log(path: Path, now: str) -> Evaluation | None:
 
 def export_from_log(path: Path, now: str) -> ExportStatus | None:
     """The last ``{"event": "exported", ...}`` line of the trainer's log: the newest serving
-    version (spec.export)."""
-    return export_record(last_event(path, EVENT_EXPORTED), now)
+    version (spec.export), with the last ``deltaExported`` line as its ``lastDelta``."""
+    export = export_record(last_event(path, EVENT_EXPORTED), now)
+    delta = delta_record(last_event(path, EVENT_DELTA_EXPORTED))
+    if export is None or delta is None:
+        return export
+    return export.model_copy(update={"last_delta": delta})
 
 
 def warm_start_from_log(path: Path) -> WarmStartReport | None:

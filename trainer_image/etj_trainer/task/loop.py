@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.progress import EVENT_EVALUATION, EVENT_WARM_STARTED
+from etj.api.progress import EVENT_DELTA_FAILED, EVENT_EVALUATION, EVENT_WARM_STARTED
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.task.checkpoint import Checkpoints
@@ -280,6 +280,21 @@ def _report_versions(versions: Versions, reporter: ProgressReporter) -> None:
             reporter.exported(w.version, w.step, w.time, w.location, w.seconds, w.trained_during)
         else:
             emit("exportFailed", version=w.version, step=w.step, error=w.error)
+    for d in versions.collect_deltas():
+        if d.error is None:
+            reporter.delta_exported(
+                d.base,
+                d.sequence,
+                d.step,
+                d.time,
+                d.rows,
+                evicted=d.evicted,
+                nextVersion=d.next_version,
+                location=d.location,
+                seconds=round(d.seconds, 2),
+            )
+        else:
+            emit(EVENT_DELTA_FAILED, base=d.base, sequence=d.sequence, step=d.step, error=d.error)
 
 
 def _reporter(

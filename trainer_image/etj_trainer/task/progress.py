@@ -36,10 +36,16 @@ from etj.api.constants import (
 from etj.api.progress import (
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
+    EVENT_DELTA_EXPORTED,
     EVENT_EXPORTED,
     EVENT_PROGRESS,
     METRIC_AUC,
     METRIC_BAD_RECORDS,
+    METRIC_DELTA_BASE_VERSION,
+    METRIC_DELTA_ROWS,
+    METRIC_DELTA_SEQUENCE,
+    METRIC_DELTA_STEP,
+    METRIC_DELTA_TIME,
     METRIC_EVAL_AUC,
     METRIC_EVAL_EXAMPLES,
     METRIC_EVAL_LOGLOSS,
@@ -62,7 +68,7 @@ from etj.api.progress import (
 )
 from etj.api.roles import Role
 from etj.api.roles import is_leader as leader_rule
-from etj.api.status import ExportStatus
+from etj.api.status import DeltaStatus, ExportStatus
 from etj.api.trainer import TrainerConfig
 from etj.api.trainer_reasons import REASON_COMPLETED
 from etj_trainer.config import config_field
@@ -156,6 +162,16 @@ class Metrics:
         self.export_time = gauge(
             METRIC_EXPORT_TIME, "Unix time the newest serving version was moved into place."
         )
+        # The newest delta (spec.export.deltaSteps/deltaSeconds): 0 until the first.
+        self.delta_base = gauge(
+            METRIC_DELTA_BASE_VERSION, "The version the newest delta applies to."
+        )
+        self.delta_sequence = gauge(METRIC_DELTA_SEQUENCE, "Sequence of the newest delta.")
+        self.delta_step = gauge(METRIC_DELTA_STEP, "Training step the newest delta holds.")
+        self.delta_time = gauge(
+            METRIC_DELTA_TIME, "Unix time the newest delta was moved into place."
+        )
+        self.delta_rows = gauge(METRIC_DELTA_ROWS, "Embedding rows the newest delta carries.")
         self.port = port
         if port:
             try:
@@ -356,6 +372,8 @@ class ProgressReporter:
             time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
             location=location,
         ).to_wire()
+        if self.last_export is not None and "lastDelta" in self.last_export:
+            record["lastDelta"] = self.last_export["lastDelta"]
         self.last_export = record
         emit(
             EVENT_EXPORTED,
@@ -363,6 +381,37 @@ class ProgressReporter:
             seconds=round(seconds, 2) if seconds is not None else None,
             trainedDuring=trained_during,
         )
+
+    def delta_exported(
+        self,
+        base: int,
+        sequence: int,
+        step: int,
+        when: float,
+        rows: int,
+        **extra: Any,
+    ) -> None:
+        """A delta (spec.export.deltaSteps/deltaSeconds) is in place: its gauges
+        (status.export.lastDelta), a ``deltaExported`` line (with ``extra``: evicted ids,
+        the version it closes with, seconds), and the final words' ``export.lastDelta``."""
+        if not self.enabled:
+            return
+        m = self.metrics
+        m.delta_base.set(base)
+        m.delta_sequence.set(sequence)
+        m.delta_step.set(step)
+        m.delta_time.set(when)
+        m.delta_rows.set(rows)
+        record = DeltaStatus(
+            base_version=base,
+            sequence=sequence,
+            step=step,
+            time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+            rows=rows,
+        ).to_wire()
+        if self.last_export is not None:
+            self.last_export = {**self.last_export, "lastDelta": record}
+        emit(EVENT_DELTA_EXPORTED, **record, **extra)
 
     def checkpointed(self, step: int) -> None:
         """A checkpoint of ``step`` was written (status.progress.lastCheckpointStep)."""

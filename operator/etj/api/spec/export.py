@@ -19,6 +19,22 @@ _EXPORT_RULES = (
         "export: set everySteps or everySeconds, not both",
         lambda e: e.every_steps is None or e.every_seconds is None,
     ),
+    Rule(
+        "!(has(self.deltaSteps) && has(self.deltaSeconds))",
+        "export: set deltaSteps or deltaSeconds, not both",
+        lambda e: e.delta_steps is None or e.delta_seconds is None,
+    ),
+    Rule(
+        "!(has(self.deltaSteps) || has(self.deltaSeconds)) || has(self.everySteps) || "
+        "has(self.everySeconds)",
+        "export: deltas need full versions while training to apply to: set everySteps or "
+        "everySeconds with deltaSteps or deltaSeconds",
+        lambda e: (
+            (e.delta_steps is None and e.delta_seconds is None)
+            or e.every_steps is not None
+            or e.every_seconds is not None
+        ),
+    ),
 )
 
 
@@ -29,6 +45,8 @@ class ExportSpec(ApiModel):
     number of a version is the Unix second it was started (always above the versions
     before it); ``status.export`` shows the last one and its step. A last version is
     written when training ends, beside the final export (``<checkpoint directory>/export``).
+    With ``deltaSteps`` or ``deltaSeconds``, deltas between versions for serving to apply
+    (``status.export.lastDelta`` shows the last one).
     """
 
     model_config = ApiModel.model_config | {"json_schema_extra": cel_extra(*_EXPORT_RULES)}
@@ -44,6 +62,25 @@ class ExportSpec(ApiModel):
         description=(
             "Write a version every this many seconds of training (the leader's clock). "
             "Neither everySteps nor everySeconds: only the version at the end."
+        ),
+    )
+    delta_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Between versions, write a delta every this many steps: the embedding rows "
+            "changed since the last version or delta (ids and values), the ids evicted from "
+            "dynamic tables and the dense weights whole, under <checkpoint directory>/"
+            "deltas/<version>/<sequence>/. A version plus its deltas in order equal the next "
+            "version bitwise."
+        ),
+    )
+    delta_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Between versions, write a delta every this many seconds (the leader's clock); "
+            "see deltaSteps."
         ),
     )
     keep: int = Field(

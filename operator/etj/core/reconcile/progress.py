@@ -9,7 +9,8 @@ status.progress.dynamicTables, which its progress line carries as ``{table: {row
 
 The newest serving version (spec.export) is three gauges, ``etj_trainer_export_version``,
 ``_export_step`` and ``_export_time_seconds`` (status.export; ``exported`` lines for ``etj
-run``).
+run``); the newest delta five more, ``etj_trainer_delta_*`` (status.export.lastDelta;
+``deltaExported`` lines).
 
 A chief that trained every step says the same once more in its termination message
 (``REASON_COMPLETED``): the final values, which the last scrape may have missed.
@@ -25,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from etj.api.progress import (
+    DELTA_METRICS,
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
     EVALUATION_METRICS,
@@ -36,7 +38,7 @@ from etj.api.progress import (
     WARM_START_TABLE_LABELS,
     completion_record,
 )
-from etj.api.status import DynamicTableStatus, Evaluation, ExportStatus, Progress
+from etj.api.status import DeltaStatus, DynamicTableStatus, Evaluation, ExportStatus, Progress
 from etj.api.warmstart import WarmStartTable
 
 _PROGRESS = PROGRESS_METRICS
@@ -142,13 +144,8 @@ def _rfc3339(seconds: float) -> str:
 def parse_export(text: str, now: str) -> ExportStatus | None:
     """The newest serving version from a metrics page; None before the first one (its
     gauges read 0 until then). The location is the operator's to add (it knows the job)."""
-    values: dict[str, float] = {}
-    for family in _families(text):
-        field = EXPORT_METRICS.get(family.name)
-        if field is not None and family.samples:
-            value = float(family.samples[0].value)
-            if math.isfinite(value):
-                values[field] = value
+    families = _families(text)
+    values = _gauges(families, EXPORT_METRICS)
     version, step = values.get("last_version", 0), values.get("step")
     if version < 1 or step is None or step < 0:
         return None
@@ -157,7 +154,36 @@ def parse_export(text: str, now: str) -> ExportStatus | None:
         last_version=int(version),
         step=int(step),
         time=_rfc3339(when) if when and when > 0 else None,
+        last_delta=_last_delta(_gauges(families, DELTA_METRICS)),
         update_time=now,
+    )
+
+
+def _gauges(families: list[Any], fields: dict[str, str]) -> dict[str, float]:
+    """The finite first sample of each gauge named in ``fields``, by field."""
+    values: dict[str, float] = {}
+    for family in families:
+        field = fields.get(family.name)
+        if field is not None and family.samples:
+            value = float(family.samples[0].value)
+            if math.isfinite(value):
+                values[field] = value
+    return values
+
+
+def _last_delta(values: dict[str, float]) -> DeltaStatus | None:
+    """status.export.lastDelta from the delta gauges; None before the first delta (0)."""
+    base, sequence = values.get("base_version", 0), values.get("sequence", 0)
+    step, rows = values.get("step"), values.get("rows")
+    if base < 1 or sequence < 1 or step is None or step < 0 or rows is None or rows < 0:
+        return None
+    when = values.get("time")
+    return DeltaStatus(
+        base_version=int(base),
+        sequence=int(sequence),
+        step=int(step),
+        time=_rfc3339(when) if when and when > 0 else None,
+        rows=int(rows),
     )
 
 
@@ -170,6 +196,18 @@ def export_record(doc: Any, now: str) -> ExportStatus | None:
     fields = {k: v for k, v in doc.items() if k in aliases and k != "updateTime"}
     try:
         return ExportStatus.model_validate({**fields, "updateTime": now})
+    except ValidationError:
+        return None
+
+
+def delta_record(doc: Any) -> DeltaStatus | None:
+    """status.export.lastDelta from a ``deltaExported`` line (DeltaStatus's wire fields and
+    more); None when it is not one."""
+    if not isinstance(doc, dict):
+        return None
+    aliases = {f.alias or n for n, f in DeltaStatus.model_fields.items()}
+    try:
+        return DeltaStatus.model_validate({k: v for k, v in doc.items() if k in aliases})
     except ValidationError:
         return None
 

@@ -5,7 +5,7 @@ no I/O.
 
 from __future__ import annotations
 
-from etj.api.export import serving_location
+from etj.api.export import deltas_location, serving_location
 from etj.api.job import EmbeddingTrainingJob
 from etj.api.plan import ShardPlan
 from etj.api.trainer import TrainerCheckpoint, TrainerConfig, TrainerExport
@@ -48,6 +48,13 @@ def trainer_export(job: EmbeddingTrainingJob) -> TrainerExport | None:
         every_steps=export.every_steps,
         every_seconds=export.every_seconds,
         keep=export.keep,
+        delta_directory=(
+            deltas_location(checkpoint_dir(job))
+            if export.delta_steps is not None or export.delta_seconds is not None
+            else None
+        ),
+        delta_steps=export.delta_steps,
+        delta_seconds=export.delta_seconds,
     )
 
 

@@ -60,3 +60,34 @@ def test_the_dynamic_tables_the_chief_reports_reach_status_from_page_and_line() 
     assert [t.to_wire() for t in record.dynamic_tables or []] == [
         {"name": name, **stats[name]} for name in ("ad_id", "user_id")
     ]
+
+
+def test_the_last_delta_reaches_status_from_page_line_and_completion(capsys) -> None:
+    """A delta the leader wrote: its gauges, its ``deltaExported`` line and the completion
+    message's ``export.lastDelta``, each read by the operator's readers into the same
+    status.export.lastDelta, beside the version it follows."""
+    from prometheus_client import generate_latest
+
+    from etj.api.progress import completion_json
+    from etj.core.reconcile.progress import completion_export, delta_record, parse_export
+    from etj_trainer.task.progress import ProgressReporter
+
+    reporter = ProgressReporter(256, interval=1e9, port=0, enabled=True)
+    reporter.exported(1795800000, 600, 1795800004.0, "/w/serving")
+    reporter.delta_exported(1795800000, 3, 650, 1795800034.0, 1234, evicted=7)
+    page = generate_latest(reporter.metrics.registry).decode()
+    scraped = parse_export(page, "t")
+    assert scraped is not None and scraped.last_delta is not None
+    want = scraped.last_delta
+    assert (want.base_version, want.sequence, want.step, want.rows) == (1795800000, 3, 650, 1234)
+    assert want.time == "2026-11-27T17:20:34Z"
+    line = [json.loads(x) for x in capsys.readouterr().out.splitlines() if "deltaExported" in x]
+    assert line[-1]["evicted"] == 7 and delta_record(line[-1]) == want
+    message = "TrainingComplete: " + completion_json(
+        {"step": 650}, export=reporter.completion()["export"]
+    )
+    final = completion_export(message, "t")
+    assert final is not None and final.last_delta == want and final.last_version == 1795800000
+    # The next version keeps the last delta beside it until a newer delta.
+    reporter.exported(1795800060, 700, 1795800064.0, "/w/serving")
+    assert reporter.completion()["export"]["lastDelta"]["sequence"] == 3

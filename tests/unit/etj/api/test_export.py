@@ -6,9 +6,12 @@ import pytest
 
 from etj.api.export import (
     ExportSchedule,
+    delta_name,
+    deltas_location,
     is_leftover,
     next_version,
     retiring_name,
+    sequence_of,
     serving_location,
     staging_name,
     version_of,
@@ -91,3 +94,13 @@ def test_serving_location_is_beside_the_checkpoints():
     assert (
         serving_location("/var/lib/etj/checkpoints/job") == "/var/lib/etj/checkpoints/job/serving"
     )
+
+
+def test_deltas_go_beside_the_serving_base_path_numbered_in_the_order_they_apply():
+    assert deltas_location("gs://b/etj/ns/job/") == "gs://b/etj/ns/job/deltas"
+    assert [delta_name(n) for n in (1, 2, 10)] == ["00000001", "00000002", "00000010"]
+    assert sorted(delta_name(n) for n in (10, 2, 1)) == [delta_name(n) for n in (1, 2, 10)]
+    assert sequence_of(delta_name(12)) == 12
+    assert sequence_of(staging_name(3, 7)) is None
+    with pytest.raises(ValueError, match="starts at 1"):
+        delta_name(0)

@@ -21,6 +21,18 @@ def test_export_spec_takes_one_interval():
             ExportSpec.model_validate(bad)
 
 
+def test_export_spec_takes_one_delta_interval_beside_versions():
+    spec = ExportSpec.model_validate({"everySeconds": 600, "deltaSeconds": 60})
+    assert (spec.delta_seconds, spec.delta_steps) == (60, None)
+    assert ExportSpec.model_validate({"everySteps": 500, "deltaSteps": 50}).delta_steps == 50
+    with pytest.raises(ValidationError, match="set deltaSteps or deltaSeconds, not both"):
+        ExportSpec.model_validate({"everySteps": 500, "deltaSteps": 5, "deltaSeconds": 6})
+    with pytest.raises(ValidationError, match="deltas need full versions while training"):
+        ExportSpec.model_validate({"deltaSeconds": 60})
+    with pytest.raises(ValidationError):
+        ExportSpec.model_validate({"everySteps": 5, "deltaSteps": 0})
+
+
 @pytest.mark.parametrize(
     ("uri", "message"),
     [

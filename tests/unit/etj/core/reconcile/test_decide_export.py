@@ -8,8 +8,13 @@ import json
 from pathlib import Path
 
 from etj.api.progress import completion_json
-from etj.api.status import ExportStatus, Progress
-from etj.core.reconcile.progress import completion_export, export_record, parse_export
+from etj.api.status import DeltaStatus, ExportStatus, Progress
+from etj.core.reconcile.progress import (
+    completion_export,
+    delta_record,
+    export_record,
+    parse_export,
+)
 from etj.local.runner import export_from_log
 from tests.unit.reconcile_helpers import all_pods, make_job, pod, run, with_status
 
@@ -86,3 +91,57 @@ def test_etj_run_reads_the_last_exported_line(tmp_path: Path):
     ex = export_from_log(log, "t")
     assert ex == ExportStatus(last_version=11, step=200, location="/w/serving", update_time="t")
     assert export_from_log(tmp_path / "missing.log", "t") is None
+
+
+DELTAS = """etj_trainer_delta_base_version 1795800000.0
+etj_trainer_delta_sequence 3.0
+etj_trainer_delta_step 650.0
+etj_trainer_delta_time_seconds 1795800034.0
+etj_trainer_delta_rows 1234.0
+"""
+LAST_DELTA = DeltaStatus(
+    base_version=1795800000, sequence=3, step=650, time="2026-11-27T17:20:34Z", rows=1234
+)
+
+
+def test_the_page_gives_the_last_delta_beside_the_version_and_none_before_the_first():
+    ex = parse_export(PAGE + DELTAS, "t")
+    assert ex is not None and ex.last_version == 1795800000
+    assert ex.last_delta == LAST_DELTA
+    assert ex.to_wire()["lastDelta"] == {
+        "baseVersion": 1795800000,
+        "sequence": 3,
+        "step": 650,
+        "time": "2026-11-27T17:20:34Z",
+        "rows": 1234,
+    }
+    # The gauges read 0 until a delta is in place; without delta gauges, no delta.
+    unset = parse_export(PAGE + DELTAS.replace(" 3.0", " 0.0"), "t")
+    assert unset is not None and unset.last_delta is None
+    assert parse_export(PAGE, "t").last_delta is None  # type: ignore[union-attr]
+
+
+def test_the_status_shows_the_last_delta_and_keeps_it():
+    job = make_job(export={"everySteps": 100, "deltaSteps": 10})
+    d = run(
+        job, all_pods(job), progress=Progress(step=700), export=parse_export(PAGE + DELTAS, "t")
+    )
+    assert d.status is not None and d.status.export is not None
+    assert d.status.export.last_delta == LAST_DELTA
+    again = run(with_status(job, d), all_pods(job))
+    assert again.status is not None and again.status.export == d.status.export
+
+
+def test_etj_run_reads_the_last_delta_line_beside_the_last_version(tmp_path: Path):
+    log = tmp_path / "chief.log"
+    delta = {"baseVersion": 1795800000, "step": 650, "time": "2026-11-27T17:20:34Z"}
+    lines = [
+        {"event": "exported", "lastVersion": 1795800000, "step": 600, "location": "/w/serving"},
+        {"event": "deltaExported", **delta, "sequence": 2, "rows": 5, "evicted": 1},
+        {"event": "deltaExported", **delta, "sequence": 3, "rows": 1234, "seconds": 0.2},
+    ]
+    log.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    ex = export_from_log(log, "t")
+    assert ex is not None and ex.last_delta == LAST_DELTA
+    assert delta_record({"sequence": 3}) is None
+    assert delta_record([1]) is None

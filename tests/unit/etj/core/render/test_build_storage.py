@@ -201,6 +201,15 @@ def test_serving_versions_go_beside_the_checkpoints_as_the_spec_says():
     # The final export stays where it was.
     assert trainer_config(j).export_dir == "gs://bucket/etj/team-a/ctr/export"
     assert trainer_config(job(checkpoint={"storage": {}})).export is None
+    assert export.delta_directory is None
+
+
+def test_deltas_go_beside_the_serving_versions():
+    spec = {"everySeconds": 600, "deltaSeconds": 60}
+    export = trainer_config(job(checkpoint={"uri": "gs://bucket/etj/"}, export=spec)).export
+    assert export is not None
+    assert export.delta_directory == "gs://bucket/etj/team-a/ctr/deltas"
+    assert (export.delta_seconds, export.delta_steps) == (60, None)
 
 
 def test_summaries_go_beside_the_checkpoints_or_per_job_under_the_tensorboard_uri():
