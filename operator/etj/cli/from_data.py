@@ -46,7 +46,7 @@ from etj.api.constants import API_VERSION, KIND
 from etj.api.features import FeatureKind, Transform, ValueType
 from etj.api.roles import Role
 from etj.api.sizing import Optimizer
-from etj.api.spec import Strategy
+from etj.api.spec import FileFormat, Strategy
 
 LABEL_NAMES = (
     "label",
@@ -474,7 +474,7 @@ def build_job(
         notes.append("the file holds a header only: no rows to train on (the kinds are guesses)")
     files: dict[str, Any] = {
         "pattern": pattern,
-        "format": "csv",
+        "format": FileFormat.CSV.value,
         "delimiter": delimiter,
         "header": header,
         "compression": compression,
@@ -508,7 +508,7 @@ def build_parquet_job(
     columns named in ``lists`` joined with ``|``), ``total_rows`` from its metadata."""
     if len(rows) < 2:
         raise ValueError("the sample needs at least two rows")
-    files = {"pattern": pattern, "format": "parquet"}
+    files = {"pattern": pattern, "format": FileFormat.PARQUET.value}
     return _job(name, profile(names, rows, total_rows, lists), files)
 
 

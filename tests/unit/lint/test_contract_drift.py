@@ -85,6 +85,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ),
     ("operator/etj/cli/from_data.py", "label"): "a header name that suggests the label column",
     ("operator/etj/cli/from_data.py", "none"): "data.files.quote's value, not Transform.NONE",
+    ("trainer_image/etj_trainer/data/clicklogs.py", "csv"): "a file name's suffix",
     ("trainer_image/etj_trainer/sdk.py", "none"): "a word of a message",
     ("trainer_image/etj_trainer/task/warmstart.py", "none"): "a word of a message",
     ("tests/cluster/etj_testcluster/__main__.py", "none"): "a node kind of the test cluster",

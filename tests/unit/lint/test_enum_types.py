@@ -33,6 +33,7 @@ ENUM_NAMES = {
     "gang": "GangScheduler",
     "gang_scheduler": "GangScheduler",
     "backend": "GangScheduler",
+    "format": "FileFormat",
 }
 TEXT = re.compile(r"\bstr\b|\bLiteral\[")
 # (module, owner, name): where a name of ENUM_NAMES is not the enum's, and why.
@@ -40,6 +41,8 @@ NOT_ENUMS = {
     # The gang object itself (a Workload or PodGroup manifest), not its backend.
     ("etj.core.render.scheduling", "gang_fingerprint", "gang"),
     ("etj.core.render.scheduling", "immutable_gang", "gang"),
+    # A Kafka message is one csv row, no other format: the one value, not the enum.
+    ("etj.api.spec.data", "KafkaData", "format"),
 }
 
 

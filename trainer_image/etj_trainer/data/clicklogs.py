@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from etj.api.spec import FileFormat
+
 GENRES = [
     "Action",
     "Adventure",
@@ -344,17 +346,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validation-rows", type=int, default=10_000)
     parser.add_argument(
         "--format",
-        choices=["text", "parquet"],
+        choices=["text", FileFormat.PARQUET],
         default="text",
         help="parquet: the same rows as Parquet (movielens; needs pyarrow)",
     )
     args = parser.parse_args(argv)
-    if args.format == "parquet" and args.layout not in PARQUET_LISTS:
+    if args.format == FileFormat.PARQUET and args.layout not in PARQUET_LISTS:
         parser.error(f"--format parquet is for {', '.join(sorted(PARQUET_LISTS))}")
     train, valid = write_train_and_validation(
         args.layout, args.out, args.files, args.rows, args.validation_rows
     )
-    if args.format == "parquet":
+    if args.format == FileFormat.PARQUET:
         lists = PARQUET_LISTS[args.layout]
         train = [to_parquet(p, ",", lists) for p in train]
         valid = [to_parquet(p, ",", lists) for p in valid]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from etj.api.spec import DataSpec, ModelSpec
+from etj.api.spec import DataSpec, FileFormat, ModelSpec
 from etj_trainer.config import ConfigError, load_config
 from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY
 from etj_trainer.data.pipeline import csv_columns, synthetic_batch_fn
@@ -57,8 +57,9 @@ def write_files(
     paths = []
     for n in range(files):
         batch = {k: v.numpy() for k, v in make_batch(tf.constant(n, tf.int64)).items()}
-        path = out / f"part-{n:05d}.{'tfrecord' if fmt == 'tfrecord' else 'csv'}"
-        if fmt == "tfrecord":
+        suffix = FileFormat.TFRECORD if fmt == FileFormat.TFRECORD else FileFormat.CSV
+        path = out / f"part-{n:05d}.{suffix}"
+        if fmt == FileFormat.TFRECORD:
             with tf.io.TFRecordWriter(str(path)) as writer:
                 for row in range(examples_per_file):
                     writer.write(_example(batch, row, model, label_key))
@@ -74,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m etj_trainer.data.datagen", description=__doc__)
     parser.add_argument("--config", help="trainer config JSON (default: $ETJ_TRAINER_CONFIG)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--format", choices=["tfrecord", "csv"], default="tfrecord")
+    parser.add_argument(
+        "--format", choices=[FileFormat.TFRECORD, FileFormat.CSV], default=FileFormat.TFRECORD
+    )
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--examples-per-file", type=int, default=10_000)
     args = parser.parse_args(argv)

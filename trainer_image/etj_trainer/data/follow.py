@@ -24,7 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.spec import DataSpec, ModelSpec
+from etj.api.spec import DataSpec, FileFormat, ModelSpec
 from etj_trainer.data.pipeline import _csv_header, _csv_parser, _tfrecord_parser
 
 __all__ = ["file_batches", "late_files", "list_files", "new_files"]
@@ -74,7 +74,7 @@ def file_batches(
         gz = tf.strings.regex_full_match(name, r".*\.gz")
         compression = tf.where(gz, tf.constant("GZIP"), tf.constant(""))
     parse: Any
-    if files.format == "tfrecord":
+    if files.format == FileFormat.TFRECORD:
         records = tf.data.TFRecordDataset(name, compression_type=compression)
         parse = _tfrecord_parser(model, files.label_key)
     else:

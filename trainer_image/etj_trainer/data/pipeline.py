@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from etj.api.spec import DataSpec, EmbeddingTable, ModelSpec
+from etj.api.spec import DataSpec, EmbeddingTable, FileFormat, ModelSpec
 from etj_trainer.data import delimited, parquet, tfrecord
 from etj_trainer.data.batch import DENSE_KEY, LABEL_KEY, lookups
 from etj_trainer.data.features import FeatureSet
@@ -240,7 +240,7 @@ def file_dataset(
         # ones in every pass whatever the file order.
         return records.shard(num_shards, shard_index) if not by_file else records
 
-    if fmt == "tfrecord":
+    if fmt == FileFormat.TFRECORD:
         records = names.interleave(
             lambda f: own(tf.data.TFRecordDataset(f)),
             cycle_length=cycle,
@@ -278,7 +278,11 @@ def make_dataset(
     """
     if data.source == "files" and model.features is not None:
         return feature_dataset(model, data, batch_size, num_shards, shard_index, seed)
-    if data.source == "files" and data.files is not None and data.files.format == "parquet":
+    if (
+        data.source == "files"
+        and data.files is not None
+        and data.files.format == FileFormat.PARQUET
+    ):
         raise DataError("data.files.format parquet needs spec.model.features (the columns)")
     if data.source == "files":
         return file_dataset(model, data, batch_size, num_shards, shard_index, seed)
@@ -303,7 +307,7 @@ def ps_worker_dataset(
     if data.source != "files":
         stream = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int64)
         return make_dataset(model, data, batch_size, stream=stream)
-    if data.files is not None and data.files.format == "parquet":
+    if data.files is not None and data.files.format == FileFormat.PARQUET:
         raise DataError(
             "data.files.format parquet cannot be read under ParameterServer: its workers run "
             "input pipelines the coordinator ships as graphs, which cannot call pyarrow. "
@@ -333,10 +337,10 @@ def feature_dataset(
     files = files or files_of(data.files.pattern)
     sharding = Sharding(num_shards, shard_index, seed, repeat)
     max_bad = data.max_bad_records
-    if data.files.format == "csv":
+    if data.files.format == FileFormat.CSV:
         columns = delimited.preflight(files, data.files, fs)
         ds = delimited.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
-    elif data.files.format == "parquet":
+    elif data.files.format == FileFormat.PARQUET:
         columns = parquet.preflight(files, data.files, fs)
         ds = parquet.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
     else:
@@ -376,7 +380,7 @@ def count_records(model: ModelSpec, data: DataSpec) -> int:
         )
         return int(total.numpy())
     names = tf.data.Dataset.from_tensor_slices(_files(data))
-    if data.files.format == "csv":
+    if data.files.format == FileFormat.CSV:
         records = names.interleave(lambda f: tf.data.TextLineDataset(f).skip(1))
     else:
         records = names.interleave(tf.data.TFRecordDataset)

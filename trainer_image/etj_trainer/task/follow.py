@@ -37,6 +37,7 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.progress import EVENT_EVALUATION
+from etj.api.spec import FileFormat
 from etj.api.trainer import TrainerConfig
 from etj_trainer import exitcodes
 from etj_trainer.data.follow import csv_header, file_batches, late_files, list_files, new_files
@@ -98,7 +99,7 @@ def first_header(config: TrainerConfig, stop: StopFlag) -> list[str] | None:
     when SIGTERM came first."""
     files = config.data.files
     assert files is not None and files.follow is not None
-    if files.format != "csv":
+    if files.format != FileFormat.CSV:
         return None
     if files.columns:
         return list(files.columns)

@@ -6,11 +6,12 @@ Pure: no I/O, no environment, no kopf or Kubernetes client.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from etj.api.base import ApiModel
+from etj.api.base import ApiModel, inline_enum
 from etj.api.rules import Rule, cel_extra, check_rules
 
 _cel = cel_extra
@@ -48,7 +49,15 @@ class FollowFiles(ApiModel):
     )
 
 
-_FOLLOW_FORMATS = ("tfrecord", "csv")
+class FileFormat(StrEnum):
+    """How the files of ``data.files`` are read (``data.files.format``)."""
+
+    TFRECORD = "tfrecord"
+    CSV = "csv"
+    PARQUET = "parquet"
+
+
+_FOLLOW_FORMATS = (FileFormat.TFRECORD, FileFormat.CSV)
 
 _FILE_RULES = (
     Rule(
@@ -78,8 +87,8 @@ class FileData(ApiModel):
     pattern: str = Field(
         min_length=1, description="Glob of the input files, e.g. /data/train-*.tfrecord."
     )
-    format: Literal["tfrecord", "csv", "parquet"] = Field(
-        default="tfrecord",
+    format: Annotated[FileFormat, inline_enum(FileFormat)] = Field(
+        default=FileFormat.TFRECORD,
         description=(
             "tfrecord (tf.train.Example records), csv (delimited text: any one-character "
             "delimiter, e.g. tab for Criteo) or parquet (needs model.features; list columns "

@@ -15,7 +15,12 @@ from etj.api.constants import MANAGED_BY
 from etj.api.disk import DISK_SPEC_RULES
 from etj.api.rules import Rule, cel_extra, check_rules
 from etj.api.spec.checkpoint import CheckpointSpec
-from etj.api.spec.data import UNSUPPORTED_SCHEME_REASON, UNSUPPORTED_SCHEMES, DataSpec
+from etj.api.spec.data import (
+    UNSUPPORTED_SCHEME_REASON,
+    UNSUPPORTED_SCHEMES,
+    DataSpec,
+    FileFormat,
+)
 from etj.api.spec.export import ExportSpec, TensorBoardSpec
 from etj.api.spec.model import ModelSpec
 from etj.api.spec.pod import Placement, PodTemplateOverrides
@@ -38,7 +43,9 @@ _EPOCH_RULES = (
         "!has(self.data) || !has(self.data.files) || !has(self.data.files.format) || self.data.files.format != 'parquet' || has(self.model.features)",
         "data.files.format parquet needs model.features (the columns to read)",
         lambda s: (
-            s.data.files is None or s.data.files.format != "parquet" or bool(s.model.features)
+            s.data.files is None
+            or s.data.files.format != FileFormat.PARQUET
+            or bool(s.model.features)
         ),
     ),
     Rule(
@@ -47,7 +54,7 @@ _EPOCH_RULES = (
         "cannot run Python readers): use MultiWorkerMirrored or convert the files to TFRecord",
         lambda s: (
             s.data.files is None
-            or s.data.files.format != "parquet"
+            or s.data.files.format != FileFormat.PARQUET
             or s.strategy != Strategy.PARAMETER_SERVER
         ),
     ),
