@@ -56,6 +56,14 @@ METRIC_DELTA_STEP = "etj_trainer_delta_step"
 METRIC_DELTA_TIME = "etj_trainer_delta_time_seconds"
 METRIC_DELTA_ROWS = "etj_trainer_delta_rows"
 
+# A following job's input position (status.progress.input): the records trained, and the
+# last file trained whole as the label ``INPUT_FILE_LABEL`` of a series valued 1.
+METRIC_INPUT_RECORDS = "etj_trainer_input_records"
+METRIC_INPUT_LAST_FILE = "etj_trainer_input_last_file"
+INPUT_FILE_LABEL = "lastFile"
+# The progress line's key of the position (status.progress.input's wire form).
+INPUT_KEY = "input"
+
 # Metric name -> status.progress field (Progress, by Python name).
 PROGRESS_METRICS: dict[str, str] = {
     METRIC_STEP: "step",

@@ -121,6 +121,16 @@ class DynamicTableStatus(ApiModel):
     )
 
 
+class InputPositionStatus(ApiModel):
+    """Where a following job is in its input (data.files.follow): the position its next
+    checkpoint saves."""
+
+    last_file: str | None = Field(default=None, description="The last file trained whole.")
+    records: int | None = Field(
+        default=None, ge=0, description="Records trained (as the restored tables count them)."
+    )
+
+
 class Progress(ApiModel):
     """Training progress as last reported by the chief."""
 
@@ -144,6 +154,10 @@ class Progress(ApiModel):
         default=None,
         ge=0,
         description="Bad input records skipped so far (allowed by data.maxBadRecords).",
+    )
+    input: InputPositionStatus | None = Field(
+        default=None,
+        description="A following job's position in its input: last file trained, records.",
     )
     dynamic_tables: list[DynamicTableStatus] | None = Field(
         default=None,

@@ -148,6 +148,7 @@ def follow_loop(
             position=position.last(),
             records=position.trained(),
         )
+    reporter.input_position(position.last(), position.trained())
     emit("start", step=start, restoredFrom=restored, steps=limit, position=position.last())
     saved = start
     if checkpoints.enabled and checkpoints.latest() is None:
@@ -282,8 +283,10 @@ def _round(
     step = int(state.step.numpy())
     if state.maintain_every() is not None:
         state.maintain_between_steps(step)  # dynamic tables: no step in flight here
+    records = state.position.trained()
+    reporter.input_position(names[-1], records)
     reporter.step(step)
-    emit("consumed", files=names, step=step, records=state.position.trained())
+    emit("consumed", files=names, step=step, records=records)
     return step
 
 

@@ -39,6 +39,8 @@ from etj.api.progress import (
     EVENT_DELTA_EXPORTED,
     EVENT_EXPORTED,
     EVENT_PROGRESS,
+    INPUT_FILE_LABEL,
+    INPUT_KEY,
     METRIC_AUC,
     METRIC_BAD_RECORDS,
     METRIC_DELTA_BASE_VERSION,
@@ -55,6 +57,8 @@ from etj.api.progress import (
     METRIC_EXPORT_TIME,
     METRIC_EXPORT_VERSION,
     METRIC_FINISHED_TIME,
+    METRIC_INPUT_LAST_FILE,
+    METRIC_INPUT_RECORDS,
     METRIC_LAST_CHECKPOINT_STEP,
     METRIC_LOSS,
     METRIC_RESTARTS_SEEN,
@@ -68,7 +72,7 @@ from etj.api.progress import (
 )
 from etj.api.roles import Role
 from etj.api.roles import is_leader as leader_rule
-from etj.api.status import DeltaStatus, ExportStatus
+from etj.api.status import DeltaStatus, ExportStatus, InputPositionStatus
 from etj.api.trainer import TrainerConfig
 from etj.api.trainer_reasons import REASON_COMPLETED
 from etj_trainer.config import config_field
@@ -162,6 +166,14 @@ class Metrics:
         self.export_time = gauge(
             METRIC_EXPORT_TIME, "Unix time the newest serving version was moved into place."
         )
+        # A following job's input position (status.progress.input).
+        self.input_records = gauge(METRIC_INPUT_RECORDS, "Records trained (a following job).")
+        self.input_last_file = Gauge(
+            METRIC_INPUT_LAST_FILE,
+            "The last file trained whole (its name the label; value 1).",
+            [INPUT_FILE_LABEL],
+            registry=self.registry,
+        )
         # The newest delta (spec.export.deltaSteps/deltaSeconds): 0 until the first.
         self.delta_base = gauge(
             METRIC_DELTA_BASE_VERSION, "The version the newest delta applies to."
@@ -252,6 +264,7 @@ class ProgressReporter:
         self.last_evaluation: dict[str, Any] | None = None
         # The newest serving version (status.export's wire fields), for the final words.
         self.last_export: dict[str, Any] | None = None
+        self.input: dict[str, Any] | None = None
         # Per dynamic table, its stats (rows used, capacity, ...): read at each report.
         self.dynamic_source: Callable[[], dict[str, dict[str, int]]] | None = None
         self._loss: float | None = None
@@ -413,6 +426,18 @@ class ProgressReporter:
             self.last_export = {**self.last_export, "lastDelta": record}
         emit(EVENT_DELTA_EXPORTED, **record, **extra)
 
+    def input_position(self, last_file: str, records: int) -> None:
+        """A following job's position moved (or was restored): its gauges, and the next
+        progress line's ``input`` (status.progress.input)."""
+        if not self.enabled:
+            return
+        m = self.metrics
+        m.input_records.set(records)
+        m.input_last_file.clear()
+        if last_file:
+            m.input_last_file.labels(**{INPUT_FILE_LABEL: last_file}).set(1)
+        self.input = InputPositionStatus(last_file=last_file or None, records=records).to_wire()
+
     def checkpointed(self, step: int) -> None:
         """A checkpoint of ``step`` was written (status.progress.lastCheckpointStep)."""
         if not self.enabled:
@@ -457,6 +482,7 @@ class ProgressReporter:
             ),
             RESTARTS_SEEN_KEY: self.restarts,
             DYNAMIC_TABLES_KEY: dynamic or None,
+            INPUT_KEY: self.input,
         }
         emit(EVENT_PROGRESS, **fields)
         self._write_summaries(step, loss, auc, eps, dynamic or {})

@@ -31,14 +31,24 @@ from etj.api.progress import (
     DYNAMIC_TABLES_KEY,
     EVALUATION_METRICS,
     EXPORT_METRICS,
+    INPUT_FILE_LABEL,
     METRIC_FINISHED_TIME,
+    METRIC_INPUT_LAST_FILE,
+    METRIC_INPUT_RECORDS,
     METRIC_WARM_START_SOURCE_STEP,
     METRIC_WARM_START_TABLE,
     PROGRESS_METRICS,
     WARM_START_TABLE_LABELS,
     completion_record,
 )
-from etj.api.status import DeltaStatus, DynamicTableStatus, Evaluation, ExportStatus, Progress
+from etj.api.status import (
+    DeltaStatus,
+    DynamicTableStatus,
+    Evaluation,
+    ExportStatus,
+    InputPositionStatus,
+    Progress,
+)
 from etj.api.warmstart import WarmStartTable
 
 _PROGRESS = PROGRESS_METRICS
@@ -114,8 +124,29 @@ def parse_progress(text: str, now: str) -> Progress | None:
         values.pop("bad_records", None)
     tables = dynamic_tables(_dynamic_series(families))
     return Progress(
-        update_time=now, dynamic_tables=tables, finished_time=_finished_time(families), **values
+        update_time=now,
+        dynamic_tables=tables,
+        finished_time=_finished_time(families),
+        input=_input_position(families),
+        **values,
     )
+
+
+def _input_position(families: list[Any]) -> InputPositionStatus | None:
+    """A following job's position from its gauges; None for a job that does not follow."""
+    records: int | None = None
+    last_file: str | None = None
+    for family in families:
+        if family.name == METRIC_INPUT_RECORDS and family.samples:
+            value = float(family.samples[0].value)
+            records = int(value) if math.isfinite(value) and value >= 0 else None
+        elif family.name == METRIC_INPUT_LAST_FILE:
+            named = [s.labels.get(INPUT_FILE_LABEL) for s in family.samples if s.value == 1]
+            last_file = named[0] if named else None
+    # Every trainer serves the records gauge (0 unless it follows): nothing trained, no position.
+    if last_file is None and not records:
+        return None
+    return InputPositionStatus(last_file=last_file, records=records)
 
 
 def _finished_time(families: list[Any]) -> str | None:

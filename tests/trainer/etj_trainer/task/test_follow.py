@@ -178,3 +178,6 @@ def test_a_one_process_job_survives_its_kill_and_stops_when_the_location_is_quie
     records, last_file, step = _saved(ckpt)
     assert (records, last_file) == (landing.written, landing.names[-1])
     assert records == 8 * RECORDS and step == done["step"] == 8 * 47
+    # The position reaches status.progress.input: the leader's last progress line has it.
+    final = job.last("progress")
+    assert final is not None and final["input"] == {"lastFile": last_file, "records": records}

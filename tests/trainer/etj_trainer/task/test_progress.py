@@ -91,3 +91,29 @@ def test_the_last_delta_reaches_status_from_page_line_and_completion(capsys) -> 
     # The next version keeps the last delta beside it until a newer delta.
     reporter.exported(1795800060, 700, 1795800064.0, "/w/serving")
     assert reporter.completion()["export"]["lastDelta"]["sequence"] == 3
+
+
+def test_the_input_position_reaches_status_from_page_line_and_completion(capsys) -> None:
+    """A following job's position (the last file trained whole, the records): its gauges,
+    its progress line and the completion message, read into status.progress.input."""
+    from prometheus_client import generate_latest
+
+    from etj.core.reconcile.progress import parse_progress, progress_record
+    from etj_trainer.task.progress import ProgressReporter
+
+    reporter = ProgressReporter(256, interval=1e9, port=0, enabled=True)
+    reporter.start(0, restarts=0, last_checkpoint_step=None)
+    reporter.input_position("/data/hour=01/part-2.csv", 6000)
+    reporter.input_position("/data/hour=02/part-0.csv", 9000)  # moved: one file named
+    reporter.report()
+    page = generate_latest(reporter.metrics.registry).decode()
+    assert page.count("etj_trainer_input_last_file{") == 1
+    scraped = parse_progress(page, "t")
+    assert scraped is not None and scraped.input is not None
+    assert (scraped.input.last_file, scraped.input.records) == ("/data/hour=02/part-0.csv", 9000)
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"progress"' in x]
+    from_line = progress_record(lines[-1], "t")
+    assert from_line is not None and from_line.input == scraped.input
+    text = termination_text(REASON_COMPLETED, json.dumps(reporter.completion()))
+    final, _ = parse_completion(text, "t")
+    assert final is not None and final.input == scraped.input

@@ -33,6 +33,30 @@ def test_the_finished_time_is_read_once_set():
     assert parse_progress(page, "t").finished_time == "2026-11-27T17:20:00Z"
 
 
+def test_a_following_jobs_input_position_is_read_from_its_gauges_and_its_line():
+    """status.progress.input: the last file trained whole (a label) and the records."""
+    from etj.core.reconcile.progress import progress_record
+
+    following = (
+        PAGE
+        + "etj_trainer_input_records 72000.0\n"
+        + 'etj_trainer_input_last_file{lastFile="gs://logs/dt=2026-12-07/hour=02/part-3.csv"} 1.0\n'
+    )
+    p = parse_progress(following, "t")
+    assert p is not None and p.input is not None
+    assert p.input.last_file == "gs://logs/dt=2026-12-07/hour=02/part-3.csv"
+    assert p.input.records == 72000
+    assert p.to_wire()["input"] == {
+        "lastFile": "gs://logs/dt=2026-12-07/hour=02/part-3.csv",
+        "records": 72000,
+    }
+    # Every trainer serves the records gauge; a job that does not follow reads 0: none.
+    assert parse_progress(PAGE + "etj_trainer_input_records 0.0\n", "t").input is None
+    assert parse_progress(PAGE, "t").input is None
+    line = {"step": 5, "input": {"lastFile": "a/part-1.csv", "records": 30}}
+    assert progress_record(line, "t").input.records == 30
+
+
 def test_no_step_no_progress():
     assert parse_progress("etj_trainer_loss 1.0\n", "t") is None
     assert parse_progress("", "t") is None
