@@ -307,6 +307,13 @@ class LocalJob:
             proc.wait(timeout=120)
             wait_for(lambda: not _group_alive(proc.pid), 120, f"{role}/{index} to be gone")
 
+    def restart_workers(self) -> None:
+        """Kill every worker and start them again: what the operator does with the
+        workers of a ParameterServer job whose chief restarts."""
+        for i in range(len(self.cluster.get("worker", []))):
+            self.kill("worker", i, signal.SIGKILL)
+            self.start("worker", i)
+
     def restart_all(self) -> None:
         """Kill every task and start them all again: what the operator does when the
         chief's watchdog stopped it (some worker or ps is hung)."""

@@ -32,6 +32,16 @@ FINALIZER = f"{GROUP}/finalizer"
 MANAGED_BY_VALUE = "etj"
 
 TF_PORT = 2222
+# runPolicy.watchdogSeconds when a job leaves it out: seconds without a completed chunk of
+# steps (after the restore) before the chief stops with WatchdogTimeout. What a healthy job
+# never reaches: the chief beats after every chunk (sized to ~1 s by time, or
+# stepsPerExecution steps), after every checkpoint save and every inline evaluation, and
+# not before the step is traced and compiled. Its longest healthy silence is a checkpoint
+# save of the whole state: 17 s for 10.75 GB on local disk (benchmarks/RESULTS.md,
+# 2026-11-26, f4e9116), so 300 s covers that state on a volume writing 36 MB/s, or ~150 GB
+# at the benchmark's rate. A job whose save takes longer raises it. Was 600 s, which made
+# each hung step cost ten minutes of the whole job (issue 39).
+DEFAULT_WATCHDOG_SECONDS = 300
 METRICS_PORT = 9102
 # The name of the trainer container's metrics port: the operator scrapes the pod's port so
 # named (or the address in ANNOTATION_METRICS_ADDRESS, which overrides it).

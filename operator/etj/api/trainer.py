@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from etj.api.base import ApiModel
+from etj.api.constants import DEFAULT_WATCHDOG_SECONDS
 from etj.api.plan import ShardPlan
 from etj.api.spec import (
     DEFAULT_STEPS_PER_EXECUTION,
@@ -65,7 +66,9 @@ class TrainerConfig(ApiModel):
         default=None, description="Where the leader's TensorBoard summaries go."
     )
     watchdog_seconds: int = Field(
-        default=600, ge=10, description="The chief fails if no step completes for this long."
+        default=DEFAULT_WATCHDOG_SECONDS,
+        ge=10,
+        description="The chief fails if no step completes for this long.",
     )
     warm_start: TrainerWarmStart | None = Field(
         default=None,

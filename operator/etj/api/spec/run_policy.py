@@ -11,7 +11,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from etj.api.base import ApiModel, Quantity
-from etj.api.constants import MANAGED_BY
+from etj.api.constants import DEFAULT_WATCHDOG_SECONDS, MANAGED_BY
 
 
 class RestartPolicy(StrEnum):
@@ -151,13 +151,15 @@ class RunPolicy(ApiModel):
         ),
     )
     watchdog_seconds: int = Field(
-        default=600,
+        default=DEFAULT_WATCHDOG_SECONDS,
         ge=10,
         le=86400,
         description=(
             "Seconds without a completed training step (after the restore) before the chief "
             "stops with WatchdogTimeout: some worker or ps is hung. Under ParameterServer "
-            "every replica then restarts from the last checkpoint; it counts as one restart."
+            "every replica then restarts from the last checkpoint; it counts as one restart. "
+            "A checkpoint save must end within it: raise it for a state whose save takes "
+            "longer (300 s is 10 GB at 36 MB/s)."
         ),
     )
     active_deadline_seconds: int | None = Field(

@@ -181,6 +181,32 @@ def test_ps_chief_stopped_by_its_watchdog_restarts_every_replica(
     assert len(restarting) == 1 and "WatchdogTimeout" in restarting[0]["message"]
 
 
+def test_ps_chief_failure_restarts_the_chief_with_its_workers_and_keeps_the_ps(
+    crds: LocalCluster, namespace: str, operator: OperatorProcess, kubelet: KubeletStandIn
+):
+    """A new chief gets new workers (a worker still in a chunk of the chief before could
+    hold the new chief's first chunk, issue 39); the ps keep their tables, counted once."""
+    apply(crds, namespace, job())
+    wait_for(lambda: phase(crds, namespace) == "Running", 120, "Running")
+    before = {n: p["metadata"]["uid"] for n, p in pods(crds, namespace).items()}
+    assert set(before) == PS_PODS
+    kubelet.terminate("ctr-chief-0", 137)
+    renewed = {n for n in PS_PODS if "-ps-" not in n}
+
+    def chief_and_workers_new() -> bool:
+        now = live_pods(crds, namespace)
+        return set(now) == PS_PODS and all(now[n]["metadata"]["uid"] != before[n] for n in renewed)
+
+    wait_for(chief_and_workers_new, 120, "the chief and every worker recreated")
+    now = pods(crds, namespace)
+    for name in PS_PODS - renewed:
+        assert now[name]["metadata"]["uid"] == before[name], f"{name} must not be touched"
+    st = job_status(crds, namespace, "ctr")
+    assert st["restarts"] == 1
+    restarting = [e for e in events(crds, namespace) if e["reason"] == "Restarting"]
+    assert len(restarting) == 1 and all(n in restarting[0]["message"] for n in renewed)
+
+
 def test_mirrored_worker_failure_replaces_all_workers(
     crds: LocalCluster, namespace: str, operator: OperatorProcess, kubelet: KubeletStandIn
 ):

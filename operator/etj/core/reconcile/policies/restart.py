@@ -9,10 +9,18 @@ be used), ``DataError`` (a malformed data file) or ``CheckpointMismatch`` (the c
 does not fit the model) is permanent under every policy: a restart would fail the same way.
 
 Restart groups — ParameterServer: a worker alone (the coordinator keeps training on the
-others and takes it back); a ps together with the chief (the chief restores every shard
-from the last checkpoint), or alone in a job without a chief (a TFJob-shaped program of
-the user's own: TFJob restarts the failed replica only); the chief alone. MultiWorkerMirrored: any worker or the chief
-restarts all of them (collectives cannot lose a member). An evaluator restarts alone.
+others and takes it back); the chief together with every worker; a ps together with the
+chief and every worker (the chief restores every shard from the last checkpoint), or alone
+in a job without a chief (a TFJob-shaped program of the user's own: TFJob restarts the
+failed replica only). The workers go with every new chief because a worker still running
+a chunk of the chief before can hold the new chief's first chunk: seen on kind (the new
+chief's ``RemoteValue.fetch`` waiting, its coordinator thread in
+``execute_with_cancellation`` on that worker) until the watchdog restarted the job (issue
+39). The workers are stateless servers under ParameterServer (the tables are on the ps,
+the input is made anew for each chief), and they start while the new chief restores, so
+restarting them costs the new chief nothing it would not wait for anyway.
+MultiWorkerMirrored: any worker or the chief restarts all of them (collectives cannot lose
+a member). An evaluator restarts alone.
 
 Pure.
 """
@@ -64,6 +72,10 @@ def restart_group(
         return {(r, i) for r, i in replicas.tasks() if r in (Role.CHIEF, Role.WORKER)}
     if role == Role.CHIEF and reason == REASON_WATCHDOG:
         return {(r, i) for r, i in replicas.tasks() if r != Role.EVALUATOR}
-    if role == Role.PS:
-        return {(role, index)} | {(Role.CHIEF, i) for i in range(replicas.chief)}
-    return {(role, index)}
+    if role == Role.WORKER or not replicas.chief:
+        return {(role, index)}
+    # A new chief: with every worker (see the module docstring), and a ps with them.
+    return {(role, index)} | {(r, i) for r, i in replicas.tasks() if r in _WITH_A_NEW_CHIEF}
+
+
+_WITH_A_NEW_CHIEF = (Role.CHIEF, Role.WORKER)

@@ -73,14 +73,15 @@ def test_ps_worker_failure_replaces_only_that_worker_and_counts_it():
     assert d2.status.restarts == 1 and d2.status.restarting_pods == []
 
 
-def test_ps_failure_restarts_ps_and_chief():
+def test_ps_failure_restarts_ps_chief_and_workers():
     job = make_job(status={"phase": "Running"})
     pods = [
         p if p.key != ("ps", 0) else pod("ps", 0, "Failed", exit_code=137) for p in all_pods(job)
     ]
     d = run(job, pods)
-    assert d.delete_pods == ["j-chief-0", "j-ps-0"]
-    assert d.status.restarting_pods == ["j-chief-0", "j-ps-0"]
+    group = ["j-chief-0", "j-ps-0", "j-worker-0", "j-worker-1"]
+    assert d.delete_pods == group
+    assert d.status.restarting_pods == group
 
 
 def test_ps_chief_watchdog_timeout_restarts_every_replica():
@@ -94,11 +95,12 @@ def test_ps_chief_watchdog_timeout_restarts_every_replica():
     assert restarting and "WatchdogTimeout" in restarting[0].message
 
 
-def test_ps_chief_retryable_failure_without_watchdog_restarts_the_chief_alone():
+def test_ps_chief_retryable_failure_without_watchdog_restarts_the_chief_and_its_workers():
+    """Not the ps: they keep the tables (the new chief restores over them)."""
     job = make_job(status={"phase": "Running"})
     lost = pod("chief", 0, "Failed", exit_code=138, message="UnavailableError: ps 0 is gone")
     d = run(job, [p if p.key != ("chief", 0) else lost for p in all_pods(job)])
-    assert d.delete_pods == ["j-chief-0"]
+    assert d.delete_pods == ["j-chief-0", "j-worker-0", "j-worker-1"]
 
 
 def test_mirrored_worker_failure_restarts_all_workers():

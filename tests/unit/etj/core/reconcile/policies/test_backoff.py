@@ -173,11 +173,11 @@ def test_a_ps_and_the_chief_wait_together():
     assert {n: e.next_restart_time for n, e in d.status.restart_backoff.items()} == {
         "j-chief-0": "2026-11-22T12:00:10Z",
         "j-ps-1": "2026-11-22T12:00:10Z",
+        "j-worker-0": "2026-11-22T12:00:10Z",
+        "j-worker-1": "2026-11-22T12:00:10Z",
     }
     assert d.status.restart_backoff["j-chief-0"].failures == 0  # it did not fail
-    rest = [p for p in all_pods(job) if p.key not in (("ps", 1), ("chief", 0))]
+    group = (("ps", 1), ("chief", 0), ("worker", 0), ("worker", 1))
+    rest = [p for p in all_pods(job) if p.key not in group]
     assert run(with_status(job, d), rest, now=later(9)).create_pods == []
-    assert sorted(run(with_status(job, d), rest, now=later(10)).create_pods) == [
-        ("chief", 0),
-        ("ps", 1),
-    ]
+    assert sorted(run(with_status(job, d), rest, now=later(10)).create_pods) == sorted(group)

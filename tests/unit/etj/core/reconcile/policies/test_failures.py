@@ -35,12 +35,13 @@ def test_a_repeated_failure_waits_and_says_until_when_and_why():
 def test_restarts_are_counted_per_role_of_the_group():
     job = make_job(status={"phase": "Running"})
     d = run(job, _failed(job, Role.PS, 0, exit_code=1))
-    # A ps restarts with the chief: one restart of the job, one of each role.
+    # A ps restarts with the chief and its workers: one restart of the job, one of each
+    # replica restarted.
     assert d.status.restarts == 1
     assert d.status.replica_statuses.ps.restarts == 1
     assert d.status.replica_statuses.chief.restarts == 1
-    assert d.status.replica_statuses.worker.restarts == 0
-    assert sorted(d.delete_pods) == ["j-chief-0", "j-ps-0"]
+    assert d.status.replica_statuses.worker.restarts == 2
+    assert sorted(d.delete_pods) == ["j-chief-0", "j-ps-0", "j-worker-0", "j-worker-1"]
     assert d.status.phase == Phase.RESTARTING
 
 
@@ -90,7 +91,7 @@ def test_a_role_restart_policy_overrides_the_jobs_for_that_role_only():
     assert "restartPolicy Never" in worker.status.message
     ps = run(job, _failed(job, Role.PS, 0, exit_code=1))
     assert ps.status.phase == Phase.RESTARTING
-    assert sorted(ps.delete_pods) == ["j-chief-0", "j-ps-0"]
+    assert sorted(ps.delete_pods) == ["j-chief-0", "j-ps-0", "j-worker-0", "j-worker-1"]
 
 
 def test_a_role_may_be_restarted_under_a_job_that_restarts_nothing():

@@ -91,7 +91,8 @@ def test_the_reconciler_force_deletes_a_lost_pod_and_then_recreates_it():
     assert ("delete", "Pod", "ctr-ps-0", "force") in s.api.log
     assert any(e.reason == "NodeLost" for e in s.events)
     assert s.cache is not None
-    for name in ("ctr-ps-0", "ctr-chief-0"):  # the watch says they are gone
+    # The watch says they are gone (a ps restarts with the chief and its workers).
+    for name in ("ctr-ps-0", "ctr-chief-0", "ctr-worker-0", "ctr-worker-1"):
         assert ("Pod", NS, name) not in s.api.objects
         s.cache.on_pod_event(
             "DELETED", {**pod_obj, "metadata": {**pod_obj["metadata"], "name": name}}

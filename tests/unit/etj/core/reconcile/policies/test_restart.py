@@ -49,8 +49,9 @@ def test_classify(policy, code, reason, terminating, permanent):
 
 def test_parameter_server_groups():
     assert restart_group("ParameterServer", PS, "worker", 2) == {("worker", 2)}
-    assert restart_group("ParameterServer", PS, "ps", 1) == {("ps", 1), ("chief", 0)}
-    assert restart_group("ParameterServer", PS, "chief", 0) == {("chief", 0)}
+    new_chief = {("chief", 0), ("worker", 0), ("worker", 1), ("worker", 2)}
+    assert restart_group("ParameterServer", PS, "ps", 1) == {("ps", 1)} | new_chief
+    assert restart_group("ParameterServer", PS, "chief", 0) == new_chief
     assert restart_group("ParameterServer", PS, "evaluator", 0) == {("evaluator", 0)}
 
 
@@ -79,8 +80,14 @@ def test_a_chief_stopped_by_its_watchdog_restarts_every_replica():
     """Some worker or ps is hung: a new chief alone would hang on it again."""
     everything = {("chief", 0), ("worker", 0), ("worker", 1), ("worker", 2), ("ps", 0), ("ps", 1)}
     assert restart_group("ParameterServer", PS, "chief", 0, "WatchdogTimeout") == everything
-    # Any other reason, or none, keeps the chief alone.
-    assert restart_group("ParameterServer", PS, "chief", 0, "UnavailableError") == {("chief", 0)}
+    # Any other reason, or none: the chief with its workers (a worker still in a chunk of
+    # the chief before can hold the new chief's first chunk), the ps keep running.
+    assert restart_group("ParameterServer", PS, "chief", 0, "UnavailableError") == {
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+        ("worker", 2),
+    }
     # Only the chief runs the watchdog under ParameterServer; a worker's reason changes nothing.
     assert restart_group("ParameterServer", PS, "worker", 1, "WatchdogTimeout") == {("worker", 1)}
     assert restart_group("MultiWorkerMirrored", MW, "worker", 0, "WatchdogTimeout") == {
