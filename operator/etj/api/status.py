@@ -43,7 +43,9 @@ class ConditionType(StrEnum):
     has its condition; Created says the pods were made, Scheduled whether the gang could be
     placed (etj.core.reconcile.policies.gang), Scaling whether a change of the worker count
     is being applied (etj.core.reconcile.policies.scale), WarmStarted whether the source of
-    spec.warmStart was resolved (False: waiting for it; etj.core.reconcile.policies.warmstart)."""
+    spec.warmStart was resolved (False: waiting for it; etj.core.reconcile.policies.warmstart),
+    CheckpointStorageFull that a checkpoint save found its volume full (the trainer's
+    message: the volume, its size and free bytes, what the last checkpoint took)."""
 
     CREATED = "Created"
     SCHEDULED = "Scheduled"
@@ -54,6 +56,7 @@ class ConditionType(StrEnum):
     FAILED = "Failed"
     SCALING = "Scaling"
     WARM_STARTED = "WarmStarted"
+    CHECKPOINT_STORAGE_FULL = "CheckpointStorageFull"
 
 
 # metav1.Condition's reason: a CamelCase word (letters, digits, '_', ',' and ':').
@@ -65,8 +68,8 @@ class Condition(ApiModel):
 
     type: str = Field(
         description=(
-            "Created, Scheduled, Running, Restarting, Scaling, Suspended, Succeeded, Failed "
-            "or WarmStarted."
+            "Created, Scheduled, Running, Restarting, Scaling, Suspended, Succeeded, Failed, "
+            "WarmStarted or CheckpointStorageFull."
         ),
     )
     status: str = Field(pattern=r"^(True|False|Unknown)$", description="True, False or Unknown.")

@@ -33,6 +33,13 @@ REASON_DATA_ERROR = "DataError"
 # architecture): a restart would restore the same checkpoint.
 REASON_CHECKPOINT_MISMATCH = "CheckpointMismatch"
 
+# A checkpoint save found its volume full (ENOSPC, EDQUOT): "CheckpointStorageFull: the
+# checkpoint volume at <dir> is full ...", with the volume's size and free bytes and what
+# the last checkpoint took (etj_trainer.task.storage_full). Every restart would train from
+# the last checkpoint and fail at the next save; the operator sets the job's
+# CheckpointStorageFull condition with this message.
+REASON_CHECKPOINT_STORAGE_FULL = "CheckpointStorageFull"
+
 # What no restart cures: a person must fix the data, the model code or the checkpoint. The
 # trainer exits 2 with one of these; the operator fails the job with the trainer's message
 # under every restartPolicy (under OnFailure it would otherwise fail the same way
@@ -42,4 +49,8 @@ PERMANENT_TRAINER_REASONS = {
     REASON_MODEL_ERROR: "the model code",
     REASON_DATA_ERROR: "the data",
     REASON_CHECKPOINT_MISMATCH: "the model or the checkpoint",
+    REASON_CHECKPOINT_STORAGE_FULL: (
+        "the checkpoint volume: free space, give it more, or keep fewer checkpoints "
+        "(checkpoint.keep)"
+    ),
 }

@@ -8,10 +8,19 @@ chief's copy is kept (the others write to a scratch directory and delete it).
 The optimizer slots are built before ``restore`` (``TrainingState`` creates them eagerly);
 the variables are read a piece at a time (``etj_trainer.task.restore``). This module does
 not decide when to save.
+
+A checkpoint cannot be half-read: TensorFlow writes a save's data under a temporary
+prefix, its index last, and names it in the ``checkpoint`` state file only then (a save
+cut short, by SIGKILL or a full volume, leaves the state file naming the checkpoint before).
+One the state file names may still be unreadable (a file lost or truncated after the fact,
+an object store's rename that is a copy): ``restore`` then says so, naming it, and restores
+the one before. A save that finds its volume full stops the trainer with
+``CheckpointStorageFull`` (``etj_trainer.task.storage_full``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -20,8 +29,15 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from etj.api.trainer import TrainerCheckpoint
+from etj_trainer.task.events import emit
 from etj_trainer.task.restore import restore_components
 from etj_trainer.task.state import TrainingState
+from etj_trainer.task.storage_full import (
+    CheckpointStorageFull,
+    full_message,
+    is_storage_full,
+    measure,
+)
 
 if TYPE_CHECKING:
     from etj_trainer.task.warmstart import WarmStartReport
@@ -29,6 +45,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESTARTS_FILE = "restarts"
+# What reading an incomplete checkpoint raises: a file truncated (OutOfRange: "Read less
+# bytes than requested"), a block that fails its checksum (DataLoss), a data file missing
+# (NotFound, naming the file: told apart from a ps's lost variable by the path).
+_UNREADABLE = (tf.errors.OutOfRangeError, tf.errors.DataLossError, tf.errors.NotFoundError)
 
 
 def restore_in_pieces(state: TrainingState, path: str) -> None:
@@ -77,22 +97,57 @@ class Checkpoints:
         path: str | None = tf.train.latest_checkpoint(self.spec.directory)
         return path
 
+    def candidates(self) -> list[str]:
+        """The checkpoints the state file names, newest first."""
+        if self.spec is None:
+            return []
+        state = tf.train.get_checkpoint_state(self.spec.directory)
+        if state is None:
+            return []
+        paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+        return [p for p in reversed(paths) if p]
+
     def restore(self) -> int | None:
-        """Restore the newest checkpoint of the job's own, else warm start from the source
-        the config names (``etj_trainer.task.warmstart``); the step training goes on from,
-        or None when there is nothing to restore. A restart always finds its own first."""
-        path = self.latest()
+        """Restore the newest checkpoint of the job's own that reads whole (an unreadable
+        one is skipped, naming it), else warm start from the source the config names
+        (``etj_trainer.task.warmstart``); the step training goes on from, or None when
+        there is nothing to restore. A restart always finds its own first."""
+        started = time.monotonic()
+        path = None
+        for candidate in self.candidates():
+            why = self._restore_whole(candidate)
+            if why is None:
+                path = candidate
+                break
+            log.warning(
+                "checkpoint %s is incomplete (%s): skipped, trying the one before", candidate, why
+            )
+            emit("checkpointSkipped", path=candidate, why=why)
         if path is None:
             return self._warm_start()
-        started = time.monotonic()
         self.restored_path = path
-        restore_in_pieces(self.state, path)
         self.restore_seconds = round(time.monotonic() - started, 2)
         if self.count_restarts:
             self.restarts = self._bump_restarts()
         step = int(self.state.step.numpy())
         log.info("restored %s at step %d", path, step)
         return step
+
+    def _restore_whole(self, path: str) -> str | None:
+        """Restore ``path``; why it cannot be read whole, or None when it was. A failed
+        read may have assigned some variables: the next restore assigns every one."""
+        if not tf.io.gfile.exists(f"{path}.index"):
+            return "no index file"
+        try:
+            restore_in_pieces(self.state, path)
+        except tf.errors.OpError as e:
+            text = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            if isinstance(e, tf.errors.NotFoundError) and path not in str(e):
+                raise  # not a file of this checkpoint: a ps lost its variables
+            if not isinstance(e, _UNREADABLE) and "sstable" not in text:
+                raise
+            return f"{type(e).__name__}: {text[:300]}"
+        return None
 
     def _warm_start(self) -> int | None:
         ws = self.state.config.warm_start
@@ -129,7 +184,12 @@ class Checkpoints:
         """Write a checkpoint of the current state; its step."""
         assert self.manager is not None
         step = int(self.state.step.numpy())
-        path = self.manager.save(checkpoint_number=step)
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as e:
+            if not is_storage_full(str(e)):
+                raise
+            raise CheckpointStorageFull(self._full(step)) from e
         if self.scratch is None and self.spec is not None:
             from etj_trainer.task.warmstart import write_manifest
 
@@ -140,3 +200,16 @@ class Checkpoints:
             tf.io.gfile.makedirs(self.scratch)
         log.info("checkpoint %s", path)
         return step
+
+    def _full(self, step: int) -> str:
+        """The message of a save that found the volume full; what the failed save left
+        (its temporary files) is removed, so the volume holds the complete ones only."""
+        assert self.spec is not None
+        directory = self.spec.directory if self.scratch is None else self.scratch
+        for leftover in tf.io.gfile.glob(f"{directory.rstrip('/')}/ckpt-{step}_temp*"):
+            with contextlib.suppress(tf.errors.OpError):
+                tf.io.gfile.rmtree(leftover)
+        volume = measure(directory, self.latest() if self.scratch is None else None)
+        return full_message(
+            directory, step, self.spec.keep, volume, self.state.config.shard_plan.total_bytes
+        )

@@ -24,7 +24,11 @@ from etj.api.constants import (
 from etj.api.quantity import quantity_bytes
 from etj.api.roles import ALL_ROLES, Role
 from etj.api.status import PodPhase
-from etj.api.trainer_reasons import REASON_DATA_ERROR, REASON_MODEL_ERROR
+from etj.api.trainer_reasons import (
+    REASON_CHECKPOINT_STORAGE_FULL,
+    REASON_DATA_ERROR,
+    REASON_MODEL_ERROR,
+)
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,9 @@ class PodState:
 
 
 # Trainer reasons whose message names what a person must fix (a file and line, ...).
-SAYS_WHAT_TO_FIX = frozenset({REASON_DATA_ERROR, REASON_MODEL_ERROR})
+SAYS_WHAT_TO_FIX = frozenset(
+    {REASON_DATA_ERROR, REASON_MODEL_ERROR, REASON_CHECKPOINT_STORAGE_FULL}
+)
 # A trainer's message starts with an identifier and a colon; a log tail (the kubelet's
 # fallback when nothing was written) rarely does, and is then no reason.
 _TRAINER_REASON = re.compile(r"([A-Z][A-Za-z]+): ")

@@ -172,9 +172,10 @@ def test_each_error_carries_its_reason_as_data_and_is_named_as_it():
     from etj_trainer.models.custom import ModelError
     from etj_trainer.task.cluster import ClusterError
     from etj_trainer.task.restore import CheckpointMismatch
+    from etj_trainer.task.storage_full import CheckpointStorageFull
     from etj_trainer.task.termination import failure_reason, permanent_failure
 
-    permanent = (DataError, ModelError, CheckpointMismatch)
+    permanent = (DataError, ModelError, CheckpointMismatch, CheckpointStorageFull)
     assert {cls.reason for cls in permanent} == set(PERMANENT_TRAINER_REASONS)
     for cls in permanent:
         assert cls.__name__ == cls.reason

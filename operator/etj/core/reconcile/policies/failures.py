@@ -18,6 +18,8 @@ from etj.api.reasons import (
 )
 from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType, Phase, PodPhase, ReplicaBackoff
+# The trainer's reason is the condition's too: the same fact, one name.
+from etj.api.trainer_reasons import REASON_CHECKPOINT_STORAGE_FULL
 from etj.core.reconcile.decision import iso
 from etj.core.reconcile.policies.backoff import due_time, restart_wait
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
@@ -60,6 +62,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     rp = p.job.spec.run_policy
     permanent = [f for f in failures if f.permanent]
     if permanent:
+        _storage_full(p, permanent)
         p.finish(Phase.FAILED, REASON_REPLICA_FAILED, permanent[0].why)
         return True
     whys = "; ".join(f.why for f in failures)
@@ -121,6 +124,23 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         f"{whys}; next restart {when}" if when else whys,
     )
     return False
+
+
+def _storage_full(p: _Pass, permanent: list[Failure]) -> None:
+    """A checkpoint save found its volume full: the job's CheckpointStorageFull condition,
+    with the trainer's message (the volume, its size, what a checkpoint takes). Every
+    restart would fail at its next save, so the job fails instead of crash-looping."""
+    full = [
+        f.pod for f in permanent if f.pod.trainer_reason == REASON_CHECKPOINT_STORAGE_FULL
+    ]
+    if full:
+        message = (full[0].message or "").split(": ", 1)[-1].strip()
+        p.condition(
+            ConditionType.CHECKPOINT_STORAGE_FULL,
+            True,
+            REASON_CHECKPOINT_STORAGE_FULL,
+            f"{full[0].name}: {message}",
+        )
 
 
 def _requeued(p: _Pass, names: list[str], reason: str, message: str) -> None:

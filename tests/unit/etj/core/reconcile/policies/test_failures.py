@@ -101,3 +101,30 @@ def test_a_role_may_be_restarted_under_a_job_that_restarts_nothing():
     )
     assert run(job, _failed(job, Role.PS, 1, exit_code=1)).status.phase == Phase.RESTARTING
     assert run(job, _failed(job, Role.WORKER, 0, exit_code=1)).status.phase == Phase.FAILED
+
+
+def test_a_full_checkpoint_volume_fails_the_job_with_the_condition_saying_what_to_do():
+    """Under OnFailure too: every restart would fail at its next save (a crash loop)."""
+    job = make_job(status={"phase": "Running"})
+    said = (
+        "CheckpointStorageFull: the checkpoint volume at /ckpt is full: saving step 600 "
+        "failed; it holds 1.00 GiB, 12.00 MiB free; the last checkpoint (ckpt-400) took "
+        "300.00 MiB; with checkpoint.keep 3 the volume needs at least 1.17 GiB"
+    )
+    d = run(job, _failed(job, Role.CHIEF, 0, exit_code=2, message=said))
+    assert d.status.phase == Phase.FAILED and d.status.restarts == 0
+    full = next(c for c in d.status.conditions if c.type == ConditionType.CHECKPOINT_STORAGE_FULL)
+    assert full.status == "True" and full.reason == "CheckpointStorageFull"
+    assert full.message.startswith("j-chief-0: the checkpoint volume at /ckpt is full")
+    assert "the last checkpoint (ckpt-400) took 300.00 MiB" in full.message
+    # The job's own message: the trainer's words and what to fix.
+    failed = next(c for c in d.status.conditions if c.type == ConditionType.FAILED)
+    assert "the checkpoint volume at /ckpt is full" in failed.message
+    assert "fix the checkpoint volume" in failed.message
+
+
+def test_another_permanent_failure_sets_no_storage_condition():
+    job = make_job(status={"phase": "Running"})
+    d = run(job, _failed(job, Role.CHIEF, 0, exit_code=2, message="DataError: /d:1: bad"))
+    assert d.status.phase == Phase.FAILED
+    assert ConditionType.CHECKPOINT_STORAGE_FULL not in {c.type for c in d.status.conditions}
