@@ -18,7 +18,6 @@ from etj.api.reasons import (
 )
 from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType, Phase, PodPhase, ReplicaBackoff
-# The trainer's reason is the condition's too: the same fact, one name.
 from etj.api.trainer_reasons import REASON_CHECKPOINT_STORAGE_FULL
 from etj.core.reconcile.decision import iso
 from etj.core.reconcile.policies.backoff import due_time, restart_wait
@@ -127,12 +126,11 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
 
 
 def _storage_full(p: _Pass, permanent: list[Failure]) -> None:
-    """A checkpoint save found its volume full: the job's CheckpointStorageFull condition,
-    with the trainer's message (the volume, its size, what a checkpoint takes). Every
+    """A checkpoint save found its volume full: the job's CheckpointStorageFull condition
+    (the trainer's reason is the condition's too: the same fact, one name), with the
+    trainer's message (the volume, its size, what a checkpoint takes). Every
     restart would fail at its next save, so the job fails instead of crash-looping."""
-    full = [
-        f.pod for f in permanent if f.pod.trainer_reason == REASON_CHECKPOINT_STORAGE_FULL
-    ]
+    full = [f.pod for f in permanent if f.pod.trainer_reason == REASON_CHECKPOINT_STORAGE_FULL]
     if full:
         message = (full[0].message or "").split(": ", 1)[-1].strip()
         p.condition(
