@@ -207,6 +207,30 @@ def test_ps_chief_failure_restarts_the_chief_with_its_workers_and_keeps_the_ps(
     assert len(restarting) == 1 and all(n in restarting[0]["message"] for n in renewed)
 
 
+def test_a_full_checkpoint_volume_fails_the_job_with_its_condition_not_a_crash_loop(
+    crds: LocalCluster, namespace: str, operator: OperatorProcess, kubelet: KubeletStandIn
+):
+    """The chief's save found the volume full (its termination message): the job is Failed
+    at once under OnFailure, its CheckpointStorageFull condition says what to do, and no
+    replica is made again."""
+    apply(crds, namespace, job())
+    wait_for(lambda: phase(crds, namespace) == "Running", 120, "Running")
+    said = (
+        "the checkpoint volume at /var/lib/etj/checkpoints/ctr is full: saving step 600 "
+        "failed; it holds 1.00 GiB, 12.00 KiB free; the last checkpoint (ckpt-400) took "
+        "300.00 MiB; with checkpoint.keep 3 the volume needs at least 1.17 GiB"
+    )
+    kubelet.terminate("ctr-chief-0", 2, message=f"CheckpointStorageFull: {said}")
+    wait_for(lambda: phase(crds, namespace) == "Failed", 120, "Failed")
+    st = job_status(crds, namespace, "ctr")
+    full = [c for c in st["conditions"] if c["type"] == "CheckpointStorageFull"]
+    assert len(full) == 1 and full[0]["status"] == "True", st["conditions"]
+    assert full[0]["reason"] == "CheckpointStorageFull"
+    assert full[0]["message"] == f"ctr-chief-0: {said}"
+    assert st["restarts"] == 0
+    assert not [e for e in events(crds, namespace) if e["reason"] == "Restarting"]
+
+
 def test_mirrored_worker_failure_replaces_all_workers(
     crds: LocalCluster, namespace: str, operator: OperatorProcess, kubelet: KubeletStandIn
 ):
