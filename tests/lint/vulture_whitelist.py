@@ -52,3 +52,7 @@ _.RESET
 
 # tf.Module tracks a table's own pool by attribute (it is saved in the table's checkpoint).
 _.own_pool
+
+# TensorFlow's checkpoint writer calls these of a Trackable (a disk table's saved values).
+_._serialize_to_tensors
+_._restore_from_tensors

@@ -91,6 +91,7 @@ def _trains(strategy: Strategy, task: Task) -> bool:
 
 
 def run(config: object, task: Task, port: int) -> int:
+    from etj.api.disk import disk_of
     from etj.api.trainer import TrainerConfig
 
     assert isinstance(config, TrainerConfig)
@@ -100,7 +101,9 @@ def run(config: object, task: Task, port: int) -> int:
 
         log.info("task %s, strategy %s", task, config.strategy if task.distributed else "local")
         if ps and task.type in (Role.PS, Role.WORKER):
-            return roles.run_server(task)
+            # A table on disk runs the trainer's own kernels on the ps (and in the functions
+            # a worker runs): they are loaded before the server starts.
+            return roles.run_server(task, kernels=any(disk_of(t) for t in config.model.tables))
         if task.type == Role.EVALUATOR:
             from etj_trainer.task.evaluate import run_evaluator
 

@@ -30,6 +30,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -304,8 +305,23 @@ REGISTER_OP("EtjDiskTableCreate")
     .Attr("slot_width: int >= 0")
     .Attr("cache_rows: int >= 1")
     .Attr("slot_init: float = 0.0")
+    .Attr("directory_env: string = ''")
     .SetIsStateful()
     .SetShapeFn(shape_inference::NoOutputs);
+
+// The file of a table created with `path` in this process: with `directory_env` naming an
+// environment variable set here, the file of that name in its directory instead (a ps pod
+// names its disk-table volume there, and a process-backed node remaps it), else `path`.
+static std::string FilePath(const std::string& path, const std::string& directory_env) {
+  if (directory_env.empty()) return path;
+  const char* dir = std::getenv(directory_env.c_str());
+  if (dir == nullptr || *dir == '\0') return path;
+  const size_t slash = path.rfind('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string out(dir);
+  if (out.back() != '/') out += '/';
+  return out + name;
+}
 
 class CreateOp : public OpKernel {
  public:
@@ -316,6 +332,9 @@ class CreateOp : public OpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("slot_width", &slot_width_));
     OP_REQUIRES_OK(c, c->GetAttr("cache_rows", &cache_rows_));
     OP_REQUIRES_OK(c, c->GetAttr("slot_init", &slot_init_));
+    std::string directory_env;
+    OP_REQUIRES_OK(c, c->GetAttr("directory_env", &directory_env));
+    path_ = FilePath(path_, directory_env);
     OP_REQUIRES(c, slot_width_ == 0 || slot_width_ == 1 || slot_width_ == dim_,
                 errors::InvalidArgument("slot_width must be 0, 1 or dim (", dim_, "), not ",
                                         slot_width_));

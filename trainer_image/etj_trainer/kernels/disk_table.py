@@ -60,7 +60,10 @@ class DiskTable:
     """One table shard of ``rows`` x ``dim`` float32 on disk at ``path``, at most
     ``cache_rows`` of them in RAM; rows start at zero, their slots at ``slot_init``.
 
-    Created in the current device scope (a ps's, under ParameterServer).
+    Created in the current device scope (a ps's, under ParameterServer). With
+    ``directory_env`` naming an environment variable set in the process that creates it,
+    the file is ``path``'s file name in that directory (a ps pod's disk-table volume, which
+    the chief that builds the op does not see).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class DiskTable:
         slot_init: float = 0.0,
         name: str = "disk_table",
         epsilon: float = 1e-7,
+        directory_env: str = "",
     ) -> None:
         self._ops = library.load()
         self.rows, self.dim, self.optimizer = rows, dim, optimizer
@@ -88,6 +92,7 @@ class DiskTable:
             slot_width=self.slot_width,
             cache_rows=cache_rows,
             slot_init=slot_init,
+            directory_env=directory_env,
         )
 
     def lookup(self, ids: Any) -> tf.Tensor:

@@ -25,12 +25,15 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from etj.api.architectures import linear_table_name
+from etj.api.disk import disk_of
 from etj.api.dynamic import table_rows
-from etj.api.spec import Dtype, EmbeddingTable, ModelSpec
+from etj.api.plan import TablePlan
+from etj.api.spec import Dtype, EmbeddingTable, ModelSpec, Optimizer
 from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import DENSE_KEY, INPUT_PREFIX, Lookup, lookups
-from etj_trainer.models import TowerInputs, build_model_tower, has_first_order
+from etj_trainer.models import TowerInputs, build_model_tower, disk, has_first_order
 from etj_trainer.models.custom import tower_variables, trainable_variables
+from etj_trainer.models.disk import DiskTableShards
 from etj_trainer.models.dynamic import SlotReset
 from etj_trainer.models.dynamic_shards import ShardedDynamicTable
 
@@ -209,6 +212,11 @@ class CtrModel(tf.Module):
         for i, table in enumerate(self.specs):
             shards = plans[table.name].shards if partitioner is not None else 1
             ctx = partitioner.shards_for(shards) if partitioner else contextlib.nullcontext()
+            if disk_of(table) is not None:
+                self.tables.append(
+                    self._make_disk_table(config, table, plans[table.name], (seed, i), partitioner)
+                )
+                continue
             with ctx:
                 self.tables.append(self._make_table(table, (seed, i)))
         # A dynamic table's index and row state: after every table, next to each pool shard
@@ -250,6 +258,40 @@ class CtrModel(tf.Module):
             name=f"embedding/{table.name}",
         )
 
+    @staticmethod
+    def _make_disk_table(
+        config: TrainerConfig,
+        table: EmbeddingTable,
+        plan: TablePlan,
+        seed: tuple[int, int],
+        partitioner: TablePartitioner | None,
+    ) -> DiskTableShards:
+        """A ``storage.disk`` table (``etj_trainer.models.disk``): its planned shards on the
+        ps the plan names. Under ParameterServer a placeholder of one element per shard,
+        partitioned as the table would be, takes the table's turns of the strategy's
+        round-robin placement (so the tables after it land where the plan says) and names
+        the ps of each shard; it is dropped, never saved. One process: one shard."""
+        optimizer = Optimizer(table.optimizer or config.training.optimizer)
+        shape = (table_rows(table), table.dimension)
+        initial = _table_initializer(shape, tf.float32, seed)
+        fill = disk.INITIAL_ACCUMULATOR if optimizer != Optimizer.SGD else 0.0
+        if partitioner is None:
+            assert plan.disk is not None
+            whole = plan.disk.model_copy(
+                update={"cache_rows_per_shard": [sum(plan.disk.cache_rows_per_shard)]}
+            )
+            plan = plan.model_copy(
+                update={"rows_per_shard": [plan.rows], "shards": 1, "disk": whole}
+            )
+            return disk.build(table, plan, optimizer, initial, fill, [""], distributed=False)
+        with partitioner.shards_for(plan.shards):
+            anchor = tf.Variable(
+                tf.zeros([plan.shards]), trainable=False, name=f"disk/{table.name}"
+            )
+        devices = [v.device for v in getattr(anchor, "variables", [anchor])]
+        del anchor
+        return disk.build(table, plan, optimizer, initial, fill, devices, distributed=True)
+
     def table_components(self, i: int) -> list[tf.Variable]:
         """The variables holding table ``i``: its shards, or the table itself."""
         table = self.tables[i]
@@ -280,6 +322,8 @@ class CtrModel(tf.Module):
                 return tf.gather(tf.nn.embedding_lookup(table, rows), position)
 
             return pooled(self.specs[i], read, ids, width, masked)
+        if isinstance(table, DiskTableShards):
+            return pooled(self.specs[i], table.lookup, ids, width, masked)
         return pooled(self.specs[i], lambda u: tf.nn.embedding_lookup(table, u), ids, width, masked)
 
     def observe(self, features: dict[str, tf.Tensor], step: tf.Tensor) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 import tensorflow as tf
 
 from etj_trainer.models.ctr import CtrModel, DistinctIds, unique_ids
+from etj_trainer.models.disk import DiskShard
 from etj_trainer.models.dynamic import with_fallback
 
 # The update of shard ``j`` of table ``i`` with a gradient, run on that shard's ps.
@@ -82,6 +83,11 @@ class Pending:
     # The gradient of ``fetched.tower`` and its update (on the tower's ps), if it came.
     tower_grad: tf.Tensor | None = None
     tower_update: Callable[[tf.Tensor], Any] | None = None
+
+
+def _gather(var: Any, ids: tf.Tensor) -> tf.Tensor:
+    """Rows ``ids`` of a shard: a variable's, or a disk table shard's through its kernel."""
+    return var.gather(ids) if isinstance(var, DiskShard) else tf.gather(var, ids)
 
 
 def _distinct_rows(keys: DistinctIds, rows: tf.Tensor) -> DistinctIds:
@@ -262,7 +268,7 @@ class FusedTables:
                     packed = tf.bitcast(tf.reshape(rest, [-1, 2]), tf.int64)
                 parts = tf.split(packed[m:], packed[:m], num=m)
                 rows = [
-                    tf.reshape(tf.cast(tf.gather(self._var(s), p), tf.float32), [-1])
+                    tf.reshape(tf.cast(_gather(self._var(s), p), tf.float32), [-1])
                     for s, p in zip(segments, parts, strict=True)
                 ]
                 if g == self.tower_group:
@@ -328,7 +334,10 @@ class FusedTables:
             var = self.model.table_components(table)[shard]
             indices = got[0][0] if len(got) == 1 else tf.concat([x[0] for x in got], 0)
             rows = got[0][1] if len(got) == 1 else tf.concat([x[1] for x in got], 0)
-            update(table, shard, tf.IndexedSlices(rows, indices, tf.shape(var)))
+            shape = (
+                tf.constant(var.shape.as_list()) if isinstance(var, DiskShard) else tf.shape(var)
+            )
+            update(table, shard, tf.IndexedSlices(rows, indices, shape))
         return rest
 
     def apply(self, pending: Pending) -> None:

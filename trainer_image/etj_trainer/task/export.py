@@ -83,9 +83,11 @@ def write_table(state: TrainingState, index: int, path: Path) -> None:
     )
     row = 0
     for shard in state.model.table_components(index):
-        values = _shard_array(shard, spec.dtype)
-        target[row : row + values.shape[0]] = values
-        row += values.shape[0]
+        # A disk table's shard a piece at a time: the file is larger than RAM may be.
+        for part in getattr(shard, "pieces", lambda shard=shard: [shard])():
+            values = _shard_array(part, spec.dtype)
+            target[row : row + values.shape[0]] = values
+            row += values.shape[0]
     target.flush()
     del target
 

@@ -26,6 +26,8 @@ from typing import Any
 import tensorflow as tf
 
 from etj.api.spec import Optimizer
+from etj_trainer.models.disk import INITIAL_ACCUMULATOR as DISK_INITIAL_ACCUMULATOR
+from etj_trainer.models.disk import DiskShard
 from etj_trainer.task.rowupdate import BETA_1, BETA_2, EPSILON, ROWWISE_ADAGRAD, update_rows
 
 OPTIMIZERS = (Optimizer.SGD, Optimizer.ADAGRAD, ROWWISE_ADAGRAD, Optimizer.FTRL, Optimizer.ADAM)
@@ -40,7 +42,9 @@ SLOTS: dict[str, tuple[str, ...]] = {
 # Slots with one value per row, not per element.
 ROW_SLOTS = frozenset({"row_accumulator"})
 SLOT_DTYPE = tf.float32
-INITIAL_ACCUMULATOR = 0.1
+# Adagrad's accumulators start here (TensorFlow's initial_accumulator_value); a disk
+# table's records too, so its value lives beside them.
+INITIAL_ACCUMULATOR = DISK_INITIAL_ACCUMULATOR
 FTRL_LR_POWER = -0.5
 
 
@@ -208,6 +212,11 @@ def apply_update(item: Slotted, grad: Any, t: Any, deduplicate: bool) -> Any:
     """The update of one variable with its gradient (in an ``extended.update`` context)."""
 
     def fn(var: Any, g: Any, *slots: Any) -> Any:
+        if isinstance(var, DiskShard):
+            # The kernels' math, in the record beside each row (TensorFlow's fused kernels'
+            # element by element): rows in order, repeated ones summed first when asked.
+            g = tf.IndexedSlices(tf.cast(g.values, tf.float32), g.indices, g.dense_shape)
+            return var.apply(dedup(g) if deduplicate else g, item.learning_rate)
         if isinstance(g, tf.IndexedSlices):
             fused = _FUSED_SPARSE.get(item.optimizer)
             if fused is not None and var.dtype == tf.float32:

@@ -61,6 +61,8 @@ def restore_components(path: str, wanted: dict[str, list[Any]]) -> None:
                 "config: was a table resized?"
             )
         offset = 0
+        # A disk table's shard restores a piece of rows at a time (never whole in RAM).
+        components = [p for c in components for p in getattr(c, "pieces", lambda c=c: [c])()]
         for c in components:
             n = int(c.shape[0]) if full else 0
             spec = slice_spec(full, offset, n) if full else ""

@@ -44,9 +44,10 @@ from etj_trainer.task.threads import configure_threads, cpu_budget, thread_count
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def run_server(task: Task) -> int:
+def run_server(task: Task, kernels: bool = False) -> int:
     """A ps, or a worker under ParameterServer: serve until told to stop, then exit with
-    128 + the signal (143 for SIGTERM).
+    128 + the signal (143 for SIGTERM). ``kernels``: load the trainer's own kernels first
+    (a job with a disk table; ``KernelsError`` says what to build when they are missing).
 
     Not ``server.join()``: that never returns to Python, so no signal handler would run;
     and in a container this process is PID 1, for which the kernel drops a signal that has
@@ -54,6 +55,10 @@ def run_server(task: Task) -> int:
     kubelet's SIGKILL. Here the stop signals have a handler (so the kernel delivers them
     to PID 1), and whichever thread receives one, Python's C-level handler writes its
     number to the wakeup fd this thread reads."""
+    if kernels:
+        from etj_trainer.kernels import library
+
+        library.load()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

@@ -24,6 +24,7 @@ from etj.api.trainer import TrainerConfig
 from etj_trainer.data.batch import LABEL_KEY
 from etj_trainer.data.records import BAD_KEY
 from etj_trainer.models.ctr import CtrModel, TablePartitioner, ids_per_table
+from etj_trainer.models.disk import DiskPart, DiskTableShards
 from etj_trainer.models.dynamic import SlotReset
 from etj_trainer.models.dynamic_relayout import restore_dynamic
 from etj_trainer.models.fused import Fetched, FusedTables, Pending
@@ -95,13 +96,17 @@ class TrainingState:
                 opt = str(table.optimizer or default_opt)
                 # A shard's first row in the table: stochastic rounding draws by global row.
                 key, offset, parts = key_of(table.name, config.training.seed), 0, []
+                on_disk = isinstance(self.model.tables[i], DiskTableShards)
                 for v in self.model.table_components(i):
-                    slots = create_slots(strategy, v, opt)
+                    # A disk table's slots are in its records, beside each row.
+                    slots = [] if on_disk else create_slots(strategy, v, opt)
                     parts.append(Slotted(v, opt, lr, slots, key=key, row_offset=offset))
                     offset += int(v.shape[0])
                 self.items += parts
                 self.table_items.append(parts)
-                self.slots.tables[table.name] = _group_slots(opt, parts)
+                self.slots.tables[table.name] = (
+                    _disk_slots(opt, self.model.tables[i]) if on_disk else _group_slots(opt, parts)
+                )
                 if table.dynamic is not None:
                     # What a dynamic table's eviction resets with a freed row.
                     self.dynamic_slots[table.name] = [
@@ -127,10 +132,13 @@ class TrainingState:
         # Low-precision tables keep the plain path: its gradient rows are in the table's
         # dtype, the fused path's would not be, and the stochastic rounding must see the
         # same values whatever the strategy (the same-math tests hold it to that).
+        # A disk table is read and updated through its kernels: on the fused path always.
+        on_disk = any(isinstance(t, DiskTableShards) for t in self.model.tables)
         if fused is None:
-            fused = isinstance(
-                strategy, tf.distribute.experimental.ParameterServerStrategy
-            ) and all(t.dtype == Dtype.FLOAT32 for t in config.model.tables)
+            fused = on_disk or (
+                isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+                and all(t.dtype == Dtype.FLOAT32 for t in config.model.tables)
+            )
         # The flat tower (not a custom one) travels with the rows of its ps.
         tower = None if self.model.custom else self.model.tower.params
         self.fused = FusedTables(self.model, tower) if fused else None
@@ -557,8 +565,17 @@ def _group_slots(optimizer: str, parts: list[Slotted]) -> dict[str, Any]:
     return grouped
 
 
+def _disk_slots(optimizer: str, table: DiskTableShards) -> dict[str, Any]:
+    """A disk table's slot (none for SGD) under the name a table in RAM saves it by."""
+    view = table.slot_view()
+    return {SLOTS[optimizer][0]: view} if view is not None else {}
+
+
 def variable_sum(var: Any) -> tf.Tensor:
     """The float64 sum of a variable, computed on the variable's own device: an eager op
-    given no device runs on the default one, which would copy a ps's shard to the chief."""
+    given no device runs on the default one, which would copy a ps's shard to the chief.
+    A disk table's part sums itself piece by piece there."""
+    if isinstance(var, DiskPart):
+        return var.sum()
     with tf.device(var.device):
         return tf.reduce_sum(tf.cast(var, tf.float64))

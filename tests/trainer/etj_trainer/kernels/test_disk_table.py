@@ -165,6 +165,28 @@ def test_the_file_is_sparse_and_goes_with_the_table(kernels: Path, tmp_path: Pat
     assert not path.exists()
 
 
+def test_directory_env_puts_the_file_where_the_creating_process_says(
+    kernels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    here = tmp_path / "ps-volume"
+    here.mkdir()
+    named = "/var/lib/etj/disk-tables/t-0.rows"
+    monkeypatch.setenv("ETJ_TEST_DISK_DIR", str(here))
+    table = DiskTable(
+        named, rows=8, dim=2, optimizer="sgd", cache_rows=2, directory_env="ETJ_TEST_DISK_DIR"
+    )
+    assert (here / "t-0.rows").exists()
+    table.close()
+    # Unset: the path as given.
+    monkeypatch.delenv("ETJ_TEST_DISK_DIR")
+    plain = tmp_path / "plain.rows"
+    table = DiskTable(
+        str(plain), rows=8, dim=2, optimizer="sgd", cache_rows=2, directory_env="ETJ_TEST_DISK_DIR"
+    )
+    assert plain.exists()
+    table.close()
+
+
 def test_bad_input_is_an_error_and_changes_nothing(kernels: Path, tmp_path: Path):
     table = _table(tmp_path, 10, 2, "adagrad", cache_rows=2)
     table.apply([1], np.ones((1, 2), np.float32), 0.1)
