@@ -25,6 +25,9 @@ load_node() {
   local node=$1 a base start
   shift
   for a in "$@"; do
+    # An archive globbed before build-images replaced it with a newer one is gone: the
+    # newer one is loaded by the e2e's own kind-up.
+    [ -f "$a" ] || continue
     base=$(basename "$a")
     if docker exec "$node" test -f "/var/lib/etj-images/$base"; then continue; fi
     start=$SECONDS

@@ -115,8 +115,11 @@ class OperatorProcess:
     def metrics(self) -> str:
         import urllib.request
 
+        # A deadline on the answer of a live process, not a speed: at a load of 30 a
+        # standby's first scrape took over 2 s (CI of 488f3d2), and the callers poll this
+        # under their own deadlines.
         with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=60
         ) as r:
             return str(r.read().decode())
 

@@ -160,7 +160,7 @@ def test_progress_reaches_the_operator(tmp_path: Path, monkeypatch, capsys):
     now[0] = 10.0
     fields = reporter.step(200, loss=0.5, auc=0.7)
     assert fields is not None and fields["step"] == 200
-    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read().decode()
     progress = parse_progress(page, NOW)
     assert progress is not None
     assert (progress.step, progress.loss, progress.auc) == (200, 0.5, 0.7)
@@ -183,7 +183,7 @@ def test_progress_reaches_the_operator(tmp_path: Path, monkeypatch, capsys):
 
 
 def _page(port: int) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read().decode()
 
 
 def test_progress_is_silent_off_the_leader(tmp_path: Path, monkeypatch, capsys):

@@ -64,6 +64,7 @@ def _events(log: Path, event: str) -> list[dict]:
     return out
 
 
+@pytest.mark.extended  # make test-all (104 s in CI's warm run); CI kills an own program's worker on the real API server (scenarios/test_own_program_node.py) and a worker under etj run (test_runner.py)
 def test_own_ps_program_survives_a_killed_worker(tmp_path: Path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(own_program_job()))

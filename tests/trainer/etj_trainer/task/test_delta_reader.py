@@ -185,7 +185,10 @@ def test_parameter_server_versions_and_deltas_chain_bitwise(tf: Any, tmp_path: P
     assert done["step"] == total
     assert failed == []
     on_disk = sorted(v for p in serving.iterdir() if (v := version_of(p.name)) is not None)
-    assert len(on_disk) >= 3
+    # A version starts only when none is being written (versions.py: tick), so on a busy
+    # machine the one due at step 200 can slip past the end: the version at step 100 and
+    # the final one are certain, more are not (seen: two, at a load of 14).
+    assert len(on_disk) >= 2, on_disk
     closing = [e for e in made if e.get("nextVersion") is not None]
     assert [e["nextVersion"] for e in closing] == on_disk[1:]
     assert any(e.get("nextVersion") is None for e in made)
