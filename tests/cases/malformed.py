@@ -677,6 +677,23 @@ CASES: list[Case] = [
         _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "header": False}}),
     ),
     Case(
+        "null-values-on-tfrecord",
+        "cel",
+        "spec.data.files",
+        "data.files.nullValues reads csv or parquet files",
+        _set("spec.data", {"source": "files", "files": {"pattern": "/d/*", "nullValues": ["NA"]}}),
+    ),
+    Case(
+        "null-values-empty-token",
+        "schema",
+        "spec.data.files.nullValues[0]",
+        "at least 1 character",
+        _set(
+            "spec.data",
+            {"source": "files", "files": {"pattern": "/d/*", "format": "csv", "nullValues": [""]}},
+        ),
+    ),
+    Case(
         "epochs-on-synthetic",
         "cel",
         "spec",

@@ -16,9 +16,12 @@ Heuristics a person would apply, in order. The label: a column named like one (`
 else a rating (``rating``, ``stars``, 1..5: a ``threshold`` with a comment), else the
 first two-valued column, else the last column with few values (asked in the job).
 A label of values other than 0/1 becomes ``positive: [...]`` (``yes``, ``true``, ``>50K``,
-``1``; else the rarer value, asked). A column whose values never repeat (a row key), one
-with no name, a second column of the same name and an empty column are left out (written
-commented out). Values split by ``|`` are multi-valued; integer columns named ``...id``,
+``1``; else the rarer value, asked). Null tokens (``NA``, ``NaN``, ... pandas' list) found
+in a column of numbers become ``data.files.nullValues`` and are missing values everywhere
+from then on, as the trainer reads them; sample rows left without a label set
+``data.maxBadRecords`` (said beside the label). A column whose values never repeat (a
+row key), one with no name, every column of a name the header gives twice and an empty
+column are left out (written commented out). Values split by ``|`` are multi-valued; integer columns named ``...id``,
 integers with few distinct values (codes) and numbers past int64 are categorical ids;
 fixed-width integer codes (Avazu's ``hour`` such as 14102100) are categorical; other
 numbers are dense (``log1p`` for non-negative counts spanning a wide range,
@@ -68,6 +71,16 @@ LABEL_NAMES = (
 POSITIVE_WORDS = ("1", "yes", "y", "true", "t", "positive", "pos", ">50k", "spam", "click")
 RATING_NAMES = ("rating", "ratings", "stars", "score", "overall")
 FEW_CODES = 32  # integer columns with at most this many values are ids (codes), not numbers
+# Tokens that mean "no value" in exported tables: pandas' read_csv default na_values
+# (pandas 2.x, pandas._libs.parsers.STR_NA_VALUES) without the empty string, which is
+# missing anyway. What people's files hold after pandas wrote them or R wrote NA; found in
+# a column of numbers, they are written into data.files.nullValues.
+NULL_TOKENS = frozenset(
+    {
+        "-1.#IND", "1.#QNAN", "1.#IND", "-1.#QNAN", "#N/A N/A", "#N/A", "N/A", "n/a", "NA",
+        "<NA>", "#NA", "NULL", "null", "NaN", "-NaN", "nan", "-nan", "None",
+    }
+)  # fmt: skip
 _FEATURE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
 DELIMITERS = ("\t", ",", ";", "|", " ")
 MULTI_DELIMITERS = ("|",)
@@ -90,6 +103,7 @@ class Column:
     header: str = ""  # the column as the file names it ("" without a header)
     comment: str = ""  # a note or question written in the job beside the feature
     ignored: bool = False  # not even written commented out (an empty trailing column)
+    missing: int = 0  # sample rows with no value here (empty or a null token)
 
 
 def _well_formed(delimiter: str) -> re.Pattern[str]:
@@ -169,6 +183,33 @@ def has_header(first: list[str], rows: list[list[str]]) -> bool:
 
 def _present(values: list[str]) -> list[str]:
     return [v.strip() for v in values if v.strip()]
+
+
+def null_tokens(rows: list[list[str]]) -> dict[int, dict[str, int]]:
+    """Per column of numbers, the null tokens (``NULL_TOKENS``) it holds and how often:
+    a column whose other values are all numbers (R's and pandas' NA among measurements).
+    A token in a text column alone is kept as text (it may be a value: a country NA)."""
+    width = max((len(r) for r in rows), default=0)
+    out: dict[int, dict[str, int]] = {}
+    for j in range(width):
+        present = _present([r[j] if j < len(r) else "" for r in rows])
+        found: dict[str, int] = {}
+        for v in present:
+            if v in NULL_TOKENS:
+                found[v] = found.get(v, 0) + 1
+        rest = [v for v in present if v not in NULL_TOKENS]
+        if found and rest and all(map(_is_number, rest)):
+            out[j] = found
+    return out
+
+
+def without_nulls(rows: list[list[str]], tokens: list[str]) -> list[list[str]]:
+    """The rows as the trainer reads them under ``data.files.nullValues: tokens``: a token
+    (spaces around it aside) is an empty field, in every column."""
+    if not tokens:
+        return rows
+    nulls = set(tokens)
+    return [["" if c.strip() in nulls else c for c in r] for r in rows]
 
 
 def _positive(values: list[str]) -> tuple[list[str], str]:
@@ -284,18 +325,21 @@ def profile(
     width = len(names)
     columns = [[r[j] if j < len(r) else "" for r in rows] for j in range(width)]
     excluded: dict[int, str] = {}
-    seen: dict[str, int] = {}
-    for j, header_name in enumerate(names):
-        first = seen.setdefault(header_name.strip(), j)
-        unnamed = not header or not header_name.strip()
+    stripped = [n.strip() for n in names]
+    for j, header_name in enumerate(stripped):
+        unnamed = not header or not header_name
+        where = [i + 1 for i, n in enumerate(stripped) if n == header_name]
         if j == width - 1 and j > 0 and unnamed and not _present(columns[j]):
             excluded[j] = "an empty trailing column (a delimiter ending each line)"
-        elif header and not header_name.strip():
+        elif header and not header_name:
             excluded[j] = "no name in the header (an index column?): columns are read by name"
-        elif first != j:
+        elif header and len(where) > 1:
+            # Neither is read: a feature reads its column by name, and which of the two
+            # a name means is the file's ambiguity, not etj's to settle.
             excluded[j] = (
-                f"the header names {header_name.strip()!r} twice (column {first + 1} too): "
-                "rename one in the file to read it"
+                f"the header names {header_name!r} {len(where)} times (columns "
+                f"{', '.join(map(str, where))}): none is read; rename them in the file "
+                "to read them"
             )
     label, label_settings, label_why, label_comment = _label_of(names, columns, set(excluded))
     taken: set[str] = set()
@@ -307,6 +351,7 @@ def profile(
         estimate = _estimate(distinct, len(present), len(rows), total_rows)
         name = feature_name(header_name, j, taken)
         column = Column(name, "skip", distinct, empty, estimate, {}, header=header_name)
+        column.missing = len(values) - len(present)
         out.append(column)
         if j in excluded:
             column.why = excluded[j]
@@ -390,7 +435,11 @@ def _kind(name: str, present: list[str], distinct: int) -> tuple[str, dict[str, 
             {"valueType": ValueType.INT.value},
             "integer ids (named ...id)",
         )
-    if integers and len({len(v) for v in present}) == 1 and len(present[0]) >= 4:
+    # Codes of one width: Avazu's hour (14102100), or any with a leading zero (a zip code);
+    # four or five digits alone are as often a measurement (a body mass of 3750 g).
+    width = {len(v.lstrip("+-")) for v in present}
+    coded = len(width) == 1 and (min(width) >= 6 or any(v.startswith("0") for v in present))
+    if integers and coded and min(width) >= 4:
         return FeatureKind.CATEGORICAL.value, {}, "fixed-width codes"
     if integers and 2 <= distinct <= FEW_CODES and len(present) >= 4 * distinct:
         return (
@@ -483,17 +532,68 @@ def build_job(
         files["quote"] = "none"
     if not header:
         files["columns"] = names
-    job, cols = _job(name, profile(names, rows, total_rows, header=header), files)
-    if bad_first:
-        job["spec"]["data"]["maxBadRecords"] = 1
-        # Said beside the label (always written, never left out).
-        label = next(c for c in cols if c.kind == FeatureKind.LABEL)
-        note = (
-            f"line 1 has {len(split[0])} fields, every other line {width}: it is no header "
-            "of these columns, and data.maxBadRecords: 1 skips it"
-        )
-        label.comment = f"{note}; {label.comment}" if label.comment else note
+    nulls = null_tokens(rows)
+    rows = _read_nulls(rows, nulls, files)
+    cols = _say_nulls(profile(names, rows, total_rows, header=header), nulls)
+    job, cols = _job(name, cols, files)
+    first = (
+        f"line 1 has {len(split[0])} fields, every other line {width}: it is no header of "
+        "these columns, skipped as a bad record"
+        if bad_first
+        else ""
+    )
+    _skip_bad_records(job, cols, len(rows), total_rows, first)
     return job, cols
+
+
+def _read_nulls(
+    rows: list[list[str]], nulls: dict[int, dict[str, int]], files: dict[str, Any]
+) -> list[list[str]]:
+    """The rows as the trainer will read them, with the null tokens found (``null_tokens``)
+    in ``files`` as ``nullValues``."""
+    tokens = sorted({t for found in nulls.values() for t in found})
+    if tokens:
+        files["nullValues"] = tokens
+    return without_nulls(rows, tokens)
+
+
+def _say_nulls(cols: list[Column], nulls: dict[int, dict[str, int]]) -> list[Column]:
+    """Each column of numbers holding null tokens says so in its why."""
+    for j, found in nulls.items():
+        if j < len(cols) and cols[j].kind != "skip":
+            counts = ", ".join(f"{n} {t}" for t, n in sorted(found.items()))
+            cols[j].why += f" ({counts} read as missing: data.files.nullValues)"
+    return cols
+
+
+def _skip_bad_records(
+    job: dict[str, Any], cols: list[Column], sample_rows: int, total_rows: int, first: str
+) -> None:
+    """``data.maxBadRecords`` for what the sample shows cannot be trained on: rows without
+    a label (empty, or a null token) and a first line of another shape (``first`` says
+    it), said beside the label (always written, never left out)."""
+    label = next(c for c in cols if c.kind == FeatureKind.LABEL)
+    said = [first] if first else []
+    skips = 1 if first else 0
+    if label.missing and sample_rows:
+        expected = math.ceil(label.missing * max(total_rows, sample_rows) / sample_rows)
+        # Room for twice the rate the sample shows, and 10 more: a sample's count of rare
+        # rows is rough, and a job stopping at the first row past the allowance wastes
+        # more than a few skipped rows cost (each is counted in status.progress).
+        allowance = 2 * expected + 10
+        skips += allowance
+        tokens = job["spec"]["data"]["files"].get("nullValues", [])
+        what = "empty" + (f" or {', '.join(tokens)}" if tokens else "")
+        said.append(
+            f"{label.missing} of the {sample_rows} sample rows have no label ({what}): "
+            f"skipped as bad records ({allowance}: twice the ~{expected} expected in the "
+            "file, plus 10)"
+        )
+    if not skips:
+        return
+    job["spec"]["data"]["maxBadRecords"] = skips
+    note = "; ".join(said) + f"; data.maxBadRecords: {skips}"
+    label.comment = f"{note}; {label.comment}" if label.comment else note
 
 
 def build_parquet_job(
@@ -508,8 +608,12 @@ def build_parquet_job(
     columns named in ``lists`` joined with ``|``), ``total_rows`` from its metadata."""
     if len(rows) < 2:
         raise ValueError("the sample needs at least two rows")
-    files = {"pattern": pattern, "format": FileFormat.PARQUET.value}
-    return _job(name, profile(names, rows, total_rows, lists), files)
+    files: dict[str, Any] = {"pattern": pattern, "format": FileFormat.PARQUET.value}
+    nulls = null_tokens(rows)
+    rows = _read_nulls(rows, nulls, files)
+    job, cols = _job(name, _say_nulls(profile(names, rows, total_rows, lists), nulls), files)
+    _skip_bad_records(job, cols, len(rows), total_rows, "")
+    return job, cols
 
 
 def _feature(c: Column) -> dict[str, Any]:

@@ -85,6 +85,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ),
     ("operator/etj/cli/from_data.py", "label"): "a header name that suggests the label column",
     ("operator/etj/cli/from_data.py", "none"): "data.files.quote's value, not Transform.NONE",
+    ("operator/etj/cli/from_data.py", "None"): (
+        "a null token of pandas' na_values (how Python writes a missing value)"
+    ),
     ("trainer_image/etj_trainer/data/clicklogs.py", "csv"): "a file name's suffix",
     ("trainer_image/etj_trainer/sdk.py", "none"): "a word of a message",
     ("trainer_image/etj_trainer/task/warmstart.py", "none"): "a word of a message",

@@ -17,6 +17,10 @@ naming the line it opened on, as is a quote inside an unquoted field or text aft
 closing quote (what TensorFlow's own CSV parsers reject too). A line break inside a
 quoted field is read as ``\n`` (TextLineDataset drops ``\r``; Python keeps ``\r\n``).
 
+``data.files.nullValues`` tokens (``NA``, ``NULL``, ...) are read as empty fields, in
+every column (``DelimitedParser.parse_cells``, so Parquet's text cells too): missing
+values taking the feature's default; a label's is a bad record named as written.
+
 A header that is not UTF-8 (a UTF-16 export, Latin-1 bytes in a column name) stops before
 training with the encoding to convert from (``etj.api.textfiles``); Latin-1 bytes in data
 cells are data (hashed as they are).
@@ -94,12 +98,16 @@ def split_header(path: str, line: str, files: FileData) -> list[str]:
     return rows[0] if rows else [""]
 
 
-def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
+def preflight(files: list[str], data: FileData, fs: fx.FeatureSet, max_bad: int = 0) -> list[str]:
     """The column names, after checking every file's start: not empty, compressed as
     declared, a header with every declared column (the same header in every file), or as
-    many fields as ``data.files.columns`` names."""
+    many fields as ``data.files.columns`` names. Without a header, a first line of another
+    shape (scikit-learn's ``569,30,malignant,benign`` above 31 columns) is a bad record
+    like any other: let through while ``max_bad`` can take one per file, where the parser
+    counts it."""
     columns = list(data.columns or [])
     reference = ""
+    other_shape: list[tuple[str, int]] = []
     for path in files:
         check_file_start(path, data)
         line = first_line(path, data)
@@ -118,10 +126,19 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet) -> list[str]:
             elif [c.strip() for c in fields] != columns:
                 raise DataError(f"{path}:1: the header differs from the one of {reference}")
         elif len(fields) != len(columns):
-            raise DataError(
-                f"{path}:1: expected {len(columns)} fields (data.files.columns), found "
-                f"{len(fields)}; is the delimiter {data.delimiter!r} right?"
-            )
+            other_shape.append((path, len(fields)))
+    if len(other_shape) > max_bad:
+        path, found = other_shape[max_bad]
+        skip = (
+            f" (data.maxBadRecords {max_bad} skips fewer first lines than "
+            f"{len(other_shape)} files have)"
+            if max_bad
+            else "; or, if line 1 is no record, data.maxBadRecords: 1 skips it"
+        )
+        raise DataError(
+            f"{path}:1: expected {len(columns)} fields (data.files.columns), found "
+            f"{found}; is the delimiter {data.delimiter!r} right?{skip}"
+        )
     twice = [c for c in dict.fromkeys(f.source for f in fs.features) if columns.count(c) > 1]
     if twice:
         where = [i + 1 for i, c in enumerate(columns) if c == twice[0]]
@@ -319,12 +336,19 @@ class DelimitedParser:
     """Parses a batch of numbered lines into model input; bad lines stop or are skipped."""
 
     def __init__(
-        self, fs: fx.FeatureSet, columns: list[str], delimiter: str, max_bad: int, quote: str = '"'
+        self,
+        fs: fx.FeatureSet,
+        columns: list[str],
+        delimiter: str,
+        max_bad: int,
+        quote: str = '"',
+        null_values: list[str] | None = None,
     ):
         self.fs = fs
         self.columns = columns
         self.delimiter = delimiter
         self.max_bad = max_bad
+        self.null_values = list(null_values or [])
         self.index = {name: i for i, name in enumerate(columns)}
         self.fields = Fields(len(columns), delimiter, quote)
 
@@ -348,12 +372,25 @@ class DelimitedParser:
         """Model input from ``[batch, columns]`` text cells (also what other formats that
         yield text cells use, so every format checks, hashes and transforms alike)."""
         out: dict[str, Any] = {}
-        out[LABEL_KEY] = self._label(cells, checks)
+        raw = cells
+        if self.null_values:
+            cells = self._nulls_emptied(cells)
+        out[LABEL_KEY] = self._label(cells, raw, checks)
         if self.fs.dense:
             out[DENSE_KEY] = tf.stack([self._dense(f, cells, checks) for f in self.fs.dense], 1)
         for f in self.fs.categorical:
             out[input_key(f.name)] = self._categorical(f, cells, checks)
         return checked(out, checks, file, number, self.max_bad)
+
+    def _nulls_emptied(self, cells: tf.Tensor) -> tf.Tensor:
+        """The cells with each ``data.files.nullValues`` token (spaces around it aside)
+        emptied: a missing value, read as an empty field is. Costs nothing without tokens
+        (not called), one comparison of every cell per token with them."""
+        stripped = tf.strings.strip(cells)
+        null = tf.zeros_like(stripped, dtype=tf.bool)
+        for token in self.null_values:
+            null = tf.logical_or(null, tf.equal(stripped, token))
+        return tf.where(null, tf.constant(""), cells)
 
     def _cell(self, feature: Feature, cells: tf.Tensor) -> tf.Tensor:
         return cells[:, self.index[feature.source]]
@@ -366,16 +403,19 @@ class DelimitedParser:
         value = tf.strings.to_number(tf.where(number, cell, "0"), tf.float32)
         return value, empty, tf.logical_and(tf.logical_not(empty), tf.logical_not(number))
 
-    def _label(self, cells: tf.Tensor, checks: list[Check]) -> tf.Tensor:
+    def _label(self, cells: tf.Tensor, raw: tf.Tensor, checks: list[Check]) -> tf.Tensor:
+        """The label (0/1) of each row; ``raw``: the cells as the file has them (a null
+        token is named as it is written)."""
         f = self.fs.label
         cell = self._cell(f, cells)
+        shown = self._cell(f, raw)
         if f.positive is not None:
             value, bad = fx.text_label(cell, f)
             checks.append(
                 (
                     bad,
                     lambda i: tf.strings.join(
-                        [f"label {f.name} is not {f.label_values}: ", quoted(cell[i])]
+                        [f"label {f.name} is not {f.label_values}: ", quoted(shown[i])]
                     ),
                 )
             )
@@ -384,7 +424,7 @@ class DelimitedParser:
         checks.append(
             (
                 tf.logical_or(empty, nan),
-                lambda i: tf.strings.join([f"label {f.name} is not a number: ", quoted(cell[i])]),
+                lambda i: tf.strings.join([f"label {f.name} is not a number: ", quoted(shown[i])]),
             )
         )
         usable = fx.label_ok(value, f)
@@ -392,7 +432,7 @@ class DelimitedParser:
         checks.append(
             (
                 tf.logical_not(tf.logical_or(usable, tf.logical_or(empty, nan))),
-                lambda i: tf.strings.join([f"label {f.name} is not {need}: ", quoted(cell[i])]),
+                lambda i: tf.strings.join([f"label {f.name} is not {need}: ", quoted(shown[i])]),
             )
         )
         return fx.label(value, f)
@@ -476,7 +516,7 @@ def dataset(
     batches = sharded_batches(
         files, data, read, skip, sharding, batch_size, SHUFFLE_BATCHES, join=join
     )
-    parse = DelimitedParser(fs, columns, data.delimiter, max_bad, data.quote)
+    parse = DelimitedParser(fs, columns, data.delimiter, max_bad, data.quote, data.null_values)
     parsed = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     # A batch of blank lines only (the end of a file) is no batch; one whose lines were
     # all skipped still carries their count.

@@ -5,7 +5,7 @@ per core here): only the declared columns, one record batch per training batch. 
 batch's columns become text cells (nulls empty, list columns joined with the feature's
 delimiter, booleans 0/1) and go through the very parser delimited text uses
 (``delimited.DelimitedParser.parse_cells``), so string ids hash to the same rows, empty or
-null values take the same defaults and a value of the wrong type in a row is reported the
+null values (and ``data.files.nullValues`` tokens) take the same defaults and a value of the wrong type in a row is reported the
 same way: ``<file>:<row>: <what>`` naming the column (rows from 1), or skipped and counted
 under ``data.maxBadRecords``. A column of the wrong *type* for its feature (a list for a
 single-valued feature, floats for ids, a struct) is a schema error found before training.
@@ -203,7 +203,7 @@ def dataset(
     )
     if repeat:
         batches = batches.shuffle(SHUFFLE_BATCHES, seed=seed)
-    parser = DelimitedParser(fs, columns, data.delimiter, max_bad)
+    parser = DelimitedParser(fs, columns, data.delimiter, max_bad, null_values=data.null_values)
     parsed = batches.map(
         lambda file, number, cells: parser.parse_cells(file, number, cells, []),
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -338,7 +338,7 @@ def feature_dataset(
     sharding = Sharding(num_shards, shard_index, seed, repeat)
     max_bad = data.max_bad_records
     if data.files.format == FileFormat.CSV:
-        columns = delimited.preflight(files, data.files, fs)
+        columns = delimited.preflight(files, data.files, fs, max_bad)
         ds = delimited.dataset(files, data.files, fs, columns, batch_size, max_bad, sharding)
     elif data.files.format == FileFormat.PARQUET:
         columns = parquet.preflight(files, data.files, fs)

@@ -76,6 +76,12 @@ _FILE_RULES = (
         "data.files.delimiter '\"' needs quote: none (the quote cannot also be the delimiter)",
         lambda f: f.delimiter != '"' or f.quote == "none",
     ),
+    Rule(
+        "!has(self.nullValues) || (has(self.format) && self.format != 'tfrecord')",
+        "data.files.nullValues reads csv or parquet files (tfrecord values are typed: a "
+        "missing value is an absent feature)",
+        lambda f: f.null_values is None or f.format != FileFormat.TFRECORD,
+    ),
 )
 
 
@@ -109,13 +115,23 @@ class FileData(ApiModel):
     quote: Literal['"', "none"] = Field(
         default='"',
         description=(
-            "csv: the quote character (RFC 4180: a field quoted whole may hold the delimiter, "
-            '"" inside it is one quote; a quoted field ends on its line), or none for files '
-            'that use " as data.'
+            "csv: the quote character (RFC 4180: a field quoted whole may hold the delimiter "
+            'and line breaks, "" inside it is one quote), or none for files that use " as '
+            "data."
         ),
     )
     compression: Literal["auto", "none", "gzip"] = Field(
         default="auto", description="auto (gzip when a file name ends in .gz), none or gzip."
+    )
+    null_values: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None,
+        max_length=256,
+        description=(
+            "csv and parquet: tokens that mean a missing value (compared with the field's "
+            "surrounding spaces removed, in every column), e.g. [NA, 'N/A', 'null']: read as "
+            "an empty field, so a dense feature takes its default, an id the reserved row, "
+            "and a label is a bad record (see maxBadRecords)."
+        ),
     )
 
     @model_validator(mode="after")

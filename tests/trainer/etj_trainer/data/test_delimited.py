@@ -352,3 +352,61 @@ def test_a_header_naming_a_read_column_twice_is_a_data_error(tmp_path: Path):
         f"{path}:1: the header names column 'C1' 2 times (columns 4, 6): rename all but one "
         "in the file (a feature reads one column)"
     )
+
+
+def test_null_values_are_missing_values_with_the_columns_defaults(tmp_path: Path):
+    """NA in a dense column takes the default, in an id column the reserved row, in the
+    label it is a bad record named as written; without nullValues NA is no number."""
+    from etj_trainer.data.records import DataError, data_error_from
+
+    path = tmp_path / "na.tsv"
+    rows = ["1\t3\tNA\tab12cd34\tComedy", "0\t2\t null \tNA\tDrama", "NA\t1\t1\tx\tDrama"]
+    path.write_text("\n".join(rows) + "\n")
+    (batch,) = _read(_data(str(path), max_bad=1, nullValues=["NA", "null"]))
+    assert batch["label"].tolist() == [1.0, 0.0]
+    assert batch["dense"][:, 1].tolist() == [7.0, 7.0]  # I2's default, twice
+    assert batch["ids/C1"][1, 0] == 0 != batch["ids/C1"][0, 0]  # NA: the reserved row
+    assert int(batch["bad_records"]) == 1
+    with pytest.raises(Exception) as caught:
+        _read(_data(str(path), nullValues=["NA", "null"]))
+    error = data_error_from(caught.value)
+    assert isinstance(error, DataError), repr(caught.value)[:2000]
+    assert str(error) == f"{path}:3: label label is not a number: 'NA'"
+    with pytest.raises(Exception) as caught:
+        _read(_data(str(path)))
+    assert str(data_error_from(caught.value)) == (
+        f"{path}:1: dense column I2 is not a number: 'NA'"
+    )
+
+
+def test_a_quoted_null_token_is_missing_too_and_other_text_is_kept(tmp_path: Path):
+    path = tmp_path / "na.csv"
+    path.write_text('label,I1,I2,C1,genres\n1,"NA",2,"N/A",NAN\n0,1,2,NA x,Drama\n')
+    data = _data(str(path), delimiter=",", header=True, columns=None, nullValues=["NA", "N/A"])
+    (batch,) = _read(data)
+    np.testing.assert_allclose(batch["dense"][:, 0], np.log1p([0, 1]), rtol=1e-6)  # 0 default
+    assert batch["ids/C1"][0, 0] == 0 and batch["ids/C1"][1, 0] != 0  # 'NA x' is an id
+    assert (batch["ids/genres"][0] >= 1).sum() == 1  # 'NAN' is no token: a genre
+
+
+def test_a_first_line_of_another_shape_is_one_bad_record_under_max_bad(tmp_path: Path):
+    """scikit-learn's breast_cancer.csv starts with "569,30,malignant,benign" above rows
+    of 31 fields: under maxBadRecords it is skipped and counted; with 0 it stops, saying
+    what would let it through."""
+    from etj_trainer.data.records import DataError
+
+    path = tmp_path / "sk.tsv"
+    path.write_text("3\t5\tmalignant\n" + "\n".join(GOOD) + "\n")
+    batches = _read(_data(str(path), max_bad=1))
+    assert sum(len(b["label"]) for b in batches) == 3
+    assert sum(int(b["bad_records"]) for b in batches) == 1
+    with pytest.raises(DataError) as caught:
+        _read(_data(str(path)))
+    assert str(caught.value) == (
+        f"{path}:1: expected 5 fields (data.files.columns), found 3; is the delimiter '\\t' "
+        "right?; or, if line 1 is no record, data.maxBadRecords: 1 skips it"
+    )
+    other = tmp_path / "sk2.tsv"
+    other.write_text("3\t5\tmalignant\n" + GOOD[0] + "\n")
+    with pytest.raises(DataError, match=r"sk2.tsv:1: .*maxBadRecords 1 skips fewer first lines"):
+        _read(_data(str(tmp_path / "sk*.tsv"), max_bad=1))

@@ -215,3 +215,20 @@ def test_shards_split_files_or_batches(tmp_path: Path):
         seen.append(rows)
     assert seen[0].isdisjoint(seen[1])
     assert seen[0] | seen[1] == set(range(n))
+
+
+def test_null_values_in_text_columns_are_missing_values(tmp_path: Path):
+    """A string column of numbers with NA (a CSV converted as text) reads NA as a null:
+    the dense default, the reserved row; without nullValues NA is no number."""
+    table = TABLE | {"I2": pa.array(["NA", "5", " n/a"]), "C1": pa.array(["NA", "x", "y"])}
+    path = _write(tmp_path / "na.parquet", table)
+    data = DataSpec.model_validate(
+        {
+            "source": "files",
+            "files": {"pattern": str(path), "format": "parquet", "nullValues": ["NA", "n/a"]},
+        }
+    )
+    [batch] = _read(data)
+    np.testing.assert_allclose(batch["dense"][:, 1], [7, 5, 7])
+    assert batch["ids/C1"][0, 0] == 0 and (batch["ids/C1"][1:, 0] != 0).all()
+    assert _error(_data(str(path))) == f"{path}:1: dense column I2 is not a number: 'NA'"

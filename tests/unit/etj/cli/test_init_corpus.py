@@ -187,7 +187,9 @@ def test_reviews_with_line_breaks_keep_their_columns(tmp_path: Path):
 
 def test_the_edge_cases_say_what_was_done(tmp_path: Path):
     job, text, _ = _job(tmp_path, "duplicate-header.csv")
-    assert "# left out: the header names 'user' twice" in text
+    assert "# left out: the header names 'user' 2 times (columns 2, 4): none is read" in text
+    assert text.count("# left out: the header names 'user'") == 2
+    assert [f["name"] for f in job["spec"]["model"]["features"]] == ["click", "item"]
     job, _, output = _job(tmp_path, "trailing-delimiter.csv")
     assert [f["name"] for f in job["spec"]["model"]["features"]] == ["click", "user", "item"]
     assert "ignored" in output

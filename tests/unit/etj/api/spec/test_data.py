@@ -41,6 +41,16 @@ def test_the_quote_cannot_be_the_delimiter():
     assert FileData(pattern="/d/*.csv", format="csv", delimiter='"', quote="none").quote == "none"
 
 
+def test_null_values_are_tokens_of_csv_or_parquet():
+    f = FileData.model_validate({"pattern": "/d/*.csv", "format": "csv", "nullValues": ["NA"]})
+    assert f.null_values == ["NA"] and f.to_wire()["nullValues"] == ["NA"]
+    assert FileData(pattern="/d/*", format="parquet", null_values=["null"]).null_values
+    with pytest.raises(ValidationError, match="nullValues reads csv or parquet"):
+        FileData(pattern="/d/*.tfrecord", null_values=["NA"])
+    with pytest.raises(ValidationError, match="at least 1 character"):
+        FileData(pattern="/d/*.csv", format="csv", null_values=[""])
+
+
 @pytest.mark.parametrize(
     "bad",
     [
