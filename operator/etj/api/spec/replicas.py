@@ -5,7 +5,7 @@ Pure: no I/O, no environment, no kopf or Kubernetes client.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -37,6 +37,28 @@ class ResourceRequirements(ApiModel):
         return None
 
 
+# The fields every role's spec has (ReplicaSpec and PsSpec), declared once.
+RoleTemplate = Annotated[
+    PodTemplate | None,
+    Field(
+        description=(
+            "A Pod template merged over this role's Pods, e.g. to run your own TensorFlow "
+            "program (the trainer container's command and args) with sidecars and volumes."
+        ),
+    ),
+]
+RoleRestartPolicy = Annotated[
+    RestartPolicy | None,
+    Field(
+        description=(
+            "This role's restart policy (a TFJob replica's restartPolicy): Never, OnFailure "
+            "or ExitCode, as runPolicy.restartPolicy, which it overrides for this role "
+            "(default: that one)."
+        ),
+    ),
+]
+
+
 class ReplicaSpec(ApiModel):
     """How many replicas of one role, and what each gets."""
 
@@ -44,21 +66,8 @@ class ReplicaSpec(ApiModel):
     resources: ResourceRequirements | None = Field(
         default=None, description="Resources of each replica of this role."
     )
-    template: PodTemplate | None = Field(
-        default=None,
-        description=(
-            "A Pod template merged over this role's Pods, e.g. to run your own TensorFlow "
-            "program (the trainer container's command and args) with sidecars and volumes."
-        ),
-    )
-    restart_policy: RestartPolicy | None = Field(
-        default=None,
-        description=(
-            "This role's restart policy (a TFJob replica's restartPolicy): Never, OnFailure "
-            "or ExitCode, as runPolicy.restartPolicy, which it overrides for this role "
-            "(default: that one)."
-        ),
-    )
+    template: RoleTemplate = None
+    restart_policy: RoleRestartPolicy = None
 
 
 class ChiefSpec(ReplicaSpec):
@@ -95,21 +104,8 @@ class PsSpec(ApiModel):
             "planner fits shards into; the memory request is raised to what the plan needs."
         ),
     )
-    template: PodTemplate | None = Field(
-        default=None,
-        description=(
-            "A Pod template merged over this role's Pods, e.g. to run your own TensorFlow "
-            "program (the trainer container's command and args) with sidecars and volumes."
-        ),
-    )
-    restart_policy: RestartPolicy | None = Field(
-        default=None,
-        description=(
-            "This role's restart policy (a TFJob replica's restartPolicy): Never, OnFailure "
-            "or ExitCode, as runPolicy.restartPolicy, which it overrides for this role "
-            "(default: that one)."
-        ),
-    )
+    template: RoleTemplate = None
+    restart_policy: RoleRestartPolicy = None
 
     @field_validator("replicas")
     @classmethod

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from etj.api.spec import MAX_PS, PsSpec, ReplicasSpec, ResourceRequirements
+from etj.api.roles import Role
+from etj.api.spec import MAX_PS, PsSpec, ReplicaSpec, ReplicasSpec, ResourceRequirements
+from etj.api.spec.run_policy import RestartPolicy
 
 
 def test_a_replicas_memory_is_its_limit_else_its_request():
@@ -43,3 +45,17 @@ def test_at_most_one_chief_and_one_evaluator():
         ReplicasSpec.model_validate({"chief": {"replicas": 2}})
     with pytest.raises(ValidationError, match="at most one evaluator"):
         ReplicasSpec.model_validate({"evaluator": {"replicas": 2}})
+
+
+def test_every_role_takes_its_own_restart_policy_else_the_jobs():
+    spec = ReplicasSpec.model_validate(
+        {"worker": {"restartPolicy": "Never"}, "ps": {"restartPolicy": "OnFailure"}}
+    )
+    assert spec.restart_policy_of(Role.WORKER, RestartPolicy.EXIT_CODE) == RestartPolicy.NEVER
+    assert spec.restart_policy_of(Role.PS, RestartPolicy.EXIT_CODE) == RestartPolicy.ON_FAILURE
+    assert spec.restart_policy_of(Role.CHIEF, RestartPolicy.EXIT_CODE) == RestartPolicy.EXIT_CODE
+    # One declaration: the ps' field is the other roles' (same type, same description).
+    ps, worker = PsSpec.model_fields, ReplicaSpec.model_fields
+    for name in ("restart_policy", "template"):
+        assert ps[name].annotation == worker[name].annotation
+        assert ps[name].description == worker[name].description
