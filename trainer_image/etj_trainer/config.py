@@ -111,9 +111,6 @@ def check_consistent(config: TrainerConfig) -> None:
         raise ConfigError(f"strategy {config.strategy} but the shard plan is for {plan.strategy}")
     if config.data.source == "files" and config.data.files is None:
         raise ConfigError("data.source is files but data.files is missing")
-    if config.data.source == "kafka":
-        # Until the trainer's Kafka source lands (issue 42): never train on other data.
-        raise ConfigError("data.source kafka is not supported by this trainer yet")
     files = config.data.files
     if files is not None and files.follow is not None and config.model.features is not None:
         raise ConfigError(

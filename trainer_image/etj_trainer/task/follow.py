@@ -64,7 +64,9 @@ IDLE_SLICE_SECONDS = 2.0
 class FollowParts:
     """How a role trains one file."""
 
-    run: Callable[[str], Any]  # train one file (maybe asynchronously): a handle
+    # Train one file (maybe asynchronously): a handle. A Kafka job's: one chunk's arguments
+    # (etj_trainer.task.kafka).
+    run: Callable[[Any], Any]
     result: Callable[[Any], tuple[int, ChunkResult]]  # wait for it: its steps and results
     barrier: Callable[[], None]  # wait until every file scheduled is done
     workers: int

@@ -34,6 +34,7 @@ from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.cluster import Task
 from etj_trainer.task.events import emit
 from etj_trainer.task.follow import FollowParts, file_function, first_header, follow_loop
+from etj_trainer.task.kafka import chunk_function, kafka_loop
 from etj_trainer.task.loop import LoopParts, StopFlag, train_loop
 from etj_trainer.task.state import TrainingState
 from etj_trainer.task.step import ChunkResult, unpack_chunk, unpack_file
@@ -112,6 +113,23 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
     checkpoints = Checkpoints(state, config.checkpoint)
     restored = checkpoints.restore()
     batch = config.training.batch_size_per_replica
+    if config.data.kafka is not None:
+        # A Kafka topic: the coordinator hands each closure its chunk of messages.
+        with strategy.scope():
+            runs = tf.Variable(0, dtype=tf.int64, trainable=False, name="chunk_runs")
+        chunk_fn = chunk_function(config, state, runs)
+        bridge = FollowParts(
+            run=lambda args: coordinator.schedule(chunk_fn, args=args),
+            result=lambda rv: unpack_file(rv.fetch()),
+            barrier=coordinator.join,
+            workers=task.num_workers,
+            examples_per_step=batch,
+            warm_up=chunk_fn.get_concrete_function,
+            started=lambda: int(runs.numpy()),
+        )
+        code = kafka_loop(config, state, checkpoints, bridge, restored, stop, metrics_port)
+        keep(locals())
+        return code
     if state.position is not None:
         # Following files: the coordinator names each file in a closure's arguments.
         with strategy.scope():
@@ -192,6 +210,20 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
     restored = checkpoints.restore()
     batch = config.training.batch_size_per_replica
     seed = config.training.seed
+    if config.data.kafka is not None:
+        # A Kafka topic (one process: etj.api.spec.FOLLOW_STRATEGY_RULES).
+        chunk_fn = chunk_function(config, state)
+        bridge = FollowParts(
+            run=lambda args: chunk_fn(*args),
+            result=unpack_file,
+            barrier=lambda: None,
+            workers=1,
+            examples_per_step=batch,
+            warm_up=chunk_fn.get_concrete_function,
+        )
+        code = kafka_loop(config, state, checkpoints, bridge, restored, stop, metrics_port)
+        keep(locals())
+        return code
     if state.position is not None:
         # Following files (one process: etj.api.spec.FOLLOW_STRATEGY_RULES).
         fn = file_function(config, state, first_header(config, stop))

@@ -85,7 +85,8 @@ class TrainingState:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             # A following job's position in its input: model state, in the checkpoint.
             files = config.data.files
-            follows = files is not None and files.follow is not None
+            kafka = config.data.kafka is not None
+            follows = kafka or (files is not None and files.follow is not None)
             records = InputPosition.records_variable() if follows else None
             self.items: list[Slotted] = []
             self.table_items: list[list[Slotted]] = []
@@ -156,7 +157,7 @@ class TrainingState:
             if t.dynamic is not None
         }
         # The position's file name on the loop's device (outside the scope).
-        self.position = InputPosition(records) if records is not None else None
+        self.position = InputPosition(records, kafka) if records is not None else None
         saved: dict[str, Any] = {CHECKPOINT_KEY: self.position} if self.position else {}
         self.checkpoint = tf.train.Checkpoint(
             model=self.model, slots=self.slots, step=self.step, **saved
