@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv kernels lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages e2e kueue fake-gcs kafka test-deps kind-up kind-down kind-packages benchmark-deps
+	node-packages e2e kueue fake-gcs kafka test-deps kind-up kind-down kind-packages benchmark-deps bench-peers
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -29,6 +29,7 @@ help:
 	@echo "make e2e       - the end-to-end suite on the kind cluster (root: brings it up, deletes it)"
 	@echo "make images    - build both images (docker, else buildah as root; cached by input hash)"
 	@echo "make benchmark-deps - PyTorch and TorchRec for benchmarks/peers.py (~5 GB, cached)"
+	@echo "make bench-peers - benchmarks/peers.py --quick: etj beside PyTorch and TorchRec"
 
 venv: $(VENV)/.installed
 
@@ -187,6 +188,10 @@ $(VENV)/.benchmark-deps: $(VENV)/.installed pyproject.toml
 	nice -n 10 $(PY) -m pip install -q --no-deps '$(TORCHREC)'
 	$(PY) -c 'import torch, fbgemm_gpu, torchrec; print("torch", torch.__version__, "fbgemm_gpu", fbgemm_gpu.__version__)'
 	touch $@
+
+# benchmarks/peers.py --quick from a fresh clone: etj beside PyTorch and TorchRec (DLRM, DeepFM).
+bench-peers: benchmark-deps
+	nice -n 19 $(PY) benchmarks/peers.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

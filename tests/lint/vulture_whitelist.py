@@ -56,3 +56,5 @@ _.own_pool
 # TensorFlow's checkpoint writer calls these of a Trackable (a disk table's saved values).
 _._serialize_to_tensors
 _._restore_from_tensors
+# torch.nn.Module.__call__ calls forward (benchmarks/peers.py: the PyTorch towers).
+_.forward
