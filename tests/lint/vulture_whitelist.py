@@ -58,3 +58,6 @@ _._serialize_to_tensors
 _._restore_from_tensors
 # torch.nn.Module.__call__ calls forward (benchmarks/peers.py: the PyTorch towers).
 _.forward
+
+# Enum reads the value a member's own __new__ sets (etj.api.architectures.Architecture).
+_._value_

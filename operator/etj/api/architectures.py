@@ -21,27 +21,19 @@ Pure: no I/O, no environment, no kopf or Kubernetes client.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
 
 from etj.api.base import ApiModel
 from etj.api.rules import Rule
 
-
-class Architecture(StrEnum):
-    DNN = "dnn"
-    WIDE_DEEP = "wideDeep"
-    DEEP_FM = "deepFM"
-    DCN_V2 = "dcnV2"
-    DLRM = "dlrm"
+S = TypeVar("S", bound=ApiModel)
 
 
-# Architectures with a first-order (dimension 1) table per embedding table.
-FIRST_ORDER = frozenset({Architecture.WIDE_DEEP, Architecture.DEEP_FM})
-# Architectures that take dot products between embeddings: one dimension for all tables.
-SAME_DIMENSION = frozenset({Architecture.DEEP_FM, Architecture.DLRM})
 LINEAR_SUFFIX = "__linear"
 
 
@@ -110,14 +102,83 @@ class DlrmSpec(ApiModel):
     )
 
 
-# Field name of each architecture's settings in ModelSpec (camelCase on the wire).
+@dataclass(frozen=True)
+class Registration:
+    """One architecture, as registered in ``Architecture``."""
+
+    name: str  # the wire name: the enum's value and, with settings, their field's camelCase
+    settings: type[ApiModel] | None = None  # its settings model, in ``model.<name>``
+    first_order: bool = False  # a first-order (dimension 1) table per embedding table
+    same_dimension: bool = False  # it takes dot products: every table of one dimension
+
+
+# The standard towers, each registered once, here: its wire name, its settings model and
+# what the planner and the rules must know of it. The CRD's enum, ModelSpec's settings
+# fields, SETTINGS_FIELD, FIRST_ORDER, SAME_DIMENSION and the CEL of ARCHITECTURE_RULES
+# derive from these members; the trainer's tower of each is etj_trainer.models.TOWERS.
+# (A comment, not a docstring: pydantic would put a docstring into the CRD.)
+class Architecture(StrEnum):
+    _value_: str
+    registration: Registration
+
+    def __new__(cls, registration: Registration) -> Architecture:
+        member = str.__new__(cls, registration.name)
+        member._value_ = registration.name
+        member.registration = registration
+        return member
+
+    DNN = Registration("dnn")
+    WIDE_DEEP = Registration("wideDeep", WideDeepSpec, first_order=True)
+    DEEP_FM = Registration("deepFM", DeepFmSpec, first_order=True, same_dimension=True)
+    DCN_V2 = Registration("dcnV2", DcnV2Spec)
+    DLRM = Registration("dlrm", DlrmSpec, same_dimension=True)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+# Field name of each architecture's settings in ModelSpec (its wire name in snake case).
 SETTINGS_FIELD: dict[Architecture, str] = {
-    Architecture.WIDE_DEEP: "wide_deep",
-    Architecture.DEEP_FM: "deep_fm",
-    Architecture.DCN_V2: "dcn_v2",
-    Architecture.DLRM: "dlrm",
+    a: _snake(a.value) for a in Architecture if a.registration.settings is not None
 }
-_WIRE = {"wide_deep": "wideDeep", "deep_fm": "deepFM", "dcn_v2": "dcnV2", "dlrm": "dlrm"}
+_WIRE = {field: a.value for a, field in SETTINGS_FIELD.items()}
+# Architectures with a first-order (dimension 1) table per embedding table.
+FIRST_ORDER = frozenset(a for a in Architecture if a.registration.first_order)
+# Architectures that take dot products between embeddings: one dimension for all tables.
+SAME_DIMENSION = frozenset(a for a in Architecture if a.registration.same_dimension)
+
+
+def settings_fields() -> dict[str, Any]:
+    """``ModelSpec``'s settings fields, one per architecture with settings: name ->
+    (annotation, ``Field``), in the architectures' order."""
+    fields: dict[str, Any] = {}
+    for a, field in SETTINGS_FIELD.items():
+        settings = a.registration.settings
+        assert settings is not None  # SETTINGS_FIELD holds only architectures with settings
+        fields[field] = (
+            settings | None,
+            Field(
+                default=None,
+                alias=a.value,
+                description=f"{a.value} settings (architecture {a.value} only).",
+            ),
+        )
+    return fields
+
+
+def settings_of(model: Any, kind: type[S]) -> S:
+    """``model.architecture``'s settings as ``kind`` (its defaults when not given)."""
+    given = getattr(model, SETTINGS_FIELD[model.architecture])
+    return given if given is not None else kind()
+
+
+def _listed(architectures: frozenset[Architecture]) -> list[str]:
+    return [a.value for a in Architecture if a in architectures]
+
+
+def _said(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _arch(m: Any) -> str:
@@ -177,24 +238,25 @@ ARCHITECTURE_RULES = (
             f"(!has(self.{w}) || (has(self.architecture) && self.architecture == '{a}'))"
             for a, w in ((str(a), _WIRE[f]) for a, f in SETTINGS_FIELD.items())
         ),
-        "model.wideDeep, model.deepFM, model.dcnV2 and model.dlrm are only for the "
-        "architecture of the same name",
+        f"{_said([f'model.{w}' for w in _WIRE.values()])} are only for the architecture of "
+        "the same name",
         _settings_match,
         _settings_detail,
     ),
     Rule(
-        "!has(self.architecture) || !(self.architecture in ['deepFM', 'dlrm']) || "
+        f"!has(self.architecture) || !(self.architecture in {_listed(SAME_DIMENSION)}) || "
         "self.embeddings.all(t, t.dimension == self.embeddings[0].dimension)",
-        "architectures deepFM and dlrm need every table of the same dimension (they take "
-        "dot products between embeddings)",
+        f"architectures {_said(_listed(SAME_DIMENSION))} need every table of the same "
+        "dimension (they take dot products between embeddings)",
         _same_dimension,
         _dimension_detail,
     ),
     Rule(
-        "!has(self.architecture) || !(self.architecture in ['wideDeep', 'deepFM']) || "
-        "self.embeddings.all(t, !self.embeddings.exists(u, u.name == t.name + '__linear'))",
-        "under wideDeep and deepFM a table name <table>__linear is reserved for the "
-        "first-order table of <table>",
+        f"!has(self.architecture) || !(self.architecture in {_listed(FIRST_ORDER)}) || "
+        "self.embeddings.all(t, !self.embeddings.exists(u, u.name == t.name + "
+        f"'{LINEAR_SUFFIX}'))",
+        f"under {_said(_listed(FIRST_ORDER))} a table name <table>{LINEAR_SUFFIX} is reserved "
+        "for the first-order table of <table>",
         _no_reserved_names,
         _reserved_detail,
     ),

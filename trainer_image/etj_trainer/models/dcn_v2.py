@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from etj.api.architectures import CrossStructure, DcnV2Spec
+from etj.api.architectures import CrossStructure, DcnV2Spec, settings_of
 from etj.api.spec import ModelSpec
 from etj_trainer.models.base import (
     FlatTower,
@@ -46,7 +46,7 @@ def cross_layer(
 
 class DcnV2Tower(FlatTower):
     def __init__(self, spec: ModelSpec, inputs: TowerInputs, seed: int):
-        self.settings = spec.dcn_v2 or DcnV2Spec()
+        self.settings = settings_of(spec, DcnV2Spec)
         width, rank = inputs.width, self.settings.low_rank
         pieces = []
         for i in range(self.settings.cross_layers):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from etj.api.architectures import Architecture, DlrmSpec
+from etj.api.architectures import Architecture, DlrmSpec, settings_of
 from etj.api.spec import ModelSpec
 from etj_trainer.models.base import FlatTower, TowerInputs, apply_mlp, dense_layers
 
@@ -27,7 +27,7 @@ def dot_interaction(vectors: tf.Tensor) -> tf.Tensor:
 
 class DlrmTower(FlatTower):
     def __init__(self, spec: ModelSpec, inputs: TowerInputs, seed: int):
-        settings = spec.dlrm or DlrmSpec()
+        settings = settings_of(spec, DlrmSpec)
         dim = inputs.dims[0]
         pieces = []
         self.bottom = 0

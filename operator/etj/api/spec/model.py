@@ -13,11 +13,10 @@ from etj.api.architectures import (
     ARCHITECTURE_RULES,
     FIRST_ORDER,
     Architecture,
-    DcnV2Spec,
-    DeepFmSpec,
-    DlrmSpec,
-    WideDeepSpec,
+    LinearPart,
     linear_table_name,
+    settings_fields,
+    settings_of,
 )
 from etj.api.base import ApiModel, inline_enum
 from etj.api.custom import CUSTOM_RULES, CustomModel
@@ -118,22 +117,16 @@ class ModelSpec(ApiModel):
     architecture: Architecture = Field(
         default=Architecture.DNN,
         description=(
-            "The tower: dnn (an MLP), wideDeep, deepFM, dcnV2 or dlrm; settings of the "
-            "last four in the field of the same name."
+            f"The tower: {', '.join(a.value for a in Architecture)}; the settings of one "
+            "that has them go in the field of the same name."
         ),
     )
-    wide_deep: WideDeepSpec | None = Field(
-        default=None, description="wideDeep settings (architecture wideDeep only)."
-    )
-    deep_fm: DeepFmSpec | None = Field(
-        default=None, alias="deepFM", description="deepFM settings (architecture deepFM only)."
-    )
-    dcn_v2: DcnV2Spec | None = Field(
-        default=None, alias="dcnV2", description="dcnV2 settings (architecture dcnV2 only)."
-    )
-    dlrm: DlrmSpec | None = Field(
-        default=None, description="dlrm settings (architecture dlrm only)."
-    )
+    # The settings of each architecture that has them (wideDeep: {...}, ...), as
+    # etj.api.architectures registers them; read with settings_of(spec, TheirSpec).
+    for _field, (_annotation, _info) in settings_fields().items():
+        __annotations__[_field] = _annotation
+        vars()[_field] = _info
+    del _field, _annotation, _info
     custom: CustomModel | None = Field(
         default=None,
         description=(
@@ -204,8 +197,7 @@ class ModelSpec(ApiModel):
         same rows, combiner and dtype) of each of them."""
         if self.architecture not in FIRST_ORDER:
             return list(self.embeddings)
-        settings = self.wide_deep if self.architecture == Architecture.WIDE_DEEP else self.deep_fm
-        optimizer = settings.linear_optimizer if settings is not None else None
+        optimizer = settings_of(self, LinearPart).linear_optimizer
         return list(self.embeddings) + [
             t.model_copy(
                 update={
