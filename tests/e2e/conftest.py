@@ -15,10 +15,14 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from etj_testcluster.waiting import wait_for as _wait_for
+
+if TYPE_CHECKING:
+    from .kindlib import Kind
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("ETJ_CACHE", Path.home() / ".cache" / "etj"))
@@ -117,3 +121,14 @@ def kind_kubeconfig() -> str:
             pytest.fail(f"kind-up.sh succeeded but {reason}", pytrace=False)
         pytest.skip(f"kind e2e suite skipped: {reason}")
     return str(KIND_KUBECONFIG)
+
+
+@pytest.fixture(scope="module")
+def kind(kind_kubeconfig: str) -> Kind:
+    """The kind cluster's kubectl and helm (kindlib.Kind), its three nodes checked."""
+    from .kindlib import Kind
+
+    k = Kind(kind_kubeconfig)
+    nodes = k.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
+    assert len(nodes) == 3, nodes
+    return k
