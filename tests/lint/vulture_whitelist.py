@@ -61,3 +61,5 @@ _.forward
 
 # Enum reads the value a member's own __new__ sets (etj.api.architectures.Architecture).
 _._value_
+# status.progress.diskTables[].lookupMisses: read by people and dashboards, not the code.
+_.lookup_misses

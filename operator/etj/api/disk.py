@@ -152,6 +152,37 @@ def disk_volume_bytes(file_bytes: int) -> int:
     return math.ceil(file_bytes * DISK_MARGIN) + DISK_MARGIN_BYTES
 
 
+# The kernels' counters of one shard (``etj_trainer.kernels.disk_table.STATS``) this module
+# reads; the trainer adds the table's shape to them (``rows``, ``cache_rows``,
+# ``record_bytes``).
+COUNTERS = ("lookups", "lookup_misses", "disk_reads", "disk_writes", "cached")
+
+
+def disk_table_stats(
+    now: dict[str, int], before: dict[str, int] | None, seconds: float
+) -> dict[str, float | int]:
+    """One disk table's stats as the progress record carries them (``DISK_GAUGES``' wire
+    names) from its shards' counters summed (``COUNTERS`` and the shape) at a report and,
+    with ``before``, at the report before, ``seconds`` earlier: the hit rate and the rates
+    are of that interval; without it (or after the counters restarted: new tables), of
+    everything counted. No lookup in the interval: a hit rate of 1 (nothing missed)."""
+    if before is None or now["lookups"] < before.get("lookups", 0):
+        before, seconds = dict.fromkeys(COUNTERS, 0), 0.0
+    d = {k: now[k] - before.get(k, 0) for k in COUNTERS}
+    per_second = (lambda n: round(n / seconds, 1)) if seconds > 0 else (lambda n: 0.0)
+    return {
+        "cacheHitRate": round(1 - d["lookup_misses"] / d["lookups"], 6) if d["lookups"] else 1.0,
+        "cachedRows": now["cached"],
+        "cacheRows": now["cache_rows"],
+        "rows": now["rows"],
+        "diskBytes": now["rows"] * now["record_bytes"],
+        "rowsReadPerSecond": per_second(d["disk_reads"]),
+        "rowsWrittenPerSecond": per_second(d["disk_writes"]),
+        "lookups": now["lookups"],
+        "lookupMisses": now["lookup_misses"],
+    }
+
+
 # Rules on the whole spec: a table's optimizer defaults to training.optimizer, and the
 # strategy is the spec's.
 DISK_SPEC_RULES = (

@@ -130,6 +130,41 @@ DYNAMIC_GAUGES = (
     ),
 )
 
+# Only in the trainer's progress lines and metrics (not in the termination message): the
+# disk tables' (model.embeddings[].storage.disk) stats per table, under this key
+# (``etj.api.disk.disk_table_stats`` computes them from the kernels' counters).
+DISK_TABLES_KEY = "diskTables"
+
+# A disk table's stats: its gauges and what they say. The rates are of the interval since
+# the trainer's report before (the first report: since its tables were made).
+DISK_GAUGES = (
+    (
+        "cacheHitRate",
+        "etj_trainer_disk_cache_hit_rate",
+        "Looked-up rows found in the RAM cache, of the rows looked up since the last report.",
+    ),
+    ("cachedRows", "etj_trainer_disk_cached_rows", "Rows in the RAM cache now."),
+    ("cacheRows", "etj_trainer_disk_cache_rows", "Rows the RAM cache holds at most."),
+    ("rows", "etj_trainer_disk_rows", "Rows of the table in its files on the ps' disks."),
+    ("diskBytes", "etj_trainer_disk_bytes", "Bytes of the table's files (rows with slots)."),
+    (
+        "rowsReadPerSecond",
+        "etj_trainer_disk_rows_read_per_second",
+        "Rows read from the files per second (cache misses of rows written before).",
+    ),
+    (
+        "rowsWrittenPerSecond",
+        "etj_trainer_disk_rows_written_per_second",
+        "Rows written to the files per second (dirty rows evicted, restores).",
+    ),
+    ("lookups", "etj_trainer_disk_lookups", "Rows looked up since the tables were made."),
+    (
+        "lookupMisses",
+        "etj_trainer_disk_lookup_misses",
+        "Looked-up rows not in the cache since the tables were made.",
+    ),
+)
+
 # A warm start (spec.warmStart) as the trainer carried it out: one series per table of the
 # job and each table it left behind, labelled with the decision (``WarmStartTable``'s wire
 # fields ``name``, ``action``, ``optimizerState``, ``reason``), and the source checkpoint's

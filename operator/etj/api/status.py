@@ -124,6 +124,30 @@ class DynamicTableStatus(ApiModel):
     )
 
 
+class DiskTableStatus(ApiModel):
+    """One disk table (model.embeddings[].storage.disk) as its trainer counts it: the RAM
+    cache's hit rate, what its files hold and the rows moving to and from them. The rates
+    are of the interval between the trainer's last two reports; the counts since its tables
+    were made (the chief's start)."""
+
+    name: str = Field(description="The table (model.embeddings[].name).")
+    cache_hit_rate: float = Field(
+        ge=0, le=1, description="Looked-up rows found in the RAM cache (recent reports)."
+    )
+    cached_rows: int = Field(ge=0, description="Rows in the RAM cache, over all shards.")
+    cache_rows: int = Field(ge=0, description="Rows the RAM cache holds at most.")
+    rows: int = Field(ge=0, description="Rows of the table in its files on the ps' disks.")
+    disk_bytes: int = Field(ge=0, description="Bytes of its files (rows with optimizer slots).")
+    rows_read_per_second: float = Field(ge=0, description="Rows read from its files per second.")
+    rows_written_per_second: float = Field(
+        ge=0, description="Rows written to its files per second (dirty rows evicted, restores)."
+    )
+    lookups: int = Field(ge=0, description="Rows looked up since the chief started.")
+    lookup_misses: int = Field(
+        ge=0, description="Looked-up rows not in the cache since the chief started."
+    )
+
+
 class InputPositionStatus(ApiModel):
     """Where a following job is in its input (data.files.follow): the position its next
     checkpoint saves."""
@@ -165,6 +189,14 @@ class Progress(ApiModel):
     dynamic_tables: list[DynamicTableStatus] | None = Field(
         default=None,
         description="Per dynamic table: rows used / capacity, admitted, evicted, fallback lookups.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    disk_tables: list[DiskTableStatus] | None = Field(
+        default=None,
+        description=(
+            "Per disk table (storage.disk): cache hit rate, cached rows, rows and bytes on "
+            "disk, rows read and written per second."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
 

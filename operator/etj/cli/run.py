@@ -177,8 +177,8 @@ def _raise_interrupt(*_: Any) -> None:
 
 
 def _evaluation_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
-    """Held-out results (data.validation), skipped bad records and each dynamic table's
-    rows, when there are any."""
+    """Held-out results (data.validation), skipped bad records, each dynamic table's rows
+    and each disk table's cache and files, when there are any."""
     rows = []
     ev = st.evaluation
     if ev is not None:
@@ -195,6 +195,16 @@ def _evaluation_rows(st: EmbeddingTrainingJobStatus) -> list[tuple[str, str]]:
                 f"dynamic table {t.name}",
                 f"{t.rows_used}/{t.capacity} rows used, {t.admitted:,} admitted, "
                 f"{t.evicted:,} evicted, {t.fallback_lookups:,} fallback lookups",
+            )
+        )
+    for d in (st.progress.disk_tables if st.progress else None) or []:
+        rows.append(
+            (
+                f"disk table {d.name}",
+                f"cache hit rate {d.cache_hit_rate:.3f}, {d.cached_rows:,}/{d.cache_rows:,} rows "
+                f"cached, {d.rows:,} rows ({d.disk_bytes / 2**20:,.1f} MiB) on disk, "
+                f"{d.rows_read_per_second:,.0f} rows/s read, "
+                f"{d.rows_written_per_second:,.0f} written",
             )
         )
     return rows

@@ -57,8 +57,20 @@ using tensorflow::tstring;
 namespace errors = tensorflow::errors;
 namespace shape_inference = tensorflow::shape_inference;
 
-// Counters of the stats op, in this order.
-enum Stat { kHits, kMisses, kDiskReads, kDiskWrites, kEvictions, kCached, kStats };
+// Counters of the stats op, in this order. Hits and misses count every access (lookups and
+// updates); kLookups and kLookupMisses the lookups' alone (an update mostly finds the row
+// its lookup just loaded, so the lookups' hit rate is the one that says what the cache saves).
+enum Stat {
+  kHits,
+  kMisses,
+  kDiskReads,
+  kDiskWrites,
+  kEvictions,
+  kCached,
+  kLookups,
+  kLookupMisses,
+  kStats
+};
 
 class DiskTable : public tensorflow::ResourceBase {
  public:
@@ -164,6 +176,13 @@ class DiskTable : public tensorflow::ResourceBase {
     *record = dst;
     return Status();
   }
+
+  // A lookup of `n` rows during which the misses went from `misses_before` on.
+  void CountLookup(int64_t n, int64_t misses_before) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    stats_[kLookups] += n;
+    stats_[kLookupMisses] += stats_[kMisses] - misses_before;
+  }
+  int64_t misses() const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stats_[kMisses]; }
 
   void MarkDirty(int64_t row) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) { dirty_[index_[row]] = 1; }
 
@@ -397,11 +416,13 @@ class LookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &out));
     float* dst = out->flat<float>().data();
     tensorflow::mutex_lock lock(*table->mu());
+    const int64_t misses = table->misses();
     for (int64_t i = 0; i < n; ++i) {
       float* record;
       OP_REQUIRES_OK(ctx, table->Get(ids[i], &record));
       std::memcpy(dst + i * dim, record, dim * sizeof(float));
     }
+    table->CountLookup(n, misses);
   }
 };
 

@@ -44,7 +44,16 @@ from etj_trainer.kernels import library
 
 # The optimizers the kernel applies, and the slot row each keeps beside a weight row.
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad")
-STATS = ("hits", "misses", "disk_reads", "disk_writes", "evictions", "cached")
+STATS = (
+    "hits",
+    "misses",
+    "disk_reads",
+    "disk_writes",
+    "evictions",
+    "cached",
+    "lookups",
+    "lookup_misses",
+)
 
 
 def slot_width(optimizer: str, dim: int) -> int:
@@ -79,7 +88,7 @@ class DiskTable:
         directory_env: str = "",
     ) -> None:
         self._ops = library.load()
-        self.rows, self.dim, self.optimizer = rows, dim, optimizer
+        self.rows, self.dim, self.optimizer, self.cache_rows = rows, dim, optimizer, cache_rows
         self.slot_width = slot_width(optimizer, dim)
         self.epsilon = epsilon
         # A name of its own: two tables of one name in one process are two resources.
@@ -141,10 +150,15 @@ class DiskTable:
         )
 
     def stats(self) -> dict[str, int]:
-        """Cache hits and misses, rows read from and written to disk, evictions, cached
-        rows: counts since creation."""
-        values = self._ops.etj_disk_table_stats(self.handle).numpy().tolist()
-        return dict(zip(STATS, values, strict=True))
+        """Cache hits and misses (lookups and updates), rows read from and written to
+        disk, evictions, cached rows, rows looked up and the lookups' misses: counts since
+        creation."""
+        return dict(zip(STATS, self.counters().numpy().tolist(), strict=True))
+
+    def counters(self) -> tf.Tensor:
+        """The counters of ``stats`` as an int64 vector, in ``STATS``' order (an op: in a
+        function, read where the table is)."""
+        return self._ops.etj_disk_table_stats(self.handle)
 
     def close(self) -> None:
         """Destroy the resource (its file goes with it)."""

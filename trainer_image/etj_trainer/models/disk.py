@@ -36,11 +36,11 @@ import tensorflow as tf
 from tensorflow.python.trackable import base as trackable
 
 from etj.api.constants import DISK_MOUNT, DISK_TABLES_ENV
+from etj.api.disk import COUNTERS, record_bytes
 from etj.api.disk import piece_rows as default_piece_rows
-from etj.api.disk import record_bytes
 from etj.api.plan import TablePlan
 from etj.api.spec import EmbeddingTable, Optimizer
-from etj_trainer.kernels.disk_table import OPTIMIZERS, DiskTable
+from etj_trainer.kernels.disk_table import OPTIMIZERS, STATS, DiskTable
 
 VALUE = "VARIABLE_VALUE"
 # Where Adagrad's accumulators start (``etj_trainer.task.optim`` uses it for every table).
@@ -239,6 +239,26 @@ class DiskTableShards(_Saved):
         """The slot of every shard as one checkpoint value (None: SGD keeps none)."""
         parts = [s.slot_part for s in self.shards]
         return DiskSlotView([p for p in parts if p is not None]) if parts[0] else None
+
+    def counters(self) -> tf.Tensor:
+        """Its shards' kernel counters (``STATS``' order) summed, each read on its ps."""
+        parts = []
+        for shard in self.shards:
+            with tf.device(shard.device):
+                parts.append(shard.table.counters())
+        return tf.add_n(parts)
+
+    def stats(self, counters: Any) -> dict[str, int]:
+        """What ``etj.api.disk.disk_table_stats`` reads of the table: the counters it
+        names (from ``counters``' values) and the table's shape."""
+        values = dict(zip(STATS, [int(v) for v in counters], strict=True))
+        table = self.shards[0].table
+        return {
+            **{k: values[k] for k in COUNTERS},
+            "rows": sum(s.rows for s in self.shards),
+            "cache_rows": sum(s.table.cache_rows for s in self.shards),
+            "record_bytes": 4 * (table.dim + table.slot_width),
+        }
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         """The rows of table ids ``ids`` (int64), each from the shard that holds it."""

@@ -126,6 +126,8 @@ def train_loop(
     reporter.max_bad_records = config.data.max_bad_records
     if state.model.dynamic:
         reporter.dynamic_source = state.dynamic_stats
+    if state.disk_tables():
+        reporter.disk_source = state.disk_counters
     reporter.start(start, checkpoints.restarts, restored)
     validation = held_out(config) if is_chief else None
     versions = None

@@ -33,7 +33,10 @@ from etj.api.constants import (
     REPLICA_TYPE_ENV,
     TF_CONFIG_ENV,
 )
+from etj.api.disk import disk_table_stats
 from etj.api.progress import (
+    DISK_GAUGES,
+    DISK_TABLES_KEY,
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
     EVENT_DELTA_EXPORTED,
@@ -88,7 +91,8 @@ AUC_WINDOW = 50
 # The leader's TensorBoard scalars (their tags). In the summaries directory itself, every
 # report: the training curves, the bad records skipped so far, the times this job resumed
 # from a checkpoint, and each dynamic table's stats as ``dynamic/<table>/<stat>`` (rowsUsed,
-# capacity, admitted, evicted, fallbackLookups). In its ``EVAL_RUN`` subdirectory, each
+# capacity, admitted, evicted, fallbackLookups), each disk table's as ``disk/<table>/<stat>``
+# (cacheHitRate, rowsReadPerSecond, ...). In its ``EVAL_RUN`` subdirectory, each
 # held-out evaluation: TensorBoard shows it as a second run, its auc beside training's.
 TAG_LOSS = "loss"
 TAG_AUC = "auc"
@@ -96,6 +100,7 @@ TAG_EXAMPLES_PER_SECOND = "examples_per_second"
 TAG_BAD_RECORDS = "bad_records"
 TAG_RESTARTS = "restarts"
 TAG_DYNAMIC = "dynamic"
+TAG_DISK = "disk"
 TAG_LOGLOSS = "logloss"
 EVAL_RUN = "eval"
 # Overrides where the summaries go (the trainer config's ``tensorboardDir``).
@@ -147,6 +152,11 @@ class Metrics:
         self.dynamic = {
             field: Gauge(name, doc, ["table"], registry=self.registry)
             for field, name, doc in DYNAMIC_GAUGES
+        }
+        # Disk tables (model.embeddings[].storage.disk), one series per table.
+        self.disk = {
+            field: Gauge(name, doc, ["table"], registry=self.registry)
+            for field, name, doc in DISK_GAUGES
         }
         # A warm start's decisions (etj.api.progress.METRIC_WARM_START_TABLE), set once.
         self.warm_start_table = Gauge(
@@ -267,6 +277,10 @@ class ProgressReporter:
         self.input: dict[str, Any] | None = None
         # Per dynamic table, its stats (rows used, capacity, ...): read at each report.
         self.dynamic_source: Callable[[], dict[str, dict[str, int]]] | None = None
+        # Per disk table, its kernels' counters and shape (``TrainingState.disk_counters``):
+        # read at each report, the rates of the interval since the one before.
+        self.disk_source: Callable[[], dict[str, dict[str, int]]] | None = None
+        self._disk_mark: tuple[float, dict[str, dict[str, int]]] | None = None
         self._loss: float | None = None
         self._auc: float | None = None
         self._losses: deque[float] = deque(maxlen=AUC_WINDOW)
@@ -471,6 +485,10 @@ class ProgressReporter:
         for table, stats in (dynamic or {}).items():
             for field, value in stats.items():
                 m.dynamic[field].labels(table=table).set(value)
+        disk = self._disk_stats(now)
+        for table, stats in (disk or {}).items():
+            for field, value in stats.items():
+                m.disk[field].labels(table=table).set(value)
         fields = {
             **progress_fields(
                 step,
@@ -482,20 +500,37 @@ class ProgressReporter:
             ),
             RESTARTS_SEEN_KEY: self.restarts,
             DYNAMIC_TABLES_KEY: dynamic or None,
+            DISK_TABLES_KEY: disk or None,
             INPUT_KEY: self.input,
         }
         emit(EVENT_PROGRESS, **fields)
-        self._write_summaries(step, loss, auc, eps, dynamic or {})
+        self._write_summaries(
+            step, loss, auc, eps, {TAG_DYNAMIC: dynamic or {}, TAG_DISK: disk or {}}
+        )
         self._mark, self._reported = (now, step), now
         self.last = {k: v for k, v in fields.items() if v is not None}
         return fields
+
+    def _disk_stats(self, now: float) -> dict[str, dict[str, float | int]] | None:
+        """Per disk table, its stats over the interval since the last report's read."""
+        if self.disk_source is None:
+            return None
+        counters = self.disk_source()
+        before_time, before = self._disk_mark or (now, {})
+        self._disk_mark = (now, counters)
+        return {
+            name: disk_table_stats(c, before.get(name), now - before_time)
+            for name, c in counters.items()
+        }
 
     def completion(self) -> dict[str, Any]:
         """The final progress and evaluation, in status field names, for the termination
         message (``REASON_COMPLETED``): the operator's last scrape of the metrics page can
         be seconds older than the end."""
         progress = {
-            k: v for k, v in self.last.items() if k not in (RESTARTS_SEEN_KEY, DYNAMIC_TABLES_KEY)
+            k: v
+            for k, v in self.last.items()
+            if k not in (RESTARTS_SEEN_KEY, DYNAMIC_TABLES_KEY, DISK_TABLES_KEY)
         }
         out: dict[str, Any] = {"progress": progress}
         if self.last_evaluation is not None:
@@ -523,7 +558,7 @@ class ProgressReporter:
         loss: float | None,
         auc: float | None,
         eps: float,
-        dynamic: dict[str, dict[str, int]],
+        tables: dict[str, dict[str, dict[str, Any]]],
     ) -> None:
         if self.writer is None:
             return
@@ -534,9 +569,11 @@ class ProgressReporter:
             TAG_BAD_RECORDS: float(self.bad_records),
             TAG_RESTARTS: float(self.restarts) if self.restarts is not None else None,
         }
-        for table, stats in sorted(dynamic.items()):
-            for stat, value in stats.items():
-                values[f"{TAG_DYNAMIC}/{table}/{stat}"] = float(value)
+        # Per kind of table (TAG_DYNAMIC, TAG_DISK), per table, its stats.
+        for kind, by_table in tables.items():
+            for table, stats in sorted(by_table.items()):
+                for stat, value in stats.items():
+                    values[f"{kind}/{table}/{stat}"] = float(value)
         write_scalars(self.writer, step, {k: v for k, v in values.items() if v is not None})
 
 

@@ -77,6 +77,7 @@ class TrainingState:
         self._maintained: dict[str, int] = {}
         self._maintain_fns: dict[tuple[str, ...], Any] = {}
         self._stats_fn: Any = None
+        self._disk_stats_fn: Any = None
         default_opt = str(config.training.optimizer)
         lr = config.training.learning_rate
         with strategy.scope():
@@ -229,6 +230,24 @@ class TrainingState:
             self._stats_fn = tf.function(lambda: {n: d.counters() for n, d in tables.items()})
         counters = self._stats_fn()
         return {n: d.stats(counters[n].numpy()) for n, d in self.model.dynamic.items()}
+
+    def disk_tables(self) -> dict[str, DiskTableShards]:
+        """The tables on the ps' disks (storage.disk), by name."""
+        return {
+            t.name: table
+            for t, table in zip(self.model.specs, self.model.tables, strict=True)
+            if isinstance(table, DiskTableShards)
+        }
+
+    def disk_counters(self) -> dict[str, dict[str, int]]:
+        """Per disk table, its shards' counters summed and its shape
+        (``DiskTableShards.stats``): every shard's in one function call, as
+        ``dynamic_stats``."""
+        tables = self.disk_tables()
+        if self._disk_stats_fn is None:
+            self._disk_stats_fn = tf.function(lambda: {n: t.counters() for n, t in tables.items()})
+        counters = self._disk_stats_fn()
+        return {n: t.stats(counters[n].numpy().tolist()) for n, t in tables.items()}
 
     def digest(self) -> dict[str, float]:
         """Sum of every saved variable (computed next to each shard; only scalars move)."""

@@ -5,7 +5,8 @@ The trainer's chief serves the gauges ``etj.api.progress`` names (``etj_trainer_
 ``_loss``, ...: status.progress; after a held-out evaluation ``etj_trainer_eval_step``,
 ``_eval_auc``, ...: status.evaluation; one series per dynamic table, labelled ``table``:
 status.progress.dynamicTables, which its progress line carries as ``{table: {rowsUsed:
-...}}`` under ``DYNAMIC_TABLES_KEY``).
+...}}`` under ``DYNAMIC_TABLES_KEY``; likewise one per disk table: status.progress.diskTables,
+``DISK_TABLES_KEY``).
 
 The newest serving version (spec.export) is three gauges, ``etj_trainer_export_version``,
 ``_export_step`` and ``_export_time_seconds`` (status.export; ``exported`` lines for ``etj
@@ -27,6 +28,8 @@ from pydantic import ValidationError
 
 from etj.api.progress import (
     DELTA_METRICS,
+    DISK_GAUGES,
+    DISK_TABLES_KEY,
     DYNAMIC_GAUGES,
     DYNAMIC_TABLES_KEY,
     EVALUATION_METRICS,
@@ -43,6 +46,7 @@ from etj.api.progress import (
 )
 from etj.api.status import (
     DeltaStatus,
+    DiskTableStatus,
     DynamicTableStatus,
     Evaluation,
     ExportStatus,
@@ -54,8 +58,12 @@ from etj.api.warmstart import WarmStartTable
 _PROGRESS = PROGRESS_METRICS
 _EVALUATION = EVALUATION_METRICS
 _INTS = {"step", "last_checkpoint_step", "bad_records", "examples"}
-# Metric name -> a dynamic table's stat (its wire name), one series per table.
-_DYNAMIC = {metric: stat for stat, metric, _ in DYNAMIC_GAUGES}
+# Per kind of table, its stats' gauges and status model (``{table: {stat: value}}`` in a
+# progress line, one series per table on the page).
+_TABLE_KINDS: dict[str, tuple[tuple[tuple[str, str, str], ...], Any]] = {
+    DYNAMIC_TABLES_KEY: (DYNAMIC_GAUGES, DynamicTableStatus),
+    DISK_TABLES_KEY: (DISK_GAUGES, DiskTableStatus),
+}
 
 
 def _families(text: str) -> list[Any]:
@@ -79,11 +87,13 @@ def _values(families: list[Any], fields: dict[str, str]) -> dict[str, float | in
     return out
 
 
-def _dynamic_series(families: list[Any]) -> dict[str, dict[str, float]]:
-    """The dynamic tables' gauges as the progress line has them: ``{table: {stat: value}}``."""
+def _table_series(families: list[Any], kind: str) -> dict[str, dict[str, float]]:
+    """The gauges of a kind of table (``_TABLE_KINDS``) as the progress line has them:
+    ``{table: {stat: value}}``."""
+    stats = {metric: stat for stat, metric, _ in _TABLE_KINDS[kind][0]}
     tables: dict[str, dict[str, float]] = {}
     for family in families:
-        stat = _DYNAMIC.get(family.name)
+        stat = stats.get(family.name)
         if stat is None:
             continue
         for sample in family.samples:
@@ -93,25 +103,33 @@ def _dynamic_series(families: list[Any]) -> dict[str, dict[str, float]]:
     return tables
 
 
-def dynamic_tables(doc: Any) -> list[DynamicTableStatus] | None:
-    """status.progress.dynamicTables, by name, from ``{table: {rowsUsed: ..., ...}}`` (a
-    progress line's ``DYNAMIC_TABLES_KEY``, or the metrics page's series); a table with a
-    stat missing or bad is left out (not the progress); None without any table."""
+def table_stats(doc: Any, kind: str) -> list[Any] | None:
+    """status.progress.dynamicTables or .diskTables (``kind``: their progress line key), by
+    name, from ``{table: {stat: ..., ...}}`` (a progress line's entry, or the metrics page's
+    series); a table with a stat missing or bad is left out (not the progress); None
+    without any table."""
     if not isinstance(doc, dict):
         return None
+    gauges, model = _TABLE_KINDS[kind]
     out = []
     for name, stats in sorted(doc.items()):
         if not isinstance(stats, dict):
             continue
         try:
-            out.append(
-                DynamicTableStatus(
-                    name=name, **{stat: stats.get(stat) for stat, *_ in DYNAMIC_GAUGES}
-                )
-            )
+            out.append(model(name=name, **{stat: stats.get(stat) for stat, *_ in gauges}))
         except ValidationError:
             continue
     return out or None
+
+
+def dynamic_tables(doc: Any) -> list[DynamicTableStatus] | None:
+    """status.progress.dynamicTables (``table_stats``)."""
+    return table_stats(doc, DYNAMIC_TABLES_KEY)
+
+
+def disk_tables(doc: Any) -> list[DiskTableStatus] | None:
+    """status.progress.diskTables (``table_stats``)."""
+    return table_stats(doc, DISK_TABLES_KEY)
 
 
 def parse_progress(text: str, now: str) -> Progress | None:
@@ -122,10 +140,10 @@ def parse_progress(text: str, now: str) -> Progress | None:
         return None
     if not values.get("bad_records"):
         values.pop("bad_records", None)
-    tables = dynamic_tables(_dynamic_series(families))
     return Progress(
         update_time=now,
-        dynamic_tables=tables,
+        dynamic_tables=dynamic_tables(_table_series(families, DYNAMIC_TABLES_KEY)),
+        disk_tables=disk_tables(_table_series(families, DISK_TABLES_KEY)),
         finished_time=_finished_time(families),
         input=_input_position(families),
         **values,
@@ -253,11 +271,12 @@ def completion_export(message: str | None, now: str) -> ExportStatus | None:
 def _model_fields(doc: Any, model: type[Progress] | type[Evaluation]) -> dict[str, Any] | None:
     """The entries of ``doc`` the model knows (by alias), or None when it is not a mapping:
     a newer trainer may say more than this operator reads. The dynamic tables are read
-    apart (``dynamic_tables``): a bad one must not cost the rest of the record."""
+    and disk tables are read apart (``table_stats``): a bad one must not cost the rest of
+    the record."""
     if not isinstance(doc, dict):
         return None
     aliases = {f.alias or n for n, f in model.model_fields.items()}
-    skip = ("updateTime", DYNAMIC_TABLES_KEY)
+    skip = ("updateTime", *_TABLE_KINDS)
     return {k: v for k, v in doc.items() if k in aliases and k not in skip}
 
 
@@ -277,7 +296,10 @@ def progress_record(doc: Any, now: str) -> Progress | None:
     if progress is None:
         return None
     return progress.model_copy(
-        update={"dynamic_tables": dynamic_tables(doc.get(DYNAMIC_TABLES_KEY))}
+        update={
+            "dynamic_tables": dynamic_tables(doc.get(DYNAMIC_TABLES_KEY)),
+            "disk_tables": disk_tables(doc.get(DISK_TABLES_KEY)),
+        }
     )
 
 

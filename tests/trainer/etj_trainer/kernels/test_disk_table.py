@@ -62,6 +62,9 @@ def test_random_updates_through_a_small_cache_equal_the_reference(
     assert stats["evictions"] > 0 and stats["disk_writes"] > rows, stats
     assert stats["hits"] > 0 and stats["cached"] == 6, stats
     assert stats["hits"] + stats["misses"] == 40 * 24 * 2, stats
+    # The lookups' own counts: every looked-up row, and of them the misses (a part of all).
+    assert stats["lookups"] == 40 * 24, stats
+    assert 0 < stats["lookup_misses"] <= stats["misses"], stats
     table.close()
 
 

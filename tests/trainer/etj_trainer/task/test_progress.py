@@ -1,5 +1,5 @@
 """The progress reporter: what the chief reports, the operator reads back (completion
-message, dynamic tables)."""
+message, dynamic tables, disk tables)."""
 
 from __future__ import annotations
 
@@ -117,3 +117,53 @@ def test_the_input_position_reaches_status_from_page_line_and_completion(capsys)
     text = termination_text(REASON_COMPLETED, json.dumps(reporter.completion()))
     final, _ = parse_completion(text, "t")
     assert final is not None and final.input == scraped.input
+
+
+def test_the_disk_tables_stats_are_reported_per_interval_on_page_and_line() -> None:
+    """Each disk table's stats from its kernels' counters: the first report's of everything
+    counted, the next one's of the interval between the two reads; the progress line and
+    the metrics page say the same, and the termination message leaves them out."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from etj.api.progress import DISK_GAUGES, DISK_TABLES_KEY
+    from etj_trainer.task.progress import ProgressReporter
+
+    shape = {"rows": 1000, "cache_rows": 50, "record_bytes": 128, "cached": 50}
+    reads = iter(
+        [
+            {"lookups": 100, "lookup_misses": 60, "disk_reads": 0, "disk_writes": 1000},
+            {"lookups": 1100, "lookup_misses": 160, "disk_reads": 80, "disk_writes": 1100},
+        ]
+    )
+    now = [0.0]
+    reporter = ProgressReporter(256, interval=1e9, port=0, enabled=True, clock=lambda: now[0])
+    reporter.disk_source = lambda: {"user_id": {**next(reads), **shape}}
+    reporter.start(10, restarts=0, last_checkpoint_step=None)
+    now[0] = 5.0
+    first = reporter.report()
+    assert first is not None and first[DISK_TABLES_KEY]["user_id"]["cacheHitRate"] == 0.4
+    now[0] = 15.0
+    second = reporter.report()
+    assert second is not None
+    stats = second[DISK_TABLES_KEY]["user_id"]
+    assert stats["cacheHitRate"] == 0.9 and stats["rowsReadPerSecond"] == 8.0
+    assert stats["diskBytes"] == 128_000 and stats["rowsWrittenPerSecond"] == 10.0
+    page = {
+        s.name: s.value
+        for family in text_string_to_metric_families(
+            generate_latest(reporter.metrics.registry).decode()
+        )
+        for s in family.samples
+        if s.labels.get("table") == "user_id"
+    }
+    assert {field: page[metric] for field, metric, _ in DISK_GAUGES} == stats
+    assert DISK_TABLES_KEY not in reporter.completion()["progress"]
+    # The operator reads page and line into the same status.progress.diskTables.
+    from etj.core.reconcile.progress import parse_progress, progress_record
+
+    scraped = parse_progress(generate_latest(reporter.metrics.registry).decode(), "t")
+    record = progress_record(second, "t")
+    assert scraped is not None and record is not None and record.disk_tables
+    assert scraped.disk_tables == record.disk_tables
+    assert record.disk_tables[0].cache_hit_rate == 0.9

@@ -15,6 +15,7 @@ from etj.api.disk import (
     CACHE_ENTRY_BYTES,
     DISK_SPEC_RULES,
     DiskStorage,
+    disk_table_stats,
     disk_volume_bytes,
     record_bytes,
     shard_cache_rows,
@@ -106,3 +107,40 @@ def test_the_shards_caches_cover_the_tables_and_each_fits_its_shard(rows, shards
 def test_a_shards_ram_is_its_cache_and_a_bit_a_row_and_its_volume_has_a_margin():
     assert shard_ram_bytes(100, 64 * 10, 5) == 5 * (100 + CACHE_ENTRY_BYTES) + 80
     assert disk_volume_bytes(10 * 2**30) > 11 * 2**30
+
+
+def _counters(lookups: int, misses: int, reads: int, writes: int) -> dict[str, int]:
+    shape = {"rows": 1000, "cache_rows": 50, "record_bytes": 128, "cached": 40}
+    return {
+        "lookups": lookups,
+        "lookup_misses": misses,
+        "disk_reads": reads,
+        "disk_writes": writes,
+        **shape,
+    }
+
+
+def test_a_disk_tables_stats_are_of_the_interval_since_the_report_before():
+    before = _counters(1000, 500, 100, 1000)
+    now = _counters(3000, 700, 300, 1400)
+    stats = disk_table_stats(now, before, 4.0)
+    # 2,000 lookups in the interval, 200 of them missed.
+    assert stats["cacheHitRate"] == 0.9
+    assert (stats["rowsReadPerSecond"], stats["rowsWrittenPerSecond"]) == (50.0, 100.0)
+    assert (stats["rows"], stats["diskBytes"], stats["cacheRows"], stats["cachedRows"]) == (
+        1000,
+        128_000,
+        50,
+        40,
+    )
+    assert (stats["lookups"], stats["lookupMisses"]) == (3000, 700)
+
+
+def test_a_disk_tables_first_stats_or_after_new_tables_are_of_everything_counted():
+    now = _counters(1000, 250, 10, 1000)
+    first = disk_table_stats(now, None, 0.0)
+    assert first["cacheHitRate"] == 0.75 and first["rowsReadPerSecond"] == 0.0
+    # Counters below the last report's: the tables were made again (a new chief).
+    assert disk_table_stats(now, _counters(5000, 100, 0, 0), 2.0)["cacheHitRate"] == 0.75
+    # No lookup in the interval: nothing missed.
+    assert disk_table_stats(now, now, 2.0)["cacheHitRate"] == 1.0

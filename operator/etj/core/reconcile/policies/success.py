@@ -48,9 +48,15 @@ def succeeded(p: _Pass, replicas: ReplicaSet) -> bool:
     p.st.export = p.export_status(version) or p.st.export
     earlier = world.progress or p.st.progress
     last = final or earlier or Progress()
-    if last.dynamic_tables is None and earlier is not None:
-        # The termination message (4 KiB at most) leaves them out: the last read stand.
-        last = last.model_copy(update={"dynamic_tables": earlier.dynamic_tables})
+    if earlier is not None:
+        # The termination message (4 KiB at most) leaves the tables' stats out: the last
+        # read stand.
+        kept = {
+            field: getattr(earlier, field)
+            for field in ("dynamic_tables", "disk_tables")
+            if getattr(last, field) is None
+        }
+        last = last.model_copy(update=kept)
     # (With training.epochs the steps are counted by the trainer, and a job's own program
     # counts its own: keep its last step.)
     own = any(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from etj.api.progress import DYNAMIC_GAUGES, DYNAMIC_TABLES_KEY
 from etj.api.status import DynamicTableStatus, EmbeddingTrainingJobStatus, Progress
@@ -39,10 +40,13 @@ TABLES = [
 ]
 
 
-def page(stats: dict[str, dict[str, int]]) -> str:
-    """A metrics page as the trainer's Reporter serves it (one labelled series per table)."""
+def page(
+    stats: dict[str, dict[str, Any]], gauges: tuple[tuple[str, str, str], ...] = DYNAMIC_GAUGES
+) -> str:
+    """A metrics page as the trainer's Reporter serves it (one labelled series per table of
+    ``gauges``' kind)."""
     lines = ["# TYPE etj_trainer_step gauge", "etj_trainer_step 300.0"]
-    for field, metric, doc in DYNAMIC_GAUGES:
+    for field, metric, doc in gauges:
         lines += [f"# HELP {metric} {doc}", f"# TYPE {metric} gauge"]
         lines += [f'{metric}{{table="{t}"}} {float(s[field])}' for t, s in stats.items()]
     return "\n".join(lines) + "\n"

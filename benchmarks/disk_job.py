@@ -1,0 +1,258 @@
+"""A ParameterServer job with its big table on the ps' disks (``storage.disk``, a RAM cache
+of 5 % of the rows) against the same job with the table in RAM, side by side in one run,
+alternating: examples/s of each and their ratio (goal: disk / RAM >= 0.5), the disk table's
+cache hit rate, and the held-out AUC of both (goal: equal within the noise of two runs of
+the same job).
+
+The job: chief + 2 workers + 2 ps as real processes on 127.0.0.1 (``python -m
+etj_trainer``, bound to cores as ``etj run`` binds them), the trainer's chunks sized by time
+(``stepsPerExecution`` left out, as a user would). Data, written here: a click log whose
+``user_id`` is drawn from Zipf(1.05) over the table's ``--rows`` rows (ranks spread over the
+rows by a permutation), each id with its own effect on the click probability, an ``ad_id``
+of 10,000 rows (Zipf(1.05) too, in RAM in both runs) and two dense columns. ``user_id`` is
+``--rows`` x 16 with Adagrad (record: weights + accumulator, float32), over both ps.
+
+Each run trains ``--steps`` steps of ``--batch`` examples (one worker's batch a step) over
+``--examples`` training rows (read repeatedly) and checkpoints at the end; the rate is the job's own step counter over the steps after the
+first ``--warmup`` (from the driver's clock), the hit rate the lookups' over the same
+steps (the trainer's progress lines, ``diskTables``: its kernels' counters summed over the
+shards). The held-out file is scored from the final checkpoint restored into the in-RAM
+model (a disk table checkpoints under the keys of a table in RAM). Each ps' peak resident
+set (VmHWM) is printed beside.
+
+What it does not measure: the SSD. The shard files sit in the OS page cache (the table is
+far smaller than the machine's RAM), so a miss costs a ``pread`` from the page cache.
+``--repeat`` pairs of runs, RAM then disk, then disk then RAM, ...: prints each run, the
+medians, each pair's ratio and the ratio of examples per CPU-second of the job's processes
+(which the other load of a shared machine hardly moves). Not a test: nothing is
+asserted. Results, dated: ``benchmarks/RESULTS.md``.
+
+    .venv/bin/python benchmarks/disk_job.py [--rows N] [--steps S] [--repeat R] [--cache F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# (model_quality puts the trainer and its test harness on the path, and imports from it.)
+from dynamic_quality import scored, write_columns
+from model_quality import WATCHDOG, auc, log_loss
+from trainer_throughput import _peak_rss_bytes, _tree_cpu
+
+from harness import LocalJob, job_spec, trainer_config, wait_for  # isort: skip
+
+ZIPF = 1.05
+ADS = 10_000
+DIM = 16
+LR = 0.05
+WORKERS, PS = 2, 2
+
+
+def world(rows: int, seed: int = 0) -> dict[str, Any]:
+    """The hidden truth: per id column its Zipf CDF over ranks, the id of each rank and each
+    id's effect; the dense weights."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {"dense": rng.normal(0, 0.5, 2)}
+    for name, n, effect in (("user_id", rows, 1.0), ("ad_id", ADS, 0.8)):
+        cdf = np.cumsum(1.0 / np.arange(1, n + 1) ** ZIPF)
+        out[name] = (cdf / cdf[-1], rng.permutation(n), rng.normal(0, effect, n))
+    return out
+
+
+def clicks(truth: dict[str, Any], rows: int, seed: int) -> dict[str, np.ndarray]:
+    """``rows`` examples: ``label``, ``d0``, ``d1``, ``user_id``, ``ad_id``."""
+    rng = np.random.default_rng(seed)
+    dense = rng.normal(size=(rows, 2))
+    logit = -0.5 + dense @ truth["dense"]
+    out: dict[str, np.ndarray] = {"d0": dense[:, 0], "d1": dense[:, 1]}
+    for name in ("user_id", "ad_id"):
+        cdf, ids, effect = truth[name]
+        chosen = ids[np.searchsorted(cdf, rng.random(rows))]
+        out[name] = chosen.astype(np.int64)
+        logit += effect[chosen]
+    out["label"] = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.int64)
+    return out
+
+
+def spec_of(
+    rows: int, cache: float | None, steps: int, batch: int, files: str, valid: str | None = None
+) -> Any:
+    """The job; ``cache`` None: ``user_id`` in RAM, else on disk with that share cached.
+    ``valid``: the held-out files, for scoring (the job itself evaluates nothing)."""
+    user: dict[str, Any] = {"name": "user", "vocabularySize": rows, "dimension": DIM}
+    if cache is not None:
+        user["storage"] = {"disk": {"cacheRows": max(1, int(rows * cache))}}
+    return job_spec(
+        replicas={
+            "chief": {"replicas": 1},
+            "worker": {"replicas": WORKERS},
+            "ps": {"replicas": PS},
+        },
+        model={
+            "embeddings": [user, {"name": "ad", "vocabularySize": ADS, "dimension": DIM}],
+            "features": [
+                {"name": "label", "kind": "label"},
+                {"name": "d0", "kind": "dense"},
+                {"name": "d1", "kind": "dense"},
+                {"name": "user_id", "kind": "categorical", "table": "user", "valueType": "int"},
+                {"name": "ad_id", "kind": "categorical", "table": "ad", "valueType": "int"},
+            ],
+            "hiddenUnits": [64, 32],
+        },
+        data={
+            "source": "files",
+            "files": {"pattern": files, "format": "csv", "header": True},
+            **({"validation": {"pattern": valid, "maxExamples": 10**9}} if valid else {}),
+        },
+        training={
+            "batchSizePerReplica": batch,
+            "steps": steps,
+            "optimizer": "adagrad",
+            "learningRate": LR,
+            "seed": 0,
+        },
+        # Both ps hold a shard of user_id, in RAM as on disk.
+        sharding={"maxShardBytes": f"{max(1, rows * DIM * 8 // PS // 2**20 + 1)}Mi"},
+    )
+
+
+def _window_hit_rate(progress: list[dict[str, Any]], warmup: int) -> float | None:
+    """The disk table's lookups' hit rate between the first progress line past ``warmup``
+    and the last one (its kernels' cumulative counters)."""
+    lines = [p for p in progress if p.get("diskTables") and p["step"] >= warmup]
+    if len(lines) < 2:
+        return None
+    first, last = lines[0]["diskTables"]["user"], lines[-1]["diskTables"]["user"]
+    lookups = last["lookups"] - first["lookups"]
+    return 1 - (last["lookupMisses"] - first["lookupMisses"]) / lookups if lookups else None
+
+
+def run(spec: Any, work: Path, warmup: int) -> dict[str, Any]:
+    """Train ``spec`` to its end: examples/s past ``warmup``, hit rate, ps peak RSS."""
+    config = trainer_config(
+        spec,
+        checkpoint_dir=work / "ckpt",
+        every_steps=spec.training.steps,
+        watchdog_seconds=WATCHDOG,
+    )
+    (work / "disk").mkdir(parents=True)
+    env = {"ETJ_DISK_TABLES": str(work / "disk"), "ETJ_PROGRESS_SECONDS": "2"}
+    with LocalJob(config, work, workers=WORKERS, ps=PS, env=env) as job:
+        job.start_all()
+
+        def warm() -> int:
+            job.check_chief_alive()
+            return job.step() >= warmup
+
+        wait_for(warm, 1800, f"step {warmup}", every=0.5)
+        pids = [p.pid for p in job.procs.values()]
+        t0, s0, cpu0 = time.monotonic(), job.step(), _tree_cpu(pids)
+        # (The chief's last step and its final checkpoint: the CPU read just before.)
+        wait_for(lambda: job.step() >= spec.training.steps, 7200, "the last step", every=0.5)
+        seconds, cpu = time.monotonic() - t0, _tree_cpu(pids) - cpu0
+        done = job.wait_done(timeout=3600)
+        progress = [e for e in job.events() if e["event"] == "progress"]
+        peaks = [_peak_rss_bytes(job.procs[("ps", i)].pid) / 2**20 for i in range(PS)]
+    rates = [p["examplesPerSecond"] for p in progress if p["step"] > s0]
+    examples = (done["step"] - s0) * spec.training.batch_size_per_replica
+    return {
+        "examples_per_second": examples / seconds,
+        # Examples per CPU-second of the job's processes: what other load on the machine
+        # hardly moves (it slows the clock, not the work per example).
+        "per_cpu_second": examples / cpu if cpu else 0.0,
+        # The trainer's own figure (each report's interval), for comparison.
+        "reported_median": statistics.median(rates) if rates else None,
+        "hit_rate": _window_hit_rate(progress, warmup),
+        "ps_peak_mib": [round(p) for p in peaks],
+        "config": config,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument(
+        "--examples", type=int, default=1_000_000, help="training rows written (read repeatedly)"
+    )
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--cache", type=float, default=0.05)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    from etj_trainer.kernels import build
+
+    build.build()
+    work = Path(tempfile.mkdtemp(prefix="etj-disk-job-"))
+    truth = world(args.rows)
+    for i in range(WORKERS):
+        write_columns(clicks(truth, args.examples // WORKERS, seed=1 + i), work / f"train-{i}.csv")
+    write_columns(clicks(truth, 100_000, seed=9), work / "valid.csv")
+    files, valid = str(work / "train-*.csv"), str(work / "valid.csv")
+    print(
+        f"user_id {args.rows:,} x {DIM} Adagrad ({args.rows * DIM * 8 / 2**20:.0f} MiB of rows + "
+        f"slots) over {PS} ps, disk cache {args.cache:.0%}; {args.steps} steps x {args.batch} "
+        f"(rate past step {args.warmup}), {WORKERS} workers, {args.examples:,} training rows; "
+        f"held-out 100,000; load "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    results: dict[str, list[dict[str, Any]]] = {"RAM": [], "disk": []}
+    for n in range(args.repeat):
+        # RAM, disk, then disk, RAM: a drift of the machine's load falls on both alike.
+        for kind in ("RAM", "disk") if n % 2 == 0 else ("disk", "RAM"):
+            cache = None if kind == "RAM" else args.cache
+            spec = spec_of(args.rows, cache, args.steps, args.batch, files)
+            r = run(spec, work / f"{kind}-{n}", args.warmup)
+            ram_config = trainer_config(
+                spec_of(args.rows, None, args.steps, args.batch, files, valid)
+            )
+            labels, p = scored(ram_config, work / f"{kind}-{n}" / "ckpt")
+            r["auc"], r["logloss"] = auc(labels, p), log_loss(labels, p)
+            results[kind].append(r)
+            hit = f", hit rate {r['hit_rate']:.3f}" if r["hit_rate"] is not None else ""
+            print(
+                f"# {n} {kind:<4}: {r['examples_per_second']:,.0f} examples/s (reported "
+                f"median {r['reported_median'] or 0:,.0f}; {r['per_cpu_second']:,.0f} per "
+                f"CPU-second){hit}, AUC {r['auc']:.4f} log-loss {r['logloss']:.4f}, ps peak "
+                f"RSS {r['ps_peak_mib']} MiB, load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+            shutil.rmtree(work / f"{kind}-{n}", ignore_errors=True)
+
+    def median(kind: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[kind])
+
+    def ratio(key: str) -> str:
+        ram = median("RAM", key)
+        return f"{median('disk', key) / ram:.2f}" if ram else "-"
+
+    # Each pair's ratio (the runs of a pair are next to each other in time).
+    pairs = [
+        d["examples_per_second"] / m["examples_per_second"]
+        for d, m in zip(results["disk"], results["RAM"], strict=True)
+        if m["examples_per_second"]
+    ]
+    hits = [r["hit_rate"] for r in results["disk"] if r["hit_rate"] is not None]
+    aucs = {k: " ".join(f"{r['auc']:.4f}" for r in v) for k, v in results.items()}
+    print(
+        f"median examples/s: RAM {median('RAM', 'examples_per_second'):,.0f}, disk "
+        f"{median('disk', 'examples_per_second'):,.0f}; disk/RAM {ratio('examples_per_second')} "
+        f"(pairs {' '.join(f'{x:.2f}' for x in pairs)}); per CPU-second disk/RAM "
+        f"{ratio('per_cpu_second')}; hit rate {' '.join(f'{h:.3f}' for h in hits)}; AUC RAM "
+        f"{aucs['RAM']}, disk {aucs['disk']}; load {os.getloadavg()[0]:.1f}"
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
