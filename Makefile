@@ -116,9 +116,9 @@ test-deps:
 # and the unit tests first (no cluster, no TensorFlow process: their verdict within
 # minutes of the start). Then, scheduled for a cold machine, where the Go builds and the
 # kind node image take most of half an hour: the images and the kind cluster start in the
-# background (host packages first: the engines they need), and two lanes side by side
-# (tests/cluster/lanes.sh): the processes' (trainer, needs no build) at once, and the
-# clusters' (integration on the local control plane, etj run, then the e2e on kind), which
+# background (host packages first: the engines they need), and three lanes side by side
+# (tests/cluster/lanes.sh): the processes' (trainer, needs no build) and etj run's at
+# once, and the clusters' (integration on the local control plane, then the e2e on kind), which
 # first builds the control plane and lints the rendered objects, and builds Kueue beside
 # its tests (the Kueue test waits for it). Warm, every build is a cache check (seconds).
 test: venv lint unit $(HOST_PACKAGES)

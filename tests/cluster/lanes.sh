@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# CI's two test lanes side by side, after lint and the unit tests (make test's first lane):
+# CI's test lanes side by side, after lint and the unit tests (make test's first lane):
 #
 #   cluster    tests/integration (the local control plane and its process-backed node),
-#              tests/local (`etj run`'s processes), then tests/e2e and tests/images (the
-#              kind cluster and the built images, which come up beside the suite:
-#              kind-in-background.sh, images-in-background.sh)
+#              then tests/e2e and tests/images (the kind cluster and the built images,
+#              which come up beside the suite: kind-in-background.sh,
+#              images-in-background.sh)
+#   local      tests/local (`etj run`'s processes)
 #   processes  everything else: the trainer's real TensorFlow processes
 #
-# tests/local is in the cluster lane to even the lanes out: the warm run of 2026-11-27 had
-# cluster 1164 s and processes 1578 s (the cluster lane's tests spend much of their time
-# waiting). It runs before the kind tests, so kind has longer to come up.
+# tests/local was in the cluster lane to even two lanes out; its own lane since the warm
+# run of 2026-12-07 (warm2: cluster 1540 s, processes 1382 s, with the machine's two cores
+# busy only 1.37 of the time on average): the cluster lane spends much of its time waiting
+# (for an API server, a kubelet, a node's loss to be noticed, pods to start), and the
+# other two fill those waits.
 #
-# Why two lanes at once on a 2-core machine: the cluster lane spends much of its time
-# waiting (for an API server, a kubelet, a node's loss to be noticed, pods to start), the
-# processes lane is CPU-bound; side by side the suite takes about the longer lane, not the
-# sum. Each lane is its own pytest session with its own temp dir (pytest prunes old
-# numbered temp dirs; two sessions must not share the parent). Every line is prefixed with
-# its lane; each lane's summary (slowest tests, failures) is printed again at the end.
-# Exit status: the first failing lane's, after both have finished.
+# Why lanes at once on a 2-core machine: side by side the suite takes about the longest
+# lane, not the sum. Each lane is its own pytest session with its own temp dir (pytest
+# prunes old numbered temp dirs; two sessions must not share the parent). Every line is
+# prefixed with its lane; each lane's summary (slowest tests, failures) is printed again
+# at the end. Exit status: the first failing lane's, after every lane has finished.
 #
 #   bash tests/cluster/lanes.sh PYTEST_ARGS...    (e.g. -q -m "not extended")
 #   ETJ_JUNIT_DIR=DIR: each lane also writes DIR/<lane>.xml (per-test times).
@@ -27,9 +28,10 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 PY="${PY:-.venv/bin/python}"
-CLUSTER_PATHS=(tests/integration tests/local tests/e2e tests/images)
+CLUSTER_PATHS=(tests/integration tests/e2e tests/images)
+LOCAL_PATHS=(tests/local)
 ignores=(--ignore=tests/unit)
-for p in "${CLUSTER_PATHS[@]}"; do ignores+=("--ignore=$p"); done
+for p in "${CLUSTER_PATHS[@]}" "${LOCAL_PATHS[@]}"; do ignores+=("--ignore=$p"); done
 
 logs="$(mktemp -d)"
 pids=()
@@ -72,6 +74,7 @@ declare -A LANE_BESIDE=([cluster]="${ETJ_CLUSTER_LANE_BESIDE:-}")
 
 start=$SECONDS
 lane cluster "$@" "${CLUSTER_PATHS[@]}"
+lane local "$@" "${LOCAL_PATHS[@]}"
 lane processes "$@" "${ignores[@]}"
 
 rc=0
@@ -88,7 +91,7 @@ for name in "${names[@]}"; do
   sed -n '/= slowest\|= FAILURES\|= ERRORS\|= short test summary/,$p' "$logs/$name" | tail -80
 done
 echo
-echo "================ waits closest to their deadlines (both lanes) ================"
+echo "================ waits closest to their deadlines (every lane) ================"
 "$PY" -m etj_testcluster.waiting "$logs"/*.waits
 rm -rf "$logs"
 exit "$rc"

@@ -2,7 +2,7 @@
 
 A deadline in those tests (``wait_for``'s, a ``timeout=`` of a subprocess or a process's
 ``wait``) is a net against a hang, never a claim about speed (timing claims live in
-``benchmarks/``). CI runs two test lanes beside the Go, image and kind builds on two
+``benchmarks/``). CI runs three test lanes beside the Go, image and kind builds on two
 cores (load 8-12), which stretches an operation of a few seconds five- to tenfold; a
 60 s bound on a warm cache check that waited on a build's lock, and on a leader's exit,
 failed a cold CI run (issue 36). So no literal deadline there is below ``FLOOR``; what
