@@ -32,3 +32,17 @@ def test_produced_messages_are_consumed_per_partition_in_order(kafka: Any):
     by_partition = {p: [(o, v) for q, o, v in got if q == p] for p in (0, 1)}
     assert by_partition[0] == [(i, f"row-{2 * i}".encode()) for i in range(5)]
     assert by_partition[1] == [(i, f"row-{2 * i + 1}".encode()) for i in range(5)]
+
+
+def test_more_messages_than_the_producers_local_queue_holds_all_reach_the_broker(kafka: Any):
+    from confluent_kafka import Consumer, TopicPartition
+
+    n = 150_000  # librdkafka queues 100,000 at most before the broker has them
+    kafka.create_topic("many", partitions=1)
+    kafka.produce("many", [(0, b"x")] * n)
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "many"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition("many", 0), timeout=300)
+    finally:
+        consumer.close()
+    assert (low, high) == (0, n)

@@ -115,7 +115,10 @@ class LocalKafka:
     def log(self) -> Path:
         return self.state_dir / "kafka.log"
 
-    def start(self, timeout: float = 180.0) -> LocalKafka:
+    def start(self, timeout: float = 600.0) -> LocalKafka:
+        """Format the storage and start the broker; ready (its metadata answers) within
+        ``timeout`` seconds, wide: a JVM on a loaded machine (a load of 230 took more than
+        180 s)."""
         ensure_fetched()
         why = missing()
         if why:
@@ -175,12 +178,17 @@ class LocalKafka:
         errors: list[Any] = []
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
         for partition, value in rows:
-            producer.produce(
-                topic,
-                value,
-                partition=partition,
-                on_delivery=lambda err, _msg: errors.append(err) if err else None,
-            )
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        value,
+                        partition=partition,
+                        on_delivery=lambda err, _msg: errors.append(err) if err else None,
+                    )
+                    break
+                except BufferError:  # the local queue is full (100,000 messages): drain some
+                    producer.poll(1.0)
         left = producer.flush(timeout)
         if left or errors:
             raise ClusterError(f"kafka: {left} messages not delivered, errors {errors[:3]}")

@@ -20,7 +20,8 @@ Partitions: the chief assigns every partition of the topic to itself explicitly
 (``Consumer.assign``, never ``subscribe``: no group rebalance, no commits; ``group.id`` is
 only librdkafka's requirement), from the checkpoint's offsets (the earliest retained one
 for a partition the checkpoint does not name: a first start, or partitions added since;
-the metadata is read again every ``PARTITIONS_REFRESH_SECONDS``). Workers are not given
+the metadata is read again every ``PARTITIONS_REFRESH_SECONDS``; a refresh no broker
+answers is skipped, while at the start no answer is a retryable failure). Workers are not given
 partitions: each closure's chunk goes to whichever worker is free, so scaling the workers
 re-divides the stream at once, with nothing to reassign.
 
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 
 # How often the chief looks for partitions added to the topic.
 PARTITIONS_REFRESH_SECONDS = 30.0
+# How long the chief waits for the topic's metadata.
+METADATA_SECONDS = 30.0
 
 
 def encode_offsets(offsets: dict[int, int]) -> str:
@@ -160,9 +163,20 @@ class TopicReader:
         self.partitions: list[int] = []
         self._refreshed = 0.0
 
-    def topic_partitions(self, timeout: float = 30.0) -> list[int]:
-        """The topic's partitions now (metadata from the brokers)."""
-        meta = self.consumer.list_topics(self.kafka.topic, timeout=timeout)
+    def topic_partitions(self, timeout: float | None = None) -> list[int]:
+        """The topic's partitions now (metadata from the brokers, within ``timeout``
+        seconds, else ``METADATA_SECONDS``). ``UnavailableError`` (retryable: a restart
+        may cure it) when no broker answers in time."""
+        from confluent_kafka import KafkaException
+
+        try:
+            meta = self.consumer.list_topics(
+                self.kafka.topic, timeout=METADATA_SECONDS if timeout is None else timeout
+            )
+        except KafkaException as e:
+            raise tf.errors.UnavailableError(
+                None, None, f"kafka topic {self.kafka.topic!r}: no metadata: {e}"
+            ) from e
         topic = meta.topics.get(self.kafka.topic)
         if topic is None or topic.error is not None:
             why = topic.error if topic is not None else "not in the metadata"
@@ -190,7 +204,14 @@ class TopicReader:
         if time.monotonic() - self._refreshed < PARTITIONS_REFRESH_SECONDS:
             return
         self._refreshed = time.monotonic()
-        added = [p for p in self.topic_partitions() if p not in self.partitions]
+        try:
+            now = self.topic_partitions()
+        except (tf.errors.UnavailableError, DataError) as e:
+            # A broker away (restarted, busy) or metadata without the topic for a moment:
+            # the partitions assigned are read on; the next refresh looks again.
+            log.warning("kafka topic %r: partitions not refreshed: %s", self.kafka.topic, e)
+            return
+        added = [p for p in now if p not in self.partitions]
         if added:
             self.consumer.incremental_assign(
                 [TopicPartition(self.kafka.topic, p, OFFSET_BEGINNING) for p in added]

@@ -112,6 +112,27 @@ def test_the_reader_takes_every_partition_from_the_given_offsets_and_commits_not
     assert all(tp.offset < 0 for tp in answer), answer
 
 
+def test_no_broker_answering_is_retryable_at_the_start_and_no_failure_at_a_refresh(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from etj_trainer.data import kafka as bridge
+
+    monkeypatch.setattr(bridge, "METADATA_SECONDS", 1.0)
+    reader = TopicReader(_kafka(), "etj-test-away")  # 127.0.0.1:9: nothing listens
+    try:
+        # At the start (or a rollback's seek): a retryable failure, the chief restarted.
+        with pytest.raises(tf.errors.UnavailableError, match="no metadata"):
+            reader.seek({0: 5})
+        # While it reads (a broker restarting mid-stream): the refresh of the partitions
+        # is skipped, the partitions assigned are read on.
+        monkeypatch.setattr(bridge, "PARTITIONS_REFRESH_SECONDS", 0.0)
+        reader.partitions = [0]
+        assert len(reader.take(10, 0.5)) == 0
+        assert reader.partitions == [0]
+    finally:
+        reader.close()
+
+
 def test_a_missing_topic_is_a_data_error(kafka: Any):
     data = KafkaData.model_validate({"bootstrapServers": kafka.bootstrap, "topic": "nowhere"})
     reader = TopicReader(data, "etj-test-missing")

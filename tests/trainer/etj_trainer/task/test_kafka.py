@@ -1,8 +1,9 @@
 """A job that trains from a Kafka topic (etj_trainer.task.kafka) on real trainer processes
-and a real broker: killed mid-stream and restarted, it resumes from the offsets of the
-checkpoint it restored (read from its progress lines), trains every message produced (the
-records its last checkpoint's tables learned from equal the messages produced), trains
-again at most ``reread_bound`` messages, and ends when the topic stays quiet."""
+and a real broker: one process killed mid-stream and restarted, and a ParameterServer job
+with a worker and then a ps killed mid-stream, resume from the offsets of the checkpoint
+they restored (read from the chief's progress lines), train every message produced (the
+records the last checkpoint's tables learned from equal the messages produced), train
+again at most ``reread_bound`` messages, and end when the topic stays quiet."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from typing import Any
 import pytest
 from harness import LocalJob, job_spec, trainer_config, wait_for
 
-from etj_trainer.task.kafka import chunk_messages, group_id, reread_bound
+from etj_trainer.task.kafka import ROUND_CHUNKS, chunk_messages, group_id, reread_bound
 
 BATCH = 64
+STEPS_PER_EXECUTION = 10
 PARTITIONS = 2
+# Worker kills the ParameterServer test tries for one that lands in a round.
+ATTEMPTS = 5
 MODEL = {
     "embeddings": [
         {"name": "user_id", "vocabularySize": 5000, "dimension": 8},
@@ -65,7 +69,7 @@ def _spec(kafka: Any, topic: str, idle: int, **overrides: Any) -> Any:
             "batchSizePerReplica": BATCH,
             "optimizer": "adagrad",
             "learningRate": 0.1,
-            "stepsPerExecution": 10,
+            "stepsPerExecution": STEPS_PER_EXECUTION,
         },
         **overrides,
     )
@@ -90,9 +94,9 @@ def test_a_one_process_job_killed_mid_stream_resumes_from_the_checkpoints_offset
     spec = _spec(kafka, "one-process", idle=8, **mirrored)
     assert spec.training.steps is None
     ckpt = tmp_path / "ckpt"
-    config = trainer_config(spec, checkpoint_dir=ckpt, every_steps=20, keep=50)
+    config = trainer_config(spec, checkpoint_dir=ckpt, every_steps=100, keep=50)
     bound = reread_bound(config, 1)
-    assert bound == 19 * BATCH + 2 * chunk_messages(config) and group_id(config) == "etj-test"
+    assert bound == 99 * BATCH + 2 * chunk_messages(config) and group_id(config) == "etj-test"
     stream.produce(4000)  # some before it starts
     with LocalJob(config, tmp_path / "job", workers=1, ps=0, chief=False) as job:
         job.start_all()
@@ -132,3 +136,108 @@ def test_a_one_process_job_killed_mid_stream_resumes_from_the_checkpoints_offset
     # The leader's last progress line carries the records (status.progress.input).
     progress = job.last("progress")
     assert progress is not None and progress["input"]["records"] == stream.produced
+
+
+def _last_trained(job: LocalJob, start: int) -> int:
+    """The records of the last round the chief of start ``start`` finished (a rollback's
+    records when it came after)."""
+    marks = [e for e in job.events(start=start) if e["event"] in ("consumed", "rolledBack")]
+    return int(marks[-1]["records"]) if marks else 0
+
+
+def _in_a_round(job: LocalJob) -> bool:
+    """The chief (first start) is in a round, half of it or more still to run: its last
+    progress line is past the step of the last round it finished, by half a round at most
+    (a round: ROUND_CHUNKS chunks per worker, 2 workers)."""
+    half = ROUND_CHUNKS * 2 * STEPS_PER_EXECUTION // 2
+    last_round, ahead = None, None
+    for e in job.events(start=0):
+        if e["event"] in ("consumed", "rolledBack"):
+            last_round, ahead = e["step"], None
+        elif e["event"] == "progress" and last_round is not None:
+            ahead = e["step"] - last_round
+    return ahead is not None and 0 < ahead <= half
+
+
+def _wait_past(job: LocalJob, records: int, what: str) -> None:
+    """Until the chief (first start) has trained past ``records`` (``what``: why)."""
+    wait_for(lambda: _last_trained(job, 0) > records, 900, f"records past {records} ({what})")
+
+
+@pytest.mark.timeout(5400)
+def test_a_parameter_server_job_survives_a_worker_and_a_ps_killed_mid_stream(
+    tmp_path: Any, kafka: Any
+) -> None:
+    stream = Stream(kafka, "parameter-server")
+    spec = _spec(kafka, "parameter-server", idle=15)
+    ckpt = tmp_path / "ckpt"
+    config = trainer_config(
+        spec, checkpoint_dir=ckpt, every_steps=100, keep=50, watchdog_seconds=600
+    )
+    bound = reread_bound(config, 2)
+    assert bound == 99 * BATCH + 2 * 2 * chunk_messages(config)
+    stream.produce(4000)
+    with LocalJob(config, tmp_path / "job", workers=2, ps=2) as job:
+        job.start_all()
+
+        def saved_some() -> bool:
+            job.check_chief_alive()
+            return any(e["records"] > 0 for e in _events(job, "positionSaved", 0))
+
+        wait_for(saved_some, 1800, "a checkpoint of trained messages")
+        # A worker lost mid-stream: the chief rolls its round back to the last checkpoint.
+        # Killed while a round is in flight (the chief has reported steps past the last
+        # round's but not half a round on). A kill that lands between two rounds anyway
+        # (the chief taking or checkpointing, the workers idle) runs nothing twice and
+        # rolls nothing back: then again, a few times at most.
+        for attempt in range(1, ATTEMPTS + 1):
+            rollbacks = len(_events(job, "rolledBack", 0))
+            stream.produce(20000)
+            end = stream.produced
+            wait_for(
+                lambda: _in_a_round(job) or _last_trained(job, 0) == end,  # noqa: B023
+                900,
+                "a round in flight",
+            )
+            job.kill("worker", 1)
+            job.start("worker", 1)
+            stream.produce(2000)  # something left to train whatever it had done
+            _wait_past(job, _last_trained(job, 0), "a worker lost")
+            if len(_events(job, "rolledBack", 0)) > rollbacks:
+                print(f"a worker kill rolled a round back at attempt {attempt}")
+                break
+        # A ps lost mid-stream: the chief fails (retryable) and its restart restores.
+        stream.produce(20000)
+        _wait_past(job, _last_trained(job, 0), "the next messages")
+        job.kill("ps", 0)
+        stream.produce(4000)  # while it is down (and a closure that needs the ps)
+        assert job.wait_exit("chief", 0, 600) != 0
+        killed_at = _last_trained(job, 0)
+        job.start("ps", 0)
+        job.restart_workers()
+        job.start("chief", 0)
+        done = job.wait_done(2400)
+    saves = _events(job, "positionSaved", 0)
+    log = job.events(start=0)
+    rolled_back = [(i, e) for i, e in enumerate(log) if e["event"] == "rolledBack"]
+    assert rolled_back, f"no worker kill of {ATTEMPTS} landed in a round"
+    for i, rolled in rolled_back:
+        # A worker's loss trains again what came after the last checkpoint before it (the
+        # rounds since, and the round it cut short): within the bound.
+        trained = [e for e in log[:i] if e["event"] == "consumed"][-1]["records"]
+        again = trained - rolled["records"] + rolled["messages"]
+        print(f"rolled back from {trained} to {rolled['records']} records: {again} again")
+        assert rolled["offsets"] in [s["offsets"] for s in saves]
+        assert rolled["records"] <= trained and again <= bound
+    # The ps's loss: the new chief restored the last checkpoint's offsets and records.
+    restored = _events(job, "restored", 1)[0]
+    assert (restored["offsets"], restored["records"]) == (
+        saves[-1]["offsets"],
+        saves[-1]["records"],
+    )
+    reread = killed_at - restored["records"]
+    print(f"ps killed at {killed_at} records, restored {restored['records']}: {reread} re-read")
+    assert 0 <= reread <= bound
+    final = _events(job, "followed", 1)[-1]
+    assert final["offsets"] == stream.per_partition()
+    assert final["records"] == stream.produced >= 48000 and done["step"] == final["step"]
