@@ -18,8 +18,8 @@ a learnable click signal), generated once and saved, then fed from memory:
   backward), the tower in PyTorch; skipped, with the reason, when it does not import.
 
 Each run is its own process with the same thread budget (``--threads``, default the
-machine's cores; the PS job's five processes share them as ``etj run`` shares them) and
-trains the same examples; examples/s count after the first 25 steps (tracing, warm-up).
+cores this process may use; the PS job's five processes share those cores as ``etj run``
+shares them) and trains the same examples; examples/s count after the first 25 steps (tracing, warm-up).
 Rounds alternate the systems (``--rounds``); the best of each is kept, since other load
 on the machine only ever slows a run. Printed per model: examples/s, the ratio to
 PyTorch, CPU-seconds per 1,000 examples, the AUC on 50k held-out rows, and etj's examples
@@ -28,6 +28,9 @@ per CPU-second beside DeepRec's published per-vCPU figures (another machine: 8 v
 
     make benchmark-deps && .venv/bin/python benchmarks/peers.py [--quick]
     make bench-peers              # the same, --quick
+
+On a loaded machine pass ``--threads 1``: PyTorch's OpenMP threads meet at every parallel
+region, so one thread the load deschedules stalls the rest (RESULTS.md: 10x slower at 2).
 
 ``--quick`` trains 100k examples per run, one round (a few minutes on 2 busy cores);
 the default 600k, two rounds. Not a test: nothing is asserted. Results:
@@ -55,13 +58,14 @@ for _p in (ROOT / "tests" / "trainer", ROOT / "operator", ROOT / "trainer_image"
 from harness import LocalJob, trainer_config, trainer_env, wait_for  # noqa: E402
 
 from etj.api.spec import EmbeddingTrainingJobSpec  # noqa: E402
+from trainer_throughput import LEARNING_RATE, _tree_cpu, ps_job_spec  # noqa: E402
 
 BATCH = 512
 TABLES = 26
 ROWS = 10_000
 DIM = 16
 DENSE = 13
-LR = 0.05
+LR = LEARNING_RATE
 INITIAL_ACCUMULATOR = 0.1  # etj_trainer.task.optim.INITIAL_ACCUMULATOR
 EMBEDDING_INIT = 0.05  # etj_trainer.models.ctr.EMBEDDING_INIT
 WARM_STEPS = 25  # one etj chunk: excluded from every rate
@@ -90,24 +94,8 @@ def model_doc(model: str) -> dict[str, Any]:
 
 
 def job_spec(model: str, steps: int) -> EmbeddingTrainingJobSpec:
-    return EmbeddingTrainingJobSpec.model_validate(
-        {
-            "strategy": "ParameterServer",
-            "replicas": {
-                "chief": {"replicas": 1},
-                "worker": {"replicas": 2},
-                "ps": {"replicas": 2},
-            },
-            "model": model_doc(model),
-            "data": {"source": "synthetic", "synthetic": {"seed": 3}},
-            "training": {
-                "batchSizePerReplica": BATCH,
-                "steps": steps,
-                "optimizer": "adagrad",
-                "learningRate": LR,
-            },
-        }
-    )
+    """``model``'s job: trainer_throughput.py's (chief + 2 workers + 2 ps, Adagrad)."""
+    return ps_job_spec(model_doc(model), BATCH, steps)
 
 
 def _own_cpu() -> float:
@@ -213,35 +201,44 @@ def run_etj(model: str, data: Path, steps: int) -> dict[str, Any]:
 
 def run_etj_ps(model: str, data: Path, steps: int) -> dict[str, Any]:
     """etj's PS job (chief + 2 workers + 2 ps, ``python -m etj_trainer`` each, bound to
-    cores as ``etj run`` binds them): the steady rate between 10 % and 90 % of its steps
-    (its own step counter), then the AUC of its final checkpoint."""
-    from trainer_throughput import _tree_cpu
-
+    cores as ``etj run`` binds them): the steady rate between its first progress record
+    past 10 % of its steps and its last one before 90 % (or before the end), each timed
+    when first seen (polled every 50 ms, written every 0.25 s: the lag is alike at both
+    ends); CPU of all five tasks over the same window; then the AUC of its final
+    checkpoint. ``window_s`` says how long the window was: its steps arrive a chunk
+    (~1 s of a worker's steps) at a time, so a window of a few seconds is no measure."""
     workdir = Path(tempfile.mkdtemp(prefix="etj-peers-ps-"))
     config = trainer_config(
-        job_spec(model, steps), checkpoint_dir=workdir / "ckpt", every_steps=steps, keep=1
+        job_spec(model, steps),
+        checkpoint_dir=workdir / "ckpt",
+        every_steps=steps,
+        keep=1,
+        watchdog_seconds=900,  # a loaded machine's tracing outlasts the default
     )
-    job = LocalJob(config, workdir, workers=2, ps=2, env={"ETJ_PROGRESS_SECONDS": "1"})
+    job = LocalJob(config, workdir, workers=2, ps=2, env={"ETJ_PROGRESS_SECONDS": "0.25"})
     try:
         job.start_all()
-
-        def reached(step: int) -> Any:
-            def check() -> bool:
-                job.check_chief_alive()
-                return job.step() >= step
-
-            return check
-
-        wait_for(reached(max(1, steps // 10)), 900, "the PS job's first tenth", every=0.2)
         pids = [p.pid for p in job.procs.values()]
-        first = (time.monotonic(), job.step(), _tree_cpu(pids))
-        wait_for(reached(steps * 9 // 10), 3600, "the PS job's nine tenths", every=0.2)
-        last = (time.monotonic(), job.step(), _tree_cpu(pids))
+        seen: list[tuple[float, int, float]] = []  # (first seen, step, CPU of the tasks)
+
+        def finished() -> bool:
+            job.check_chief_alive()
+            step = job.step()
+            if step and (not seen or step != seen[-1][1]):
+                seen.append((time.monotonic(), step, _tree_cpu(pids)))
+            return job.last("done") is not None
+
+        wait_for(finished, 3600, "the PS job to finish", every=0.05)
         job.wait_done(timeout=900)
+        first = next((s for s in seen if s[1] >= steps // 10), seen[0])
+        inner = [s for s in seen if first[1] < s[1] <= steps * 9 // 10]
+        last = inner[-1] if inner else next(s for s in reversed(seen) if s[1] > first[1])
         examples = (last[1] - first[1]) * BATCH
         result = {
             "eps": examples / (last[0] - first[0]),
             "cpu_per_k": (last[2] - first[2]) * 1000 / examples,
+            "window_s": last[0] - first[0],
+            "records": sum(1 for s in seen if first[1] <= s[1] <= last[1]),
         }
     finally:
         job.close()
@@ -528,10 +525,15 @@ def compare(model: str, examples: int, rounds: int, threads: int, systems: list[
                 ]
                 began = time.monotonic()
                 res = _in_subprocess([*args, "--threads", str(threads)], env)
+                window = (
+                    f", window {res['window_s']:.1f} s of {res['records']} progress records"
+                    if "window_s" in res
+                    else ""
+                )
                 print(
                     f"  round {r + 1} {system:<9}: {res['eps']:9,.0f} examples/s, "
                     f"{res['cpu_per_k']:.3f} CPU-s per 1k examples, AUC {res['auc']:.4f} "
-                    f"({time.monotonic() - began:.0f} s, load {_load_avg()})",
+                    f"({time.monotonic() - began:.0f} s{window}, load {_load_avg()})",
                     flush=True,
                 )
                 if system not in best or res["eps"] > best[system]["eps"]:
@@ -571,7 +573,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="100k examples per run, one round")
     parser.add_argument("--examples", type=int, default=None, help="examples per run")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (best kept)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="threads of each single-process run (default: the cores this process may use)",
+    )
     parser.add_argument("--models", default="dlrm,deepfm")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--run", choices=["data", *SYSTEMS], help=argparse.SUPPRESS)
@@ -592,7 +599,10 @@ def main() -> int:
     examples = args.examples or (100_000 if args.quick else 600_000)
     rounds = args.rounds or (1 if args.quick else 2)
     systems = [s for s in args.systems.split(",") if s]
-    print(f"etj peers: load average {_load_avg()}, {os.cpu_count()} cores", flush=True)
+    print(
+        f"etj peers: load average {_load_avg()}, {len(os.sched_getaffinity(0))} cores",
+        flush=True,
+    )
     for model in args.models.split(","):
         compare(model, examples, rounds, args.threads, systems)
     return 0

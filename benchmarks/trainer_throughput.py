@@ -59,6 +59,7 @@ from etj.api.progress import DYNAMIC_TABLES_KEY  # noqa: E402
 from etj.api.spec import EmbeddingTrainingJobSpec  # noqa: E402
 
 BATCH = 1024
+LEARNING_RATE = 0.05
 
 
 # ``--dynamic``: user_id and item_id as dynamic tables of as many rows (fallback + pool).
@@ -85,9 +86,14 @@ def model_doc(dynamic: bool = False) -> dict[str, Any]:
     }
 
 
-def job_spec(steps: int, spe: int | None, dynamic: bool = False) -> EmbeddingTrainingJobSpec:
-    """The benchmark's job; ``spe`` None leaves ``stepsPerExecution`` out (the product's
-    default: under ParameterServer, chunks sized by time)."""
+def ps_job_spec(
+    model: dict[str, Any], batch: int, steps: int, spe: int | None = None, **extra: Any
+) -> EmbeddingTrainingJobSpec:
+    """The benchmarks' ParameterServer job (this file's and ``peers.py``'s): chief + 2
+    workers + 2 ps, ``model`` on the synthetic stream (seed 3), Adagrad at 0.05, ``batch``
+    per worker, ``steps`` in all; ``spe`` None leaves ``stepsPerExecution`` out (the
+    product's default: under ParameterServer, chunks sized by time); ``extra``: more
+    top-level fields of the spec (``sharding``)."""
     return EmbeddingTrainingJobSpec.model_validate(
         {
             "strategy": "ParameterServer",
@@ -96,18 +102,24 @@ def job_spec(steps: int, spe: int | None, dynamic: bool = False) -> EmbeddingTra
                 "worker": {"replicas": 2},
                 "ps": {"replicas": 2},
             },
-            "model": model_doc(dynamic),
+            "model": model,
             "data": {"source": "synthetic", "synthetic": {"seed": 3}},
             "training": {
-                "batchSizePerReplica": BATCH,
+                "batchSizePerReplica": batch,
                 "steps": steps,
                 "optimizer": "adagrad",
-                "learningRate": 0.05,
+                "learningRate": LEARNING_RATE,
                 **({} if spe is None else {"stepsPerExecution": spe}),
             },
-            "sharding": {"maxShardBytes": os.environ.get("ETJ_BENCH_MAX_SHARD", "128Mi")},
+            **extra,
         }
     )
+
+
+def job_spec(steps: int, spe: int | None, dynamic: bool = False) -> EmbeddingTrainingJobSpec:
+    """This benchmark's job, its tables sharded per ``ETJ_BENCH_MAX_SHARD``."""
+    sharding = {"maxShardBytes": os.environ.get("ETJ_BENCH_MAX_SHARD", "128Mi")}
+    return ps_job_spec(model_doc(dynamic), BATCH, steps, spe, sharding=sharding)
 
 
 # --- the runs, each in its own process ---------------------------------------------------
