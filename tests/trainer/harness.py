@@ -216,7 +216,7 @@ class LocalJob:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "trainer.json"
-        self.config_path.write_text(json.dumps(config.to_wire()))
+        self._write_config()
         roles = {"chief": 1 if chief else 0, "worker": workers, "ps": ps}
         ports = iter(free_ports(sum(roles.values()) + 1))
         self.cluster = {
@@ -230,7 +230,14 @@ class LocalJob:
     def set_config(self, config: TrainerConfig) -> None:
         """A new trainer config for the tasks started from now on."""
         self.config = config
-        self.config_path.write_text(json.dumps(config.to_wire()))
+        self._write_config()
+
+    def _write_config(self) -> None:
+        # Whole or not at all (a temporary file renamed over it): a task starting now reads
+        # the old config or the new one, never a file cut off mid-write.
+        tmp = self.config_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.config.to_wire()))
+        os.replace(tmp, self.config_path)
 
     def set_steps(self, total: int) -> None:
         """A new step total for the tasks started from now on (the rest unchanged)."""
@@ -385,6 +392,14 @@ class LocalJob:
             raise AssertionError(
                 f"chief exited with {code} before finishing:\n{tail}\n{self.peer_tails()}"
             )
+
+    def check_running(self, role: str) -> None:
+        """Every started task of ``role`` still runs: a wait that needs them fails at once
+        when one has exited (a ps that could not start), not at its deadline."""
+        for (r, index), proc in sorted(self.procs.items()):
+            code = proc.poll()
+            if r == role and code is not None:
+                raise AssertionError(f"{r}/{index} exited with {code}:\n{self.peer_tails()}")
 
     def peer_tails(self, chars: int = 1500) -> str:
         """The end of every other task's current log: where a hang shows up."""

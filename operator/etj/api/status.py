@@ -307,6 +307,14 @@ class EmbeddingTrainingJobStatus(ApiModel):
         ),
     )
     restarts: int = Field(default=0, ge=0, description="Restarts counted against backoffLimit.")
+    last_restart_time: str | None = Field(
+        default=None,
+        description=(
+            "When the last restart counted against backoffLimit was decided (RFC 3339): a "
+            "replica whose container ended before then failed in that fault, and is not "
+            "counted again when its end is seen later."
+        ),
+    )
     start_time: str | None = Field(
         default=None, description="When the job first started (RFC 3339)."
     )

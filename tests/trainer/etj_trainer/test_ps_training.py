@@ -95,7 +95,14 @@ def _restart_chief(job: LocalJob) -> dict[str, Any]:
     the chief before can hold the new chief's first chunk)."""
     job.restart_workers()
     job.start("chief", 0)
-    return dict(wait_for(lambda: job.last("restored"), RESUMED, "the chief to restore"))
+
+    def restored() -> dict[str, Any] | None:
+        # The chief waits for every ps: one that exited fails the wait now, with its log.
+        job.check_chief_alive()
+        job.check_running("ps")
+        return job.last("restored")
+
+    return dict(wait_for(restored, RESUMED, "the chief to restore"))
 
 
 def _watchdog_stopped(job: LocalJob) -> bool:

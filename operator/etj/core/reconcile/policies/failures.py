@@ -1,6 +1,7 @@
-"""Failed replicas: which failures count, restarting their group (or failing the job when
-the restart policy or backoffLimit says so), the restart back-off, a Kueue requeue, and a
-raised memory limit after an OOM kill.
+"""Failed replicas: which failures count (one fault once: a replica that ended before the
+last counted restart was decided is part of that fault), restarting their group (or failing
+the job when the restart policy or backoffLimit says so), the restart back-off, a Kueue
+requeue, and a raised memory limit after an OOM kill.
 
 Pure: no I/O; each rule changes the pass it is given.
 """
@@ -19,7 +20,7 @@ from etj.api.reasons import (
 from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType, Phase, PodPhase, ReplicaBackoff
 from etj.api.trainer_reasons import REASON_CHECKPOINT_STORAGE_FULL
-from etj.core.reconcile.decision import iso
+from etj.core.reconcile.decision import iso, parse_time
 from etj.core.reconcile.policies.backoff import due_time, restart_wait
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
@@ -78,7 +79,17 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     # Kueue stops a whole group at once: a replica that crashed beside it (a collective
     # lost its peer before Kueue marked this one) is part of the same disruption.
     evicted = queue_eviction(f.pod for f in failures)
-    counted = evicted is None and any(not f.pod.disrupted for f in failures)
+    # One fault, one count: a replica that ended before the last counted restart was
+    # decided failed in that fault, only seen later (a ps OOM-killed: its chief lost it and
+    # exited first, and was restarted and counted; the ps' own end reached the API server
+    # after that). It restarts, and is not counted again.
+    before = parse_time(p.st.last_restart_time)
+    earlier = [
+        f
+        for f in failures
+        if before is not None and f.pod.finished_at is not None and f.pod.finished_at <= before
+    ]
+    counted = evicted is None and any(not f.pod.disrupted and f not in earlier for f in failures)
     if counted and p.st.restarts >= rp.backoff_limit:
         p.finish(
             Phase.FAILED,
@@ -95,6 +106,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         _oom(p, f)
     if counted:
         p.st.restarts += 1
+        p.st.last_restart_time = iso(p.w.now)
     names = sorted(pod_name(p.job.name, r, i) for r, i in group)
     _count_role_restarts(p, group, replicas)
     p.st.restarting_pods = sorted(set(p.st.restarting_pods) | set(names))
@@ -112,7 +124,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         + (
             f"(restart {p.st.restarts} of backoffLimit {rp.backoff_limit})"
             if counted
-            else "(a disruption: not counted against backoffLimit)"
+            else _not_counted(p, earlier)
         ),
     )
     p.st.phase = Phase.RESTARTING
@@ -123,6 +135,14 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         f"{whys}; next restart {when}" if when else whys,
     )
     return False
+
+
+def _not_counted(p: _Pass, earlier: list[Failure]) -> str:
+    if earlier:
+        return (
+            f"(failed in the fault of the restart at {p.st.last_restart_time}: not counted again)"
+        )
+    return "(a disruption: not counted against backoffLimit)"
 
 
 def _storage_full(p: _Pass, permanent: list[Failure]) -> None:

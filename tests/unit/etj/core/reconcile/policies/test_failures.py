@@ -4,6 +4,8 @@ replica's end."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from etj.api.roles import Role
 from etj.api.status import ConditionType, Phase
 from etj.core.planner import build_plan
@@ -11,7 +13,7 @@ from etj.core.reconcile.policies.failures import fail_or_restart
 from etj.core.reconcile.policies.pass_state import _Pass
 from etj.core.render.pod import replica_set
 from tests.unit.etj.core.reconcile.policies.test_pass_state import _world
-from tests.unit.reconcile_helpers import all_pods, make_job, pod, run, with_status
+from tests.unit.reconcile_helpers import T0, all_pods, make_job, pod, run, with_status
 
 
 def _failed(job, role: Role, index: int, **kw):
@@ -128,3 +130,33 @@ def test_another_permanent_failure_sets_no_storage_condition():
     d = run(job, _failed(job, Role.CHIEF, 0, exit_code=2, message="DataError: /d:1: bad"))
     assert d.status.phase == Phase.FAILED
     assert ConditionType.CHECKPOINT_STORAGE_FULL not in {c.type for c in d.status.conditions}
+
+
+def test_a_ps_failure_seen_after_the_restart_it_caused_is_not_counted_again():
+    # One ps OOM kill, seen in two passes: the chief lost its ps and exited first (138,
+    # retryable), and was restarted with its workers and counted; the ps' own failure
+    # reached the API server after that. One fault: one restart against backoffLimit.
+    job = make_job(runPolicy={"backoffLimit": 1}, status={"phase": "Running"})
+    chief_exit = _failed(job, Role.CHIEF, 0, exit_code=138, finished_at=T0)
+    first = run(job, chief_exit, now=T0 + timedelta(seconds=2))
+    assert first.status.restarts == 1
+    ps_oom = _failed(
+        job, Role.PS, 0, exit_code=137, reason="OOMKilled", finished_at=T0 - timedelta(seconds=1)
+    )
+    later = run(with_status(job, first), ps_oom, now=T0 + timedelta(seconds=15))
+    assert later.status.phase != Phase.FAILED
+    assert later.status.restarts == 1
+    # It still restarts the ps, and with it the chief and the workers.
+    assert sorted(later.delete_pods) == ["j-chief-0", "j-ps-0", "j-worker-0", "j-worker-1"]
+    (event,) = [e for e in later.events if e.reason == "Restarting"]
+    assert "not counted again" in event.message
+
+
+def test_a_failure_after_the_last_counted_restart_is_a_new_fault():
+    # The same ps failing after the restart was decided (its container ended later) is a
+    # second fault, and counts.
+    job = make_job(runPolicy={"backoffLimit": 5}, status={"phase": "Running"})
+    first = run(job, _failed(job, Role.CHIEF, 0, exit_code=138, finished_at=T0), now=T0)
+    ps_later = _failed(job, Role.PS, 0, exit_code=137, finished_at=T0 + timedelta(seconds=30))
+    later = run(with_status(job, first), ps_later, now=T0 + timedelta(seconds=31))
+    assert later.status.restarts == 2
