@@ -55,6 +55,9 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	@# Dead code: names defined and used nowhere ([tool.vulture] in pyproject.toml).
 	$(VENV)/bin/vulture
+	@# The repository's own rules (tests/unit/lint): every product module with logic has its
+	@# test module (test_mirror), the drift guard, enum annotations, deadlines, benchmark docstrings.
+	$(PY) -m pytest tests/unit/lint -q
 	@# Every test module imports (a moved fixture fails here in seconds, not mid-suite).
 	@out=$$($(PY) -m pytest --collect-only -q 2>&1) || { echo "$$out" | tail -40; exit 1; }; \
 		echo "$$out" | tail -1

@@ -42,19 +42,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from harness import LocalJob, job_spec, trainer_config, trainer_env  # noqa: E402
 
+from etj.api.architectures import Architecture  # noqa: E402
 from etj.api.constants import METRICS_PORT_ENV, TF_CONFIG_ENV, TRAINER_CONFIG_ENV  # noqa: E402
 
 TABLES = {"user_id": 2000, "item_id": 1000, "category": 60, "country": 20}
 DIM = 8
 DENSE = 4
 LR = 0.05
-ARCHITECTURES: dict[str, dict[str, Any]] = {
-    "dnn": {},
-    "wideDeep": {"wideDeep": {}},
-    "deepFM": {"deepFM": {}},
-    "dcnV2": {"dcnV2": {"crossLayers": 2, "structure": "stacked"}},
-    "dlrm": {"dlrm": {"bottomUnits": [16]}},
+# Settings smaller than the defaults where the reference below is built the same way.
+SMALL: dict[str, dict[str, Any]] = {
+    "dcnV2": {"crossLayers": 2, "structure": "stacked"},
+    "dlrm": {"bottomUnits": [16]},
 }
+# Every registered architecture (etj.api.architectures), with its settings for this run.
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    a.value: {a.value: SMALL.get(a.value, {})} if a.registration.settings else {}
+    for a in Architecture
+}
+# The architectures with a tf_keras reference in keras_model (a new one runs without it).
+KERAS_REFERENCES = ("dnn", "wideDeep", "deepFM", "dcnV2", "dlrm")
 HIDDEN = [32, 16]
 # The trainer's watchdog: generous, as a shared machine may be slow (the harness's default
 # 120 s is shorter than a whole run here, which has no checkpoint to report steps at).
@@ -278,7 +284,8 @@ def keras_model(arch: str) -> Any:
             projected = keras.layers.Dense(width)(x)
             x = keras.layers.Add()([keras.layers.Multiply()([x0, projected]), x])
         logit = keras.layers.Dense(1)(mlp(x, HIDDEN, True))
-    else:  # dlrm
+    else:
+        assert arch == "dlrm", f"no tf_keras reference for {arch}"
         bottom = mlp(dense, [16, DIM], True)
         stacked = keras.layers.Lambda(lambda e: tf.stack(e, axis=1))([bottom, *emb])
         n = len(emb) + 1
@@ -329,6 +336,9 @@ def main() -> None:
     for arch in args.architectures.split(","):
         for mode in args.modes.split(","):
             start = time.monotonic()
+            if mode == "keras" and arch not in KERAS_REFERENCES:
+                print(f"# {arch} keras: no tf_keras reference in keras_model; skipped")
+                continue
             if mode == "keras":
                 p = run_keras(arch, steps, batch, train, held)
             else:

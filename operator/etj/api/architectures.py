@@ -111,6 +111,18 @@ class Registration:
     first_order: bool = False  # a first-order (dimension 1) table per embedding table
     same_dimension: bool = False  # it takes dot products: every table of one dimension
 
+    def __post_init__(self) -> None:
+        # Refused here, at import, rather than as an AttributeError in ModelSpec.tables (which
+        # reads a first-order architecture's linearOptimizer from its settings).
+        if self.first_order and not (
+            isinstance(self.settings, type) and issubclass(self.settings, LinearPart)
+        ):
+            raise TypeError(
+                f"architecture {self.name!r} has first_order=True, so its settings model must "
+                "derive from LinearPart (it carries linearOptimizer of the first-order tables); "
+                f"got {self.settings!r}"
+            )
+
 
 # The standard towers, each registered once, here: its wire name, its settings model and
 # what the planner and the rules must know of it. The CRD's enum, ModelSpec's settings

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from etj.api import EmbeddingTrainingJob
-from etj.api.architectures import Architecture
+from etj.api.architectures import FIRST_ORDER, Architecture
 from etj.api.spec import ModelSpec
 from etj.core.planner import build_plan
 from tests.unit.conftest import ROOT, load_example
@@ -142,9 +142,22 @@ def test_the_example_validates_and_plans() -> None:
     assert build_plan(spec).ps_replicas == 2
 
 
-@pytest.mark.parametrize(
-    "example", ["criteo-wide-deep", "criteo-deepfm", "criteo-dcn-v2", "criteo-dlrm"]
-)
+CRITEO_EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("criteo-*.yaml"))
+
+
+def test_every_architecture_but_dnn_has_a_criteo_example() -> None:
+    """The Criteo examples are found by the architecture they name (here and in
+    tests/local/etj/local/test_runner_examples.py): a new architecture needs its example."""
+    named = {
+        yaml.safe_load((ROOT / "examples" / f"{e}.yaml").read_text())["spec"]["model"][
+            "architecture"
+        ]
+        for e in CRITEO_EXAMPLES
+    }
+    assert named == {a.value for a in Architecture} - {Architecture.DNN.value}
+
+
+@pytest.mark.parametrize("example", CRITEO_EXAMPLES)
 def test_each_criteo_example_is_criteo_yaml_with_another_architecture(example: str) -> None:
     """One Criteo example per architecture (tests/local/etj/local/test_runner_examples.py trains each): the
     same columns, tables, data and training as criteo.yaml; only the name and the
@@ -162,6 +175,20 @@ def test_each_criteo_example_is_criteo_yaml_with_another_architecture(example: s
         yaml.safe_load((ROOT / "examples" / f"{example}.yaml").read_text())
     )
     tables = [t.name for t in job.spec.model.tables]
-    first_order = architecture in ("wideDeep", "deepFM")
+    first_order = Architecture(architecture) in FIRST_ORDER
     assert len(tables) == 26 * (2 if first_order else 1)
     assert build_plan(job.spec).ps_replicas == 1
+
+
+def test_a_first_order_registration_without_linear_settings_is_refused() -> None:
+    from etj.api.architectures import DcnV2Spec, LinearPart, Registration
+
+    for settings in (None, DcnV2Spec):
+        with pytest.raises(TypeError, match="must derive from LinearPart"):
+            Registration("sparseLinear", settings, first_order=True)
+
+    class SparseLinearSpec(LinearPart):
+        pass
+
+    assert Registration("sparseLinear", SparseLinearSpec, first_order=True).first_order
+    assert Registration("plain", DcnV2Spec).settings is DcnV2Spec
