@@ -32,15 +32,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 for _p in (ROOT / "operator", ROOT / "trainer_image", ROOT / "tests" / "cluster"):
     sys.path.insert(0, str(_p))
+# Last: its etj_trainer/ (the trainer's tests) must not shadow the trainer; for `harness`.
+sys.path.append(str(ROOT / "tests" / "trainer"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402
+from harness import job_spec, trainer_config  # noqa: E402  (tests/trainer: the tests' config)
 
-from etj.api.spec import EmbeddingTrainingJobSpec  # noqa: E402
 from etj.api.trainer import TrainerConfig  # noqa: E402
-from etj.core.planner import build_plan  # noqa: E402
-from etj_testcluster.kafka import LocalKafka  # noqa: E402
+from etj_testcluster.kafka import CLICK_HEADER, ClickStream, LocalKafka, click_model  # noqa: E402
 from etj_trainer.data.kafka import TopicReader  # noqa: E402
 from etj_trainer.data.pipeline import feature_dataset  # noqa: E402
 from etj_trainer.task.kafka import chunk_args, chunk_function, chunk_messages  # noqa: E402
@@ -50,53 +51,27 @@ BATCH = 512
 SPE = 20
 PARTITIONS = 2
 TOPIC = "bench"
-MODEL = {
-    "embeddings": [
-        {"name": "user_id", "vocabularySize": 100_000, "dimension": 16},
-        {"name": "item_id", "vocabularySize": 20_000, "dimension": 16},
-    ],
-    "features": [
-        {"name": "label", "kind": "label"},
-        {"name": "price", "kind": "dense"},
-        {"name": "user", "kind": "categorical", "table": "user_id"},
-        {"name": "item", "kind": "categorical", "table": "item_id"},
-    ],
-    "hiddenUnits": [64, 32],
-}
-
-
-def rows(n: int) -> list[str]:
-    return [
-        f"{int(i * 7919 % 3 == 0)},{i % 97 / 10},u{i * 31 % 99_991},i{i % 19_997}" for i in range(n)
-    ]
+USERS, ITEMS = 99_991, 19_997
+MODEL = click_model(100_000, 20_000, 16, [64, 32])
 
 
 def config(data: dict) -> TrainerConfig:
-    spec = EmbeddingTrainingJobSpec.model_validate(
-        {
-            "strategy": "MultiWorkerMirrored",
-            "replicas": {"worker": {"replicas": 1}},
-            "model": MODEL,
-            "data": data,
-            "training": {
-                "batchSizePerReplica": BATCH,
-                "stepsPerExecution": SPE,
-                "optimizer": "adagrad",
-                "learningRate": 0.05,
-                **({} if data["source"] == "kafka" else {"steps": 10**6}),
-            },
-        }
+    training = {
+        "batchSizePerReplica": BATCH,
+        "stepsPerExecution": SPE,
+        "optimizer": "adagrad",
+        "learningRate": 0.05,
+        **({} if data["source"] == "kafka" else {"steps": 10**6}),
+    }
+    spec = job_spec(
+        strategy="MultiWorkerMirrored",
+        replicas={"worker": {"replicas": 1}},
+        model=MODEL,
+        data=data,
+        training=training,
+        sharding={},
     )
-    plan = build_plan(spec)
-    return TrainerConfig(
-        job_name="bench",
-        strategy=plan.strategy,
-        model=spec.model,
-        data=spec.data,
-        training=spec.training,
-        shard_plan=plan,
-        metrics_port=9102,  # no reporter runs here
-    )
+    return trainer_config(spec)
 
 
 def kafka_run(cfg: TrainerConfig, n: int) -> float:
@@ -153,29 +128,29 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    lines = rows(args.rows)
-    with tempfile.TemporaryDirectory(prefix="etj-kafka-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="etj-kafka-bench-") as tmp,
+        LocalKafka(Path(tmp) / "kafka") as broker,
+    ):
+        stream = ClickStream(broker, TOPIC, PARTITIONS, users=USERS, items=ITEMS)
+        stream.produce(args.rows)
         path = Path(tmp) / "rows.csv"
-        path.write_text("label,price,user,item\n" + "\n".join(lines) + "\n")
-        with LocalKafka(Path(tmp) / "kafka") as broker:
-            broker.create_topic(TOPIC, partitions=PARTITIONS)
-            broker.produce(TOPIC, [(i % PARTITIONS, r.encode()) for i, r in enumerate(lines)])
-            kafka_cfg = config(
-                {"source": "kafka", "kafka": {"bootstrapServers": broker.bootstrap, "topic": TOPIC}}
-            )
-            files_cfg = config(
-                {"source": "files", "files": {"pattern": str(path), "format": "csv"}}
-            )
-            best = {"kafka": 0.0, "files": 0.0, "consume": 0.0}
-            for r in range(args.repeats):
-                for name, run, cfg in (
-                    ("kafka", kafka_run, kafka_cfg),
-                    ("files", files_run, files_cfg),
-                    ("consume", consume_run, kafka_cfg),
-                ):
-                    eps = run(cfg, args.rows)
-                    best[name] = max(best[name], eps)
-                    print(f"run {r + 1} {name}: {eps:,.0f} examples/s", flush=True)
+        lines = stream.rows(0, args.rows)
+        path.write_text(CLICK_HEADER + "\n" + "\n".join(lines) + "\n")
+        kafka_cfg = config(
+            {"source": "kafka", "kafka": {"bootstrapServers": broker.bootstrap, "topic": TOPIC}}
+        )
+        files_cfg = config({"source": "files", "files": {"pattern": str(path), "format": "csv"}})
+        best = {"kafka": 0.0, "files": 0.0, "consume": 0.0}
+        for r in range(args.repeats):
+            for name, run, cfg in (
+                ("kafka", kafka_run, kafka_cfg),
+                ("files", files_run, files_cfg),
+                ("consume", consume_run, kafka_cfg),
+            ):
+                eps = run(cfg, args.rows)
+                best[name] = max(best[name], eps)
+                print(f"run {r + 1} {name}: {eps:,.0f} examples/s", flush=True)
     print(
         f"best of {args.repeats}: kafka {best['kafka']:,.0f}, files {best['files']:,.0f} "
         f"examples/s into training: kafka/files {best['kafka'] / best['files']:.2f}; "

@@ -47,3 +47,17 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Any:
         pytest.skip(why)
     with local_kafka.LocalKafka(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
+
+
+@pytest.fixture
+def own_kafka(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A broker of the test's own (``kafka``'s kind), for a test that restarts it: the
+    session's broker stays up for the others."""
+    from etj_testcluster import kafka as local_kafka
+
+    local_kafka.ensure_fetched()
+    why = local_kafka.missing()
+    if why:
+        pytest.skip(why)
+    with local_kafka.LocalKafka(tmp_path_factory.mktemp("own-kafka")) as broker:
+        yield broker

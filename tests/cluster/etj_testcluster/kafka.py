@@ -6,7 +6,10 @@ are fetched by ``tests/cluster/build-kafka.sh`` into ``$ETJ_CACHE/kafka/<version
 ``ensure_fetched()`` runs it (a warm run is a file check), so a fresh clone needs no
 separate step. ``LocalKafka.start()`` formats a fresh log directory
 (``kafka.tools.StorageTool format``, what ``kafka-storage.sh format`` runs), starts
-``kafka.Kafka`` on free ports and waits until the broker answers a metadata request.
+``kafka.Kafka`` on free ports and waits until the broker answers a metadata request;
+``LocalKafka.restart()`` stops it and starts it again on the same log directory and ports
+(a broker restart: its topics, messages and offsets kept). ``ClickStream`` is the rows
+the Kafka tests and ``benchmarks/kafka_input.py`` produce: one schema (``click_model``).
 
 It must not: listen anywhere but 127.0.0.1, leave a process behind (``stop()``; the broker
 also dies with its starter), or write outside its state directory.
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from etj.api.features import FeatureKind
 from etj.local.launch import Proc, free_port, start
 from etj_testcluster.cluster import ClusterError, cache_dir
 from etj_testcluster.waiting import WaitTimeout, wait_for
@@ -105,6 +109,7 @@ def java_command(main: str, *args: str, heap: str = "512m") -> list[str]:
 class LocalKafka:
     state_dir: Path
     port: int = 0
+    controller_port: int = 0
     proc: Proc | None = None
 
     @property
@@ -124,20 +129,37 @@ class LocalKafka:
         if why:
             raise ClusterError(why)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.port, controller = free_port(), free_port()
-        config = self.state_dir / "server.properties"
-        config.write_text(server_properties(self.port, controller, self.state_dir / "data"))
+        self.port, self.controller_port = free_port(), free_port()
         subprocess.run(
             java_command(
-                "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)
+                "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(self._config())
             ),
             check=True,
             capture_output=True,
             timeout=timeout,
         )
+        return self._launch(timeout)
+
+    def restart(self, timeout: float = 600.0) -> LocalKafka:
+        """Stop the broker (SIGTERM, then SIGKILL after 30 s) and start it again on the same
+        log directory and ports; ready within ``timeout``. Down while it stops and its JVM
+        starts (seconds; more under load)."""
+        assert self.proc is not None, "restart of a broker never started"
+        self.stop()
+        return self._launch(timeout)
+
+    def _config(self) -> Path:
+        """server.properties for this broker's ports and log directory (written anew)."""
+        config = self.state_dir / "server.properties"
+        config.write_text(
+            server_properties(self.port, self.controller_port, self.state_dir / "data")
+        )
+        return config
+
+    def _launch(self, timeout: float) -> LocalKafka:
         self.proc = start(
             "kafka",
-            java_command("kafka.Kafka", str(config)),
+            java_command("kafka.Kafka", str(self._config())),
             dict(os.environ),
             self.log,
             self.state_dir,
@@ -208,3 +230,63 @@ class LocalKafka:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def click_model(users: int, items: int, dimension: int, hidden: list[int]) -> dict[str, Any]:
+    """The model of ``ClickStream``'s rows (clicked,price,user,item), as ``spec.model``. Pure."""
+    return {
+        "embeddings": [
+            {"name": "user_id", "vocabularySize": users, "dimension": dimension},
+            {"name": "item_id", "vocabularySize": items, "dimension": dimension},
+        ],
+        "features": [
+            {"name": "clicked", "kind": FeatureKind.LABEL.value},
+            {"name": "price", "kind": FeatureKind.DENSE.value},
+            {"name": "user", "kind": FeatureKind.CATEGORICAL.value, "table": "user_id"},
+            {"name": "item", "kind": FeatureKind.CATEGORICAL.value, "table": "item_id"},
+        ],
+        "hiddenUnits": hidden,
+    }
+
+
+# ClickStream's csv header, the columns of click_model in order.
+CLICK_HEADER = "clicked,price,user,item"
+
+
+def click_row(i: int, users: int, items: int) -> str:
+    """Row ``i`` of a click stream (no newline): a label a third of the time, ids spread
+    over ``users`` and ``items``. Pure."""
+    return f"{int(i * 7919 % 3 == 0)},{i % 97 / 10},u{i * 31 % users},i{i % items}"
+
+
+@dataclass
+class ClickStream:
+    """Produces ``click_row`` rows to a new topic of ``kafka``, round robin over its
+    partitions; ``produced`` counts them."""
+
+    kafka: LocalKafka
+    topic: str
+    partitions: int
+    users: int = 5000
+    items: int = 2000
+    produced: int = 0
+
+    def __post_init__(self) -> None:
+        self.kafka.create_topic(self.topic, partitions=self.partitions)
+
+    def rows(self, start: int, n: int) -> list[str]:
+        return [click_row(i, self.users, self.items) for i in range(start, start + n)]
+
+    def produce(self, n: int) -> None:
+        rows = self.rows(self.produced, n)
+        at = self.produced
+        self.kafka.produce(
+            self.topic, [((at + k) % self.partitions, r.encode()) for k, r in enumerate(rows)]
+        )
+        self.produced += n
+
+    def per_partition(self) -> dict[str, int]:
+        """The next offset of each partition (event form: partition numbers as keys)."""
+        return {
+            str(p): len(range(p, self.produced, self.partitions)) for p in range(self.partitions)
+        }

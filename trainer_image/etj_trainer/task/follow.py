@@ -1,28 +1,30 @@
-"""The loop of a job that follows its files (``data.files.follow``): the files that land
-under the pattern are trained as they arrive, in name order, each exactly once in the
-model across restarts.
+"""The one loop of a job that follows arriving data, over a source (``Source``): the files
+that land under ``data.files.follow``'s pattern (``FileSource``, here) or a Kafka topic's
+messages (``etj_trainer.task.kafka.TopicSource``), trained as they arrive, each exactly once
+in the model across restarts.
 
-The unit of work is one whole file: ``FollowParts.run`` trains it (a closure under
-ParameterServer, whose worker reads the file it is named; a call in one process). Files
-are taken in rounds (the new files listed, at most ``ROUND_FILES`` per worker); after a
-round every file of it has been trained, the position (``InputPosition.last_file``) moves
-to the round's last file, and a checkpoint is written when ``everySteps`` steps have passed
-since the last one, when the location goes quiet, on SIGTERM and at the end. The position
-is saved with the tables, so what a failure re-reads is exactly the files after the
-position of the checkpoint restored:
+The unit of work is one source unit, a whole file or a chunk of messages:
+``FollowParts.run`` trains it (a closure under ParameterServer, whose worker reads the file
+it is named or the rows it is handed; a call in one process). Units are taken in rounds (at
+most a few per worker); after a round every unit of it has been trained, the source moves
+its position past them (``InputPosition.last_file`` to the round's last file; a topic's
+offsets past its messages), and a checkpoint is written when ``everySteps`` steps have
+passed since the last one, when the source goes quiet, on SIGTERM and at the end. The
+position is saved with the tables, so what a failure re-reads is exactly the units after
+the position of the checkpoint restored:
 
 - the chief (or the one process) killed, or a ps (the chief is restarted and restores): the
-  files trained since the last checkpoint are trained again, from the restored tables;
+  units trained since the last checkpoint are trained again, from the restored tables;
   their first training is gone with the state it made, so each counts once;
-- a worker lost under ParameterServer: ClusterCoordinator runs the closure of the file it
+- a worker lost under ParameterServer: ClusterCoordinator runs the closure of the unit it
   held again on another worker, after some of its steps may already have reached the ps. The
   loop sees it (more closures started than it scheduled: ``FollowParts.started``), restores
   the last checkpoint in place at the end of the round (the workers, the ps and the chief
-  stay up) and trains the files after its position again.
+  stay up), rewinds the source to the restored position and trains from there again.
 
-Stops: at ``training.steps`` if given (at the end of the file that reaches it), when no file
-has landed for ``stopAfterIdleSeconds``, or on SIGTERM (suspend, delete: checkpoint, exit
-143). It builds no strategy or dataset itself.
+Stops: at ``training.steps`` if given (at the end of the round that reaches it), when the
+source has been quiet for its ``stopAfterIdleSeconds``, or on SIGTERM (suspend, delete:
+checkpoint, exit 143). It builds no strategy or dataset itself.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 
@@ -46,6 +48,7 @@ from etj_trainer.task.evaluate import Scorer, held_out
 from etj_trainer.task.events import emit
 from etj_trainer.task.export import export_to
 from etj_trainer.task.loop import StopFlag, _report_versions, _reporter
+from etj_trainer.task.position import InputPosition
 from etj_trainer.task.state import TrainingState
 from etj_trainer.task.step import ChunkResult
 from etj_trainer.task.supervisor import Heartbeat
@@ -62,20 +65,106 @@ IDLE_SLICE_SECONDS = 2.0
 
 @dataclass
 class FollowParts:
-    """How a role trains one file."""
+    """How a role trains one unit of its source."""
 
-    # Train one file (maybe asynchronously): a handle. A Kafka job's: one chunk's arguments
-    # (etj_trainer.task.kafka).
-    run: Callable[[Any], Any]
+    # Train one unit (maybe asynchronously) from its arguments (``Source.args``): a handle.
+    run: Callable[[tuple[Any, ...]], Any]
     result: Callable[[Any], tuple[int, ChunkResult]]  # wait for it: its steps and results
-    barrier: Callable[[], None]  # wait until every file scheduled is done
+    barrier: Callable[[], None]  # wait until every unit scheduled is done
     workers: int
     examples_per_step: int
-    # Trace the file function before the watchdog arms (minutes on a busy machine).
+    # Trace the unit function before the watchdog arms (minutes on a busy machine).
     warm_up: Callable[[], None]
-    # Closures started so far (ParameterServer: a lost worker's file runs again); None
+    # Closures started so far (ParameterServer: a lost worker's unit runs again); None
     # where nothing runs twice.
     started: Callable[[], int] | None = None
+
+
+class Source(Protocol):
+    """What the loop follows: it takes units, trains them through ``FollowParts`` and tells
+    the source when a round is trained, rolled back or over."""
+
+    stop_after_idle_seconds: int | None
+
+    def start_fields(self, workers: int) -> dict[str, Any]:
+        """The ``start`` event's fields of the source."""
+
+    def where(self) -> dict[str, Any]:
+        """The position as events show it (``position`` or ``offsets``)."""
+
+    def label(self) -> str:
+        """The position as progress lines show it."""
+
+    def rewind(self) -> None:
+        """Read again from the position the state holds (at start and after a rollback)."""
+
+    def take(self, workers: int, stop: StopFlag, watchdog: Heartbeat, traced: bool) -> list[Any]:
+        """The next round's units; none when the source is quiet (having waited a while)."""
+
+    def args(self, unit: Any) -> tuple[Any, ...]:
+        """A unit as the unit function's arguments."""
+
+    def advance(self, units: list[Any]) -> dict[str, Any]:
+        """Move the position past a trained round; the ``consumed`` event's fields."""
+
+    def describe(self, units: list[Any]) -> dict[str, Any]:
+        """A rolled-back round in the ``rolledBack`` event."""
+
+    def idle(self, stop: StopFlag, watchdog: Heartbeat) -> None:
+        """Wait before looking at a quiet source again."""
+
+    def close(self) -> None: ...
+
+
+class FileSource:
+    """The files that land under ``data.files.pattern``, in name order, whole files a unit."""
+
+    def __init__(self, config: TrainerConfig, position: InputPosition):
+        files = config.data.files
+        assert files is not None and files.follow is not None
+        self.pattern = files.pattern
+        self.follow = files.follow
+        self.stop_after_idle_seconds = files.follow.stop_after_idle_seconds
+        self.position = position
+        self.known: set[str] = set()
+
+    def start_fields(self, workers: int) -> dict[str, Any]:
+        return self.where()
+
+    def where(self) -> dict[str, Any]:
+        return {"position": self.position.last()}
+
+    def label(self) -> str:
+        return self.position.last()
+
+    def rewind(self) -> None:
+        pass  # the next listing starts after the restored position
+
+    def take(self, workers: int, stop: StopFlag, watchdog: Heartbeat, traced: bool) -> list[str]:
+        names = list_files(self.pattern)
+        last = self.position.last()
+        late = late_files(names, last, self.known)
+        self.known.update(names)
+        if late and traced:
+            log.warning("files landed before the position %s, never trained: %s", last, late[:5])
+            emit("lateFiles", files=late, position=last)
+        return new_files(names, last)[: ROUND_FILES * max(workers, 1)]
+
+    def args(self, unit: str) -> tuple[Any, ...]:
+        return (tf.constant(unit),)
+
+    def advance(self, units: list[str]) -> dict[str, Any]:
+        self.position.last_file.assign(units[-1])
+        return {"files": units}
+
+    def describe(self, units: list[str]) -> dict[str, Any]:
+        return {"files": units}
+
+    def idle(self, stop: StopFlag, watchdog: Heartbeat) -> None:
+        _wait(stop, watchdog, self.follow.poll_seconds)
+
+    def close(self) -> None:
+        pass
 
 
 def file_function(
@@ -114,7 +203,7 @@ def first_header(config: TrainerConfig, stop: StopFlag) -> list[str] | None:
 
 
 class _Rollback(Exception):
-    """A lost worker's file ran twice: restore the last checkpoint."""
+    """A lost worker's unit ran twice: restore the last checkpoint."""
 
 
 def follow_loop(
@@ -122,14 +211,14 @@ def follow_loop(
     state: TrainingState,
     checkpoints: Checkpoints,
     parts: FollowParts,
+    source: Source,
     restored: int | None,
     stop: StopFlag,
     metrics_port: int | None,
 ) -> int:
-    """Train the files that land, as they land; the exit code."""
-    files = config.data.files
-    assert files is not None and files.follow is not None and state.position is not None
-    follow, position = files.follow, state.position
+    """Train the source's units as they arrive; the exit code."""
+    assert state.position is not None
+    position = state.position
     limit = config.steps
     every = config.checkpoint.every_steps if config.checkpoint else None
     start = restored or 0
@@ -147,14 +236,21 @@ def follow_loop(
             "restored",
             step=restored,
             path=checkpoints.restored_path,
-            position=position.last(),
+            **source.where(),
             records=position.trained(),
         )
-    reporter.input_position(position.last(), position.trained())
-    emit("start", step=start, restoredFrom=restored, steps=limit, position=position.last())
+    reporter.input_position(source.label(), position.trained())
+    emit(
+        "start",
+        step=start,
+        restoredFrom=restored,
+        steps=limit,
+        **source.start_fields(parts.workers),
+    )
+    source.rewind()
     saved = start
     if checkpoints.enabled and checkpoints.latest() is None:
-        # The state a lost worker's round rolls back to, before any file is trained.
+        # The state a lost worker's round rolls back to, before any unit is trained.
         reporter.checkpointed(checkpoints.save())
 
     def save() -> None:
@@ -164,7 +260,7 @@ def follow_loop(
             return
         reporter.checkpointed(checkpoints.save())
         saved = step
-        emit("positionSaved", step=step, position=position.last(), records=position.trained())
+        emit("positionSaved", step=step, **source.where(), records=position.trained())
         if scorer is not None:
             result = scorer(step)
             emit(EVENT_EVALUATION, **result)
@@ -172,53 +268,45 @@ def follow_loop(
 
     watchdog = Heartbeat.from_env()
     traced = False
-    known: set[str] = set()
     quiet_since = time.monotonic()
     step = start
     try:
         while not stop and (limit is None or step < limit):
-            names = list_files(files.pattern)
-            late = late_files(names, position.last(), known)
-            known.update(names)
-            if late and traced:
-                log.warning(
-                    "files landed before the position %s, never trained: %s",
-                    position.last(),
-                    late[:5],
-                )
-                emit("lateFiles", files=late, position=position.last())
-            todo = new_files(names, position.last())
-            if not todo:
-                save()  # a quiet location: the position is durable
+            units = source.take(parts.workers, stop, watchdog, traced)
+            watchdog.beat()
+            if not units:
+                save()  # a quiet source: the position is durable
                 idle = time.monotonic() - quiet_since
-                if follow.stop_after_idle_seconds and idle >= follow.stop_after_idle_seconds:
-                    emit("idle", seconds=round(idle, 1), position=position.last())
+                quiet = source.stop_after_idle_seconds
+                if quiet and idle >= quiet:
+                    emit("idle", seconds=round(idle, 1), **source.where())
                     break
-                _wait(stop, watchdog, follow.poll_seconds)
+                source.idle(stop, watchdog)
                 continue
             if not traced:
                 began = time.monotonic()
                 parts.warm_up()
-                log.info("file training traced in %.1fs", time.monotonic() - began)
+                log.info("unit training traced in %.1fs", time.monotonic() - began)
                 watchdog.arm()
                 traced = True
-            batch_of = todo[: ROUND_FILES * max(parts.workers, 1)]
             try:
-                step = _round(state, parts, reporter, watchdog, batch_of, versions)
+                step = _round(state, parts, source, reporter, watchdog, units, versions)
             except _Rollback:
                 path = checkpoints.latest()
                 if path is None:
                     raise
                 restore_in_pieces(state, path)
                 step = saved = int(state.step.numpy())
+                source.rewind()
                 reporter.step(step, force=True)
+                reporter.input_position(source.label(), position.trained())
                 emit(
                     "rolledBack",
                     path=path,
                     step=step,
-                    position=position.last(),
+                    **source.where(),
                     records=position.trained(),
-                    files=batch_of,
+                    **source.describe(units),
                 )
                 watchdog.beat()
                 continue
@@ -229,7 +317,7 @@ def follow_loop(
         watchdog.disarm()
         save()
         if stop:
-            emit("terminated", step=int(state.step.numpy()), position=position.last())
+            emit("terminated", step=int(state.step.numpy()), **source.where())
             return exitcodes.TERMINATED
         reporter.report()
         if config.export_dir:
@@ -240,55 +328,56 @@ def follow_loop(
         emit(
             "followed",
             step=int(state.step.numpy()),
-            position=position.last(),
+            **source.where(),
             records=position.trained(),
         )
         reporter.complete()
         return exitcodes.SUCCESS
     finally:
         watchdog.disarm()
+        source.close()
 
 
 def _round(
     state: TrainingState,
     parts: FollowParts,
+    source: Source,
     reporter: Any,
     watchdog: Heartbeat,
-    names: list[str],
+    units: Sequence[Any],
     versions: Versions | None,
 ) -> int:
-    """Train ``names`` (every one, in flight two per worker at most); move the position to
-    the last of them; the step after. ``_Rollback`` when a file ran twice."""
+    """Train ``units`` (every one, in flight two per worker at most); move the source's
+    position past them; the step after. ``_Rollback`` when a unit ran twice."""
     assert state.position is not None
     before = parts.started() if parts.started else 0
-    pending: deque[tuple[str, Any]] = deque()
+    pending: deque[Any] = deque()
 
     def drain_one() -> None:
-        _, handle = pending.popleft()
-        steps, done = parts.result(handle)
+        steps, done = parts.result(pending.popleft())
         watchdog.beat()
         reporter.chunk_done(steps, done.loss, done.hist, done.bad)
         if versions is not None:
             versions.tick(reporter.last_step)
             _report_versions(versions, reporter)
 
-    for name in names:
-        pending.append((name, parts.run(name)))
+    for unit in units:
+        pending.append(parts.run(source.args(unit)))
         while len(pending) > 2 * max(parts.workers, 1):
             drain_one()
     while pending:
         drain_one()
     parts.barrier()
-    if parts.started is not None and parts.started() - before > len(names):
+    if parts.started is not None and parts.started() - before > len(units):
         raise _Rollback
-    state.position.last_file.assign(names[-1])
+    consumed = source.advance(list(units))
     step = int(state.step.numpy())
     if state.maintain_every() is not None:
         state.maintain_between_steps(step)  # dynamic tables: no step in flight here
     records = state.position.trained()
-    reporter.input_position(names[-1], records)
+    reporter.input_position(source.label(), records)
     reporter.step(step)
-    emit("consumed", files=names, step=step, records=records)
+    emit("consumed", **consumed, step=step, records=records, **source.where())
     return step
 
 

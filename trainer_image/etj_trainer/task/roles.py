@@ -33,8 +33,15 @@ from etj_trainer.models.ctr import TablePartitioner
 from etj_trainer.task.checkpoint import Checkpoints
 from etj_trainer.task.cluster import Task
 from etj_trainer.task.events import emit
-from etj_trainer.task.follow import FollowParts, file_function, first_header, follow_loop
-from etj_trainer.task.kafka import chunk_function, kafka_loop
+from etj_trainer.task.follow import (
+    FileSource,
+    FollowParts,
+    Source,
+    file_function,
+    first_header,
+    follow_loop,
+)
+from etj_trainer.task.kafka import TopicSource, chunk_function
 from etj_trainer.task.loop import LoopParts, StopFlag, train_loop
 from etj_trainer.task.state import TrainingState
 from etj_trainer.task.step import ChunkResult, unpack_chunk, unpack_file
@@ -92,6 +99,18 @@ def run_server(task: Task, kernels: bool = False) -> int:
     os._exit(128 + got)
 
 
+def online_source(
+    config: TrainerConfig, state: TrainingState, stop: StopFlag, starts: Any = None
+) -> tuple[Source, Any]:
+    """A following job's source (its files, or its topic) and the ``tf.function`` that
+    trains one unit of it; ``starts`` (a variable where the steps run) counts its runs."""
+    assert state.position is not None
+    if config.data.kafka is not None:
+        return TopicSource(config, state.position), chunk_function(config, state, starts)
+    header = first_header(config, stop)
+    return FileSource(config, state.position), file_function(config, state, header, starts)
+
+
 def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) -> int:
     """The ParameterServer coordinator."""
     stop = StopFlag().install()
@@ -113,30 +132,14 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
     checkpoints = Checkpoints(state, config.checkpoint)
     restored = checkpoints.restore()
     batch = config.training.batch_size_per_replica
-    if config.data.kafka is not None:
-        # A Kafka topic: the coordinator hands each closure its chunk of messages.
-        with strategy.scope():
-            runs = tf.Variable(0, dtype=tf.int64, trainable=False, name="chunk_runs")
-        chunk_fn = chunk_function(config, state, runs)
-        bridge = FollowParts(
-            run=lambda args: coordinator.schedule(chunk_fn, args=args),
-            result=lambda rv: unpack_file(rv.fetch()),
-            barrier=coordinator.join,
-            workers=task.num_workers,
-            examples_per_step=batch,
-            warm_up=chunk_fn.get_concrete_function,
-            started=lambda: int(runs.numpy()),
-        )
-        code = kafka_loop(config, state, checkpoints, bridge, restored, stop, metrics_port)
-        keep(locals())
-        return code
     if state.position is not None:
-        # Following files: the coordinator names each file in a closure's arguments.
+        # Following files or a topic: the coordinator hands each closure its unit (a file's
+        # name, a chunk of messages) in its arguments.
         with strategy.scope():
-            starts = tf.Variable(0, dtype=tf.int64, trainable=False, name="file_runs")
-        fn = file_function(config, state, first_header(config, stop), starts)
+            starts = tf.Variable(0, dtype=tf.int64, trainable=False, name="unit_runs")
+        source, fn = online_source(config, state, stop, starts)
         follow = FollowParts(
-            run=lambda name: coordinator.schedule(fn, args=(tf.constant(name),)),
+            run=lambda args: coordinator.schedule(fn, args=args),
             result=lambda rv: unpack_file(rv.fetch()),
             barrier=coordinator.join,
             workers=task.num_workers,
@@ -144,7 +147,7 @@ def run_ps_chief(config: TrainerConfig, task: Task, metrics_port: int | None) ->
             warm_up=fn.get_concrete_function,
             started=lambda: int(starts.numpy()),
         )
-        code = follow_loop(config, state, checkpoints, follow, restored, stop, metrics_port)
+        code = follow_loop(config, state, checkpoints, follow, source, restored, stop, metrics_port)
         keep(locals())
         return code
 
@@ -210,32 +213,18 @@ def run_synchronous(config: TrainerConfig, task: Task, metrics_port: int | None)
     restored = checkpoints.restore()
     batch = config.training.batch_size_per_replica
     seed = config.training.seed
-    if config.data.kafka is not None:
-        # A Kafka topic (one process: etj.api.spec.FOLLOW_STRATEGY_RULES).
-        chunk_fn = chunk_function(config, state)
-        bridge = FollowParts(
-            run=lambda args: chunk_fn(*args),
-            result=unpack_file,
-            barrier=lambda: None,
-            workers=1,
-            examples_per_step=batch,
-            warm_up=chunk_fn.get_concrete_function,
-        )
-        code = kafka_loop(config, state, checkpoints, bridge, restored, stop, metrics_port)
-        keep(locals())
-        return code
     if state.position is not None:
-        # Following files (one process: etj.api.spec.FOLLOW_STRATEGY_RULES).
-        fn = file_function(config, state, first_header(config, stop))
+        # Following files or a topic (one process: etj.api.spec.FOLLOW_STRATEGY_RULES).
+        source, fn = online_source(config, state, stop)
         follow = FollowParts(
-            run=lambda name: fn(tf.constant(name)),
+            run=lambda args: fn(*args),
             result=unpack_file,
             barrier=lambda: None,
             workers=1,
             examples_per_step=batch,
             warm_up=fn.get_concrete_function,
         )
-        code = follow_loop(config, state, checkpoints, follow, restored, stop, metrics_port)
+        code = follow_loop(config, state, checkpoints, follow, source, restored, stop, metrics_port)
         keep(locals())
         return code
 

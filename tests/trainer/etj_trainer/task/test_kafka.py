@@ -3,15 +3,19 @@ and a real broker: one process killed mid-stream and restarted, and a ParameterS
 with a worker and then a ps killed mid-stream, resume from the offsets of the checkpoint
 they restored (read from the chief's progress lines), train every message produced (the
 records the last checkpoint's tables learned from equal the messages produced), train
-again at most ``reread_bound`` messages, and end when the topic stays quiet."""
+again at most ``reread_bound`` messages, and end when the topic stays quiet; a job whose
+broker is restarted mid-stream goes on without a restart and trains each message once."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
 from harness import LocalJob, job_spec, trainer_config, wait_for
 
+from etj_testcluster.kafka import ClickStream, click_model
+from etj_trainer import exitcodes
 from etj_trainer.task.kafka import ROUND_CHUNKS, chunk_messages, group_id, reread_bound
 
 BATCH = 64
@@ -19,42 +23,15 @@ STEPS_PER_EXECUTION = 10
 PARTITIONS = 2
 # Worker kills the ParameterServer test tries for one that lands in a round.
 ATTEMPTS = 5
-MODEL = {
-    "embeddings": [
-        {"name": "user_id", "vocabularySize": 5000, "dimension": 8},
-        {"name": "item_id", "vocabularySize": 2000, "dimension": 8},
-    ],
-    "features": [
-        {"name": "label", "kind": "label"},
-        {"name": "price", "kind": "dense"},
-        {"name": "user", "kind": "categorical", "table": "user_id"},
-        {"name": "item", "kind": "categorical", "table": "item_id"},
-    ],
-    "hiddenUnits": [16],
-}
+MODEL = click_model(5000, 2000, 8, [16])
 
 
-class Stream:
-    """Produces rows of MODEL's features to a topic, round robin over its partitions."""
-
-    def __init__(self, kafka: Any, topic: str):
-        self.kafka, self.topic = kafka, topic
-        kafka.create_topic(topic, partitions=PARTITIONS)
-        self.produced = 0
-
-    def produce(self, n: int) -> None:
-        rows = []
-        for i in range(self.produced, self.produced + n):
-            label = (i * 7919) % 3 == 0
-            rows.append((i % PARTITIONS, f"{int(label)},{i % 97 / 10},u{i % 4999},i{i % 1999}\n"))
-        self.kafka.produce(self.topic, [(p, r.encode()) for p, r in rows])
-        self.produced += n
-
-    def per_partition(self) -> dict[str, int]:
-        return {str(p): len(range(p, self.produced, PARTITIONS)) for p in range(PARTITIONS)}
+def _stream(kafka: Any, topic: str) -> ClickStream:
+    """MODEL's rows to a new topic of PARTITIONS partitions."""
+    return ClickStream(kafka, topic, PARTITIONS, users=4999, items=1999)
 
 
-def _spec(kafka: Any, topic: str, idle: int, **overrides: Any) -> Any:
+def _spec(kafka: Any, topic: str, idle: int | None, **overrides: Any) -> Any:
     return job_spec(
         model=MODEL,
         data={
@@ -90,7 +67,7 @@ def test_a_one_process_job_killed_mid_stream_resumes_from_the_checkpoints_offset
     tmp_path: Any, kafka: Any
 ) -> None:
     mirrored = {"strategy": "MultiWorkerMirrored", "replicas": {"worker": {"replicas": 1}}}
-    stream = Stream(kafka, "one-process")
+    stream = _stream(kafka, "one-process")
     spec = _spec(kafka, "one-process", idle=8, **mirrored)
     assert spec.training.steps is None
     ckpt = tmp_path / "ckpt"
@@ -138,6 +115,47 @@ def test_a_one_process_job_killed_mid_stream_resumes_from_the_checkpoints_offset
     assert progress is not None and progress["input"]["records"] == stream.produced
 
 
+@pytest.mark.timeout(3600)
+def test_a_job_training_from_the_topic_survives_a_broker_restart_mid_stream(
+    tmp_path: Any, own_kafka: Any
+) -> None:
+    """The broker stopped and started again (same log directory and port) while the job
+    trains: the chief's consumer reconnects and goes on from the offsets it holds, so
+    nothing restarts, nothing is rolled back, and every message is trained exactly once
+    (the stated bound for a broker restart: no re-read)."""
+    mirrored = {"strategy": "MultiWorkerMirrored", "replicas": {"worker": {"replicas": 1}}}
+    stream = _stream(own_kafka, "broker-restart")
+    # No idle stop: a broker down longer than it would end the job; SIGTERM ends it.
+    spec = _spec(own_kafka, "broker-restart", idle=None, **mirrored)
+    config = trainer_config(spec, checkpoint_dir=tmp_path / "ckpt", every_steps=100, keep=50)
+    stream.produce(4000)
+    with LocalJob(config, tmp_path / "job", workers=1, ps=0, chief=False) as job:
+        job.start_all()
+
+        def trained_past(records: int) -> bool:
+            job.check_chief_alive()
+            return _trained(job, 0) > records
+
+        wait_for(lambda: trained_past(0), 900, "messages trained before the restart")
+        at = _trained(job, 0)
+        stream.produce(20000)
+        wait_for(lambda: trained_past(at), 600, f"records past {at}")
+        at_restart = _trained(job, 0)
+        own_kafka.restart()
+        stream.produce(4000)  # after the restart
+        wait_for(lambda: trained_past(stream.produced - 1), 900, "every message trained")
+        job.kill("worker", 0, signal.SIGTERM)
+        assert job.wait_exit("worker", 0, 600) == exitcodes.TERMINATED
+    print(f"broker restarted at {at_restart} of {stream.produced - 4000} records produced")
+    assert not _events(job, "restored", 0) and not _events(job, "rolledBack", 0)
+    consumed = _events(job, "consumed", 0)
+    # Each message trained once: the rounds' messages add up to those produced, no more.
+    assert sum(e["messages"] for e in consumed) == stream.produced == 28000
+    assert consumed[-1]["offsets"] == stream.per_partition()
+    saved = _events(job, "positionSaved", 0)[-1]
+    assert (saved["records"], saved["offsets"]) == (stream.produced, stream.per_partition())
+
+
 def _last_trained(job: LocalJob, start: int) -> int:
     """The records of the last round the chief of start ``start`` finished (a rollback's
     records when it came after)."""
@@ -168,7 +186,7 @@ def _wait_past(job: LocalJob, records: int, what: str) -> None:
 def test_a_parameter_server_job_survives_a_worker_and_a_ps_killed_mid_stream(
     tmp_path: Any, kafka: Any
 ) -> None:
-    stream = Stream(kafka, "parameter-server")
+    stream = _stream(kafka, "parameter-server")
     spec = _spec(kafka, "parameter-server", idle=15)
     ckpt = tmp_path / "ckpt"
     config = trainer_config(
