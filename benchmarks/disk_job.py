@@ -1,8 +1,7 @@
 """A ParameterServer job with its big table on the ps' disks (``storage.disk``, a RAM cache
-of 5 % of the rows) against the same job with the table in RAM, side by side in one run,
-alternating: examples/s of each and their ratio (goal: disk / RAM >= 0.5), the disk table's
-cache hit rate, and the held-out AUC of both (goal: equal within the noise of two runs of
-the same job).
+of 1 %, 5 % and 20 % of the rows) against the same job with the table in RAM, side by side
+in one run, alternating: examples/s of each and their ratio (goal: disk / RAM >= 0.5 at
+5 %), the disk table's cache hit rate, and the held-out AUC of both (goal: within 0.001).
 
 The job: chief + 2 workers + 2 ps as real processes on 127.0.0.1 (``python -m
 etj_trainer``, bound to cores as ``etj run`` binds them), the trainer's chunks sized by time
@@ -13,21 +12,28 @@ of 10,000 rows (Zipf(1.05) too, in RAM in both runs) and two dense columns. ``us
 ``--rows`` x 16 with Adagrad (record: weights + accumulator, float32), over both ps.
 
 Each run trains ``--steps`` steps of ``--batch`` examples (one worker's batch a step) over
-``--examples`` training rows (read repeatedly) and checkpoints at the end; the rate is the job's own step counter over the steps after the
-first ``--warmup`` (from the driver's clock), the hit rate the lookups' over the same
-steps (the trainer's progress lines, ``diskTables``: its kernels' counters summed over the
-shards). The held-out file is scored from the final checkpoint restored into the in-RAM
-model (a disk table checkpoints under the keys of a table in RAM). Each ps' peak resident
-set (VmHWM) is printed beside.
+``--examples`` training rows (read repeatedly) and checkpoints at the end; the rate is the
+job's own step counter over the steps after the first ``--warmup`` (from the driver's
+clock), the hit rate the lookups' over the same steps (the trainer's progress lines,
+``diskTables``: its kernels' counters summed over the shards). The held-out file is scored
+from the final checkpoint restored into the in-RAM model (a disk table checkpoints under the
+keys of a table in RAM). Each ps' peak resident set (VmHWM) and the ps' CPU-seconds per
+1,000 examples are printed beside.
+
+``--large``: one disk run of a table >= 4x ``--ps-memory`` per ps (4.2x unless ``--rows``),
+at the first of ``--caches``, without checkpoints (a save still takes each ps' shards whole):
+each ps' peak RSS against the limit. The limit is not enforced here (no cgroup): the peak
+is measured and compared.
 
 What it does not measure: the SSD. The shard files sit in the OS page cache (the table is
 far smaller than the machine's RAM), so a miss costs a ``pread`` from the page cache.
-``--repeat`` pairs of runs, RAM then disk, then disk then RAM, ...: prints each run, the
-medians, each pair's ratio and the ratio of examples per CPU-second of the job's processes
-(which the other load of a shared machine hardly moves). Not a test: nothing is
-asserted. Results, dated: ``benchmarks/RESULTS.md``.
+``--repeat`` rounds, RAM then each cache, then the reverse, ...: prints each run, the
+medians, each round's ratio and the ratio of examples per CPU-second of the job's processes
+(which the other load of a shared machine hardly moves). Not a test: nothing is asserted.
+Results, dated: ``benchmarks/RESULTS.md``.
 
-    .venv/bin/python benchmarks/disk_job.py [--rows N] [--steps S] [--repeat R] [--cache F]
+    .venv/bin/python benchmarks/disk_job.py [--rows N] [--steps S] [--repeat R] [--caches 0.01,0.05,0.2]
+    .venv/bin/python benchmarks/disk_job.py --large [--ps-memory 1280Mi] [--steps 3000]
 """
 
 from __future__ import annotations
@@ -46,8 +52,9 @@ import numpy as np
 # (model_quality puts the trainer and its test harness on the path, and imports from it.)
 from dynamic_quality import scored, write_columns
 from model_quality import WATCHDOG, auc, log_loss
-from trainer_throughput import _peak_rss_bytes, _tree_cpu
+from trainer_throughput import _peak_rss_bytes, _processes
 
+from etj.api.quantity import parse_quantity  # isort: skip
 from harness import LocalJob, job_spec, trainer_config, wait_for  # isort: skip
 
 ZIPF = 1.05
@@ -136,11 +143,35 @@ def _window_hit_rate(progress: list[dict[str, Any]], warmup: int) -> float | Non
     return 1 - (last["lookupMisses"] - first["lookupMisses"]) / lookups if lookups else None
 
 
-def run(spec: Any, work: Path, warmup: int) -> dict[str, Any]:
-    """Train ``spec`` to its end: examples/s past ``warmup``, hit rate, ps peak RSS."""
+class _Cpu:
+    """CPU seconds of process groups, each process's last sample kept: a process that
+    exits between samples (the chief's trainer at the end) keeps what it used."""
+
+    def __init__(self, groups: list[int]) -> None:
+        self.groups = set(groups)
+        # pid: (its group, its user + system ticks when last seen)
+        self.ticks: dict[int, tuple[int, int]] = {}
+
+    def sample(self) -> float:
+        """Sample every process of the groups; the seconds so far by group (``seconds``)."""
+        for pid, fields in _processes():
+            if int(fields[2]) in self.groups:
+                self.ticks[pid] = (int(fields[2]), int(fields[11]) + int(fields[12]))
+        return self.seconds()
+
+    def seconds(self, groups: list[int] | None = None) -> float:
+        wanted = set(groups) if groups is not None else self.groups
+        tick = os.sysconf("SC_CLK_TCK")
+        return sum(t for g, t in self.ticks.values() if g in wanted) / tick
+
+
+def run(spec: Any, work: Path, warmup: int, checkpoint: bool = True) -> dict[str, Any]:
+    """Train ``spec`` to its end: examples/s past ``warmup``, hit rate, ps peak RSS and the
+    ps' CPU-seconds per 1,000 examples. ``checkpoint`` False: no checkpoint at all (the
+    ``--large`` run: a save takes each ps' shards whole, item 4 of issue #40)."""
     config = trainer_config(
         spec,
-        checkpoint_dir=work / "ckpt",
+        checkpoint_dir=work / "ckpt" if checkpoint else None,
         every_steps=spec.training.steps,
         watchdog_seconds=WATCHDOG,
     )
@@ -153,12 +184,21 @@ def run(spec: Any, work: Path, warmup: int) -> dict[str, Any]:
             job.check_chief_alive()
             return job.step() >= warmup
 
-        wait_for(warm, 1800, f"step {warmup}", every=0.5)
-        pids = [p.pid for p in job.procs.values()]
-        t0, s0, cpu0 = time.monotonic(), job.step(), _tree_cpu(pids)
+        wait_for(warm, 7200, f"step {warmup}", every=0.5)
+        # (Each task is its own process group: a supervised trainer is two processes.)
+        meter = _Cpu([p.pid for p in job.procs.values()])
+        ps_groups = [job.procs[("ps", i)].pid for i in range(PS)]
+        t0, s0 = time.monotonic(), job.step()
+        cpu0, ps_cpu0 = meter.sample(), meter.seconds(ps_groups)
+
+        def last() -> bool:
+            meter.sample()
+            return job.step() >= spec.training.steps
+
         # (The chief's last step and its final checkpoint: the CPU read just before.)
-        wait_for(lambda: job.step() >= spec.training.steps, 7200, "the last step", every=0.5)
-        seconds, cpu = time.monotonic() - t0, _tree_cpu(pids) - cpu0
+        wait_for(last, 7200, "the last step", every=0.5)
+        seconds, cpu = time.monotonic() - t0, meter.sample() - cpu0
+        ps_cpu = meter.seconds(ps_groups) - ps_cpu0
         done = job.wait_done(timeout=3600)
         progress = [e for e in job.events() if e["event"] == "progress"]
         peaks = [_peak_rss_bytes(job.procs[("ps", i)].pid) / 2**20 for i in range(PS)]
@@ -169,6 +209,7 @@ def run(spec: Any, work: Path, warmup: int) -> dict[str, Any]:
         # Examples per CPU-second of the job's processes: what other load on the machine
         # hardly moves (it slows the clock, not the work per example).
         "per_cpu_second": examples / cpu if cpu else 0.0,
+        "ps_cpu_ms_per_1k": 1e6 * ps_cpu / examples if examples else 0.0,
         # The trainer's own figure (each report's interval), for comparison.
         "reported_median": statistics.median(rates) if rates else None,
         "hit_rate": _window_hit_rate(progress, warmup),
@@ -177,80 +218,132 @@ def run(spec: Any, work: Path, warmup: int) -> dict[str, Any]:
     }
 
 
+def _aucs(runs: list[dict[str, Any]]) -> str:
+    return " ".join(f"{r['auc']:.4f}" for r in runs)
+
+
+def _line(label: str, r: dict[str, Any]) -> str:
+    hit = f", hit rate {r['hit_rate']:.3f}" if r["hit_rate"] is not None else ""
+    quality = f", AUC {r['auc']:.4f} log-loss {r['logloss']:.4f}" if "auc" in r else ""
+    return (
+        f"# {label}: {r['examples_per_second']:,.0f} examples/s (reported median "
+        f"{r['reported_median'] or 0:,.0f}; {r['per_cpu_second']:,.0f} per CPU-second; ps "
+        f"{r['ps_cpu_ms_per_1k']:.0f} CPU-ms per 1,000 examples){hit}{quality}, ps peak RSS "
+        f"{r['ps_peak_mib']} MiB, load {os.getloadavg()[0]:.1f}"
+    )
+
+
+def large(args: argparse.Namespace, work: Path) -> None:
+    """One disk run of a table >= 4x the ps memory limit (``--ps-memory``), no checkpoint:
+    peak RSS of each ps against the limit, examples/s and hit rate."""
+    limit = int(parse_quantity(args.ps_memory))
+    rows = args.rows or int(4.2 * limit * PS / (DIM * 8)) + 1
+    per_ps = rows * DIM * 8 / PS
+    truth = world(rows)
+    for i in range(WORKERS):
+        write_columns(clicks(truth, args.examples // WORKERS, seed=1 + i), work / f"train-{i}.csv")
+    del truth
+    print(
+        f"--large: user_id {rows:,} x {DIM} Adagrad, {per_ps / 2**20:,.0f} MiB of rows + slots "
+        f"per ps ({per_ps / limit:.1f}x the {args.ps_memory} limit), cache {args.caches[0]:.0%}; "
+        f"{args.steps} steps x {args.batch}, no checkpoint; load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    spec = spec_of(rows, args.caches[0], args.steps, args.batch, str(work / "train-*.csv"))
+    r = run(spec, work / "large", args.warmup, checkpoint=False)
+    print(_line(f"disk {args.caches[0]:.0%}", r))
+    peak = max(r["ps_peak_mib"])
+    print(
+        f"peak ps RSS {peak} MiB of the {limit / 2**20:.0f} MiB limit "
+        f"({'under' if peak * 2**20 < limit else 'OVER'}); table {per_ps / 2**20:,.0f} MiB per ps"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=None, help="default 1M (--large: 4.2x)")
     parser.add_argument("--steps", type=int, default=6000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument(
         "--examples", type=int, default=1_000_000, help="training rows written (read repeatedly)"
     )
     parser.add_argument("--batch", type=int, default=512)
-    parser.add_argument("--cache", type=float, default=0.05)
+    parser.add_argument(
+        "--caches",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[0.01, 0.05, 0.2],
+        help="cache shares of the rows, comma-separated (--large: the first)",
+    )
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--large", action="store_true", help="a table >= 4x --ps-memory a ps")
+    parser.add_argument("--ps-memory", default="1280Mi", help="the ps memory limit (--large)")
     args = parser.parse_args()
     from etj_trainer.kernels import build
 
     build.build()
     work = Path(tempfile.mkdtemp(prefix="etj-disk-job-"))
-    truth = world(args.rows)
+    if args.large:
+        try:
+            large(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
+    rows = args.rows or 1_000_000
+    truth = world(rows)
     for i in range(WORKERS):
         write_columns(clicks(truth, args.examples // WORKERS, seed=1 + i), work / f"train-{i}.csv")
     write_columns(clicks(truth, 100_000, seed=9), work / "valid.csv")
     files, valid = str(work / "train-*.csv"), str(work / "valid.csv")
     print(
-        f"user_id {args.rows:,} x {DIM} Adagrad ({args.rows * DIM * 8 / 2**20:.0f} MiB of rows + "
-        f"slots) over {PS} ps, disk cache {args.cache:.0%}; {args.steps} steps x {args.batch} "
-        f"(rate past step {args.warmup}), {WORKERS} workers, {args.examples:,} training rows; "
-        f"held-out 100,000; load "
-        f"{os.getloadavg()[0]:.1f}",
+        f"user_id {rows:,} x {DIM} Adagrad ({rows * DIM * 8 / 2**20:.0f} MiB of rows + "
+        f"slots) over {PS} ps, disk caches {', '.join(f'{c:.0%}' for c in args.caches)}; "
+        f"{args.steps} steps x {args.batch} (rate past step {args.warmup}), {WORKERS} workers, "
+        f"{args.examples:,} training rows; held-out 100,000; load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    results: dict[str, list[dict[str, Any]]] = {"RAM": [], "disk": []}
+    kinds: list[float | None] = [None, *args.caches]
+    results: dict[float | None, list[dict[str, Any]]] = {k: [] for k in kinds}
+    label = {k: "RAM" if k is None else f"disk {k:.0%}" for k in kinds}
     for n in range(args.repeat):
-        # RAM, disk, then disk, RAM: a drift of the machine's load falls on both alike.
-        for kind in ("RAM", "disk") if n % 2 == 0 else ("disk", "RAM"):
-            cache = None if kind == "RAM" else args.cache
-            spec = spec_of(args.rows, cache, args.steps, args.batch, files)
-            r = run(spec, work / f"{kind}-{n}", args.warmup)
-            ram_config = trainer_config(
-                spec_of(args.rows, None, args.steps, args.batch, files, valid)
-            )
-            labels, p = scored(ram_config, work / f"{kind}-{n}" / "ckpt")
+        # RAM, disks, then disks, RAM: a drift of the machine's load falls on both alike.
+        for cache in kinds if n % 2 == 0 else kinds[::-1]:
+            spec = spec_of(rows, cache, args.steps, args.batch, files)
+            name = f"{label[cache].replace(' ', '-').replace('%', '')}-{n}"
+            r = run(spec, work / name, args.warmup)
+            ram_config = trainer_config(spec_of(rows, None, args.steps, args.batch, files, valid))
+            labels, p = scored(ram_config, work / name / "ckpt")
             r["auc"], r["logloss"] = auc(labels, p), log_loss(labels, p)
-            results[kind].append(r)
-            hit = f", hit rate {r['hit_rate']:.3f}" if r["hit_rate"] is not None else ""
-            print(
-                f"# {n} {kind:<4}: {r['examples_per_second']:,.0f} examples/s (reported "
-                f"median {r['reported_median'] or 0:,.0f}; {r['per_cpu_second']:,.0f} per "
-                f"CPU-second){hit}, AUC {r['auc']:.4f} log-loss {r['logloss']:.4f}, ps peak "
-                f"RSS {r['ps_peak_mib']} MiB, load {os.getloadavg()[0]:.1f}",
-                flush=True,
-            )
-            shutil.rmtree(work / f"{kind}-{n}", ignore_errors=True)
+            results[cache].append(r)
+            print(_line(f"{n} {label[cache]}", r), flush=True)
+            shutil.rmtree(work / name, ignore_errors=True)
 
-    def median(kind: str, key: str) -> float:
+    def median(kind: float | None, key: str) -> float:
         return statistics.median(r[key] for r in results[kind])
 
-    def ratio(key: str) -> str:
-        ram = median("RAM", key)
-        return f"{median('disk', key) / ram:.2f}" if ram else "-"
-
-    # Each pair's ratio (the runs of a pair are next to each other in time).
-    pairs = [
-        d["examples_per_second"] / m["examples_per_second"]
-        for d, m in zip(results["disk"], results["RAM"], strict=True)
-        if m["examples_per_second"]
-    ]
-    hits = [r["hit_rate"] for r in results["disk"] if r["hit_rate"] is not None]
-    aucs = {k: " ".join(f"{r['auc']:.4f}" for r in v) for k, v in results.items()}
+    ram = median(None, "examples_per_second") or float("nan")
     print(
-        f"median examples/s: RAM {median('RAM', 'examples_per_second'):,.0f}, disk "
-        f"{median('disk', 'examples_per_second'):,.0f}; disk/RAM {ratio('examples_per_second')} "
-        f"(pairs {' '.join(f'{x:.2f}' for x in pairs)}); per CPU-second disk/RAM "
-        f"{ratio('per_cpu_second')}; hit rate {' '.join(f'{h:.3f}' for h in hits)}; AUC RAM "
-        f"{aucs['RAM']}, disk {aucs['disk']}; load {os.getloadavg()[0]:.1f}"
+        f"RAM: median {ram:,.0f} examples/s, {median(None, 'per_cpu_second'):,.0f} per "
+        f"CPU-second, ps {median(None, 'ps_cpu_ms_per_1k'):.0f} CPU-ms per 1,000 examples, "
+        f"AUC {_aucs(results[None])}"
     )
+    for cache in args.caches:
+        # Each pair's ratio (the runs of a pair are near each other in time).
+        pairs = [
+            d["examples_per_second"] / m["examples_per_second"]
+            for d, m in zip(results[cache], results[None], strict=True)
+            if m["examples_per_second"]
+        ]
+        hits = [r["hit_rate"] for r in results[cache] if r["hit_rate"] is not None]
+        print(
+            f"{label[cache]}: median {median(cache, 'examples_per_second'):,.0f} examples/s, "
+            f"disk/RAM {median(cache, 'examples_per_second') / ram:.2f} (pairs "
+            f"{' '.join(f'{x:.2f}' for x in pairs)}); per CPU-second disk/RAM "
+            f"{median(cache, 'per_cpu_second') / (median(None, 'per_cpu_second') or float('nan')):.2f}; ps "
+            f"{median(cache, 'ps_cpu_ms_per_1k'):.0f} CPU-ms per 1,000 examples; hit rate "
+            f"{' '.join(f'{h:.3f}' for h in hits)}; AUC "
+            f"{_aucs(results[cache])}"
+        )
+    print(f"load {os.getloadavg()[0]:.1f}")
     shutil.rmtree(work, ignore_errors=True)
 
 
