@@ -17,9 +17,9 @@ a learnable click signal), generated once and saved, then fed from memory:
   FBGEMM's fused CPU kernels (a table-batched embedding with the Adagrad update in its
   backward), the tower in PyTorch; skipped, with the reason, when it does not import.
 
-Each run is its own process with the same thread budget (``--threads``, default the
-cores this process may use; the PS job's five processes share those cores as ``etj run``
-shares them) and trains the same examples; examples/s count after the first 25 steps (tracing, warm-up).
+Each run is its own process bound to the same cores (the first ``--threads`` of those this
+process may use; default all of them) with the same thread budget; the PS job's five
+processes share those cores as ``etj run`` shares them, each with its own share) and trains the same examples; examples/s count after the first 25 steps (tracing, warm-up).
 Rounds alternate the systems (``--rounds``); the best of each is kept, since other load
 on the machine only ever slows a run. Printed per model: examples/s, the ratio to
 PyTorch, CPU-seconds per 1,000 examples, the AUC on 50k held-out rows, and etj's examples
@@ -57,6 +57,7 @@ for _p in (ROOT / "tests" / "trainer", ROOT / "operator", ROOT / "trainer_image"
 
 from harness import LocalJob, trainer_config, trainer_env, wait_for  # noqa: E402
 
+from etj.api.constants import CPUS_ENV  # noqa: E402
 from etj.api.spec import EmbeddingTrainingJobSpec  # noqa: E402
 from trainer_throughput import LEARNING_RATE, _tree_cpu, ps_job_spec  # noqa: E402
 
@@ -465,10 +466,24 @@ def run_torchrec(model: str, data: Path, steps: int, threads: int) -> dict[str, 
 # --- the driver -----------------------------------------------------------------------------
 
 
-def _in_subprocess(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+def bench_cores(threads: int) -> list[int]:
+    """The cores every contender is bound to: the first ``threads`` this process may use,
+    so that each system, the PS job's five processes among them, runs on the same ones."""
+    return sorted(os.sched_getaffinity(0))[: max(1, threads)]
+
+
+def contender_env(system: str, threads: int) -> dict[str, str]:
+    """What a contender's process gains: ``ETJ_CPUS`` for the single etj process only. The
+    PS job's launcher divides its cores among its five tasks as ``etj run`` does
+    (``machine_share``), and a value set here would override each task's share."""
+    return {CPUS_ENV: str(threads)} if system in ("etj", "data") else {}
+
+
+def _in_subprocess(args: list[str], env: dict[str, str], cores: list[int]) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, *args],
         env=trainer_env(env),
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
         capture_output=True,
         text=True,
         timeout=3600,
@@ -496,10 +511,12 @@ def _load_avg() -> str:
 def compare(model: str, examples: int, rounds: int, threads: int, systems: list[str]) -> None:
     steps = examples // BATCH // WARM_STEPS * WARM_STEPS
     data = Path(tempfile.mkdtemp(prefix="etj-peers-data-"))
-    env = {"ETJ_CPUS": str(threads)}
+    cores = bench_cores(threads)
     try:
         _in_subprocess(
-            ["--run", "data", "--model", model, "--steps", str(steps), "--data", str(data)], env
+            ["--run", "data", "--model", model, "--steps", str(steps), "--data", str(data)],
+            contender_env("data", threads),
+            cores,
         )
         best: dict[str, dict[str, Any]] = {}
         for system, modules in (("torch", "torch"), ("torchrec", "torch, fbgemm_gpu, torchrec")):
@@ -524,7 +541,9 @@ def compare(model: str, examples: int, rounds: int, threads: int, systems: list[
                     str(data),
                 ]
                 began = time.monotonic()
-                res = _in_subprocess([*args, "--threads", str(threads)], env)
+                res = _in_subprocess(
+                    [*args, "--threads", str(threads)], contender_env(system, threads), cores
+                )
                 window = (
                     f", window {res['window_s']:.1f} s of {res['records']} progress records"
                     if "window_s" in res
@@ -542,7 +561,8 @@ def compare(model: str, examples: int, rounds: int, threads: int, systems: list[
         shutil.rmtree(data, ignore_errors=True)
     base = best.get("torch")
     print(
-        f"{model}: best of {rounds}, {steps * BATCH:,} examples each, batch {BATCH}, {threads} threads"
+        f"{model}: best of {rounds}, {steps * BATCH:,} examples each, batch {BATCH}, "
+        f"{threads} threads, every system bound to cores {cores}"
     )
     for system, res in best.items():
         ratio = f"{res['eps'] / base['eps']:.2f}x torch" if base else ""
