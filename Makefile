@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help venv kernels lint lint-objects fmt unit test test-all demo crds render binaries cluster-up cluster-down e2e-kind images bench clean \
-	node-packages e2e kueue fake-gcs kafka test-deps kind-up kind-down kind-packages benchmark-deps bench-peers
+	node-packages e2e kueue fake-gcs kafka test-deps kind-up kind-down kind-packages benchmark-deps bench-peers chaos
 
 help:
 	@echo "make demo      - run the quickstart job locally (no cluster needed)"
@@ -27,6 +27,7 @@ help:
 	@echo "make kind-up   - the 3-node kind cluster of kind-config.yaml, offline (root; cached)"
 	@echo "make kind-down - delete it and check nothing is left behind"
 	@echo "make e2e       - the end-to-end suite on the kind cluster (root: brings it up, deletes it)"
+	@echo "make chaos     - the chaos soak on the kind cluster (CHAOS_MINUTES=20, CHAOS_SEED=39)"
 	@echo "make images    - build both images (docker, else buildah as root; cached by input hash)"
 	@echo "make benchmark-deps - PyTorch and TorchRec for benchmarks/peers.py (~5 GB, cached)"
 	@echo "make bench-peers - benchmarks/peers.py --quick: etj beside PyTorch and TorchRec"
@@ -175,6 +176,15 @@ kind-packages:
 # ETJ_KIND_KUBECONFIG names another cluster to use as it is.
 e2e e2e-kind: venv binaries
 	$(PY) -m pytest -m e2e tests/e2e -v
+
+# The chaos soak (issue 39; tests/e2e/chaos_driver.py): three jobs through a seeded schedule
+# of every fault kind for at least CHAOS_MINUTES, the invariants after every fault, the
+# table. On the kind cluster (make kind-up first); tests/e2e/test_chaos.py is CI's version.
+CHAOS_MINUTES ?= 20
+CHAOS_SEED ?= 39
+chaos: venv binaries images
+	bash tests/cluster/kind-up.sh
+	$(PY) -m tests.e2e.chaos_driver --minutes $(CHAOS_MINUTES) --seed $(CHAOS_SEED)
 
 bench: venv
 	$(PY) benchmarks/trainer_throughput.py --quick

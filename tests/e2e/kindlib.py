@@ -1,7 +1,8 @@
 """The kind suites' shared helpers (test_kind.py, test_chaos.py, tests/e2e/chaos_driver.py):
 the cluster's kubectl and helm, the chart installed from the built images, the quickstart
-job shaped for two cores, its gs:// variant on fake-gcs-server, a watch of a job's pods,
-the private Docker engine's CLI, a call in a background thread."""
+job shaped for two cores, its gs:// variant on fake-gcs-server, jobs that follow files the
+test lands on a shared claim, a watch of a job's pods, the private Docker engine's CLI, a
+call in a background thread."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import yaml
 
 from etj_testcluster.fake_gcs import GCS_HOSTS
 
-from .conftest import CACHE, KIND_BIN_DIR, ROOT, sh
+from .conftest import CACHE, KIND_BIN_DIR, ROOT, sh, wait_for
 
 RELEASE = "etj"
 NS = "etj-system"
@@ -246,3 +247,81 @@ def install(kind: Kind, replicas: int = 1) -> Kind:
     )  # fmt: skip
     kind.mark(f"helm install: {replicas} operator pod(s) ready")
     return kind
+
+
+# The following jobs (data.files.follow) read files landed on a claim of the etj-shared
+# class, FILE_STEPS steps of BATCH examples a file (Landing).
+DATA_CLAIM = "e2e-data"
+BATCH = 128
+FILE_STEPS = 100
+
+
+def following(job: dict, subdir: str, claim: str = DATA_CLAIM) -> dict:
+    """The job trained from the files landed under ``subdir`` of the data claim, as they
+    land (data.files.follow), BATCH examples a step, up to its training.steps."""
+    job = copy.deepcopy(job)
+    job["spec"]["data"] = {
+        "source": "files",
+        "files": {
+            "pattern": f"/data/{subdir}/part-*.tfrecord",
+            "format": "tfrecord",
+            "follow": {"pollSeconds": 2},
+            "volume": {"persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
+        },
+    }
+    job["spec"]["training"]["batchSizePerReplica"] = BATCH
+    return job
+
+
+class Landing:
+    """Writes a following job's files on the host directory of the data claim (every node
+    mounts it), the way the job expects them: aside, then renamed into place."""
+
+    def __init__(self, job: dict, root: Path, subdir: str) -> None:
+        from etj.api.spec import EmbeddingTrainingJobSpec
+
+        self.spec = EmbeddingTrainingJobSpec.model_validate(job["spec"])
+        self.scratch, self.dir = root / f".scratch-{subdir}", root / subdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.files = 0
+
+    @property
+    def steps(self) -> int:
+        return self.files * FILE_STEPS
+
+    def upto(self, steps: int) -> None:
+        """Files until at least ``steps`` steps of data have landed."""
+        from etj_trainer.data.datagen import write_files
+
+        while self.steps < steps:
+            (path,) = write_files(
+                self.spec.model, self.spec.data, self.scratch, "tfrecord", 1, BATCH * FILE_STEPS
+            )
+            path.chmod(0o644)
+            path.rename(self.dir / f"part-{self.files:05d}.tfrecord")
+            self.files += 1
+
+
+def data_claim(k: Kind, name: str = DATA_CLAIM) -> Path:
+    """The ReadWriteMany claim the following jobs read, made anew; its host directory."""
+    k.kubectl("delete", "pvc", name, "--ignore-not-found", "--wait=true", timeout=300)
+    k.apply({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "storageClassName": "etj-shared",
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    })  # fmt: skip
+
+    def bound() -> str | None:
+        got = k.kubectl("get", "pvc", name, "-o", "jsonpath={.status.phase} {.spec.volumeName}")
+        phase, _, volume = got.stdout.partition(" ")
+        return volume if phase == "Bound" and volume else None
+
+    volume = wait_for(bound, 120, "the data claim bound")
+    path = k.kubectl("get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout
+    assert path.startswith("/var/lib/etj-shared/volumes/"), path
+    return SHARED / path.removeprefix("/var/lib/etj-shared/")

@@ -38,7 +38,6 @@ skip saying why).
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -54,6 +53,7 @@ from etj_testcluster.fake_gcs import GCS_HOSTS
 
 from .conftest import CACHE, KIND_BIN_DIR, ROOT, kind_is_ours, wait_for
 from .kindlib import (
+    DATA_CLAIM,
     GCS_BUCKET,
     GCS_CA_DIR,
     GCS_ENV,
@@ -65,9 +65,12 @@ from .kindlib import (
     TRAINER_IMAGE,
     Background,
     Kind,
+    Landing,
     PodWatch,
     back_elsewhere,
+    data_claim,
     docker,
+    following,
     install,
     on_gcs,
     quickstart,
@@ -84,14 +87,10 @@ EVERY = 100
 # The gs:// job's.
 GCS_STEPS = 800
 GCS_EVERY = 100
-# The quickstart and the gs:// job follow files the test lands (data.files.follow) on a
-# claim of the etj-shared class, FILE_STEPS steps of BATCH examples a file: a job trains
-# only what has landed, so no machine is fast enough to finish it before its faults (on a
-# quiet machine the synthetic quickstart ran 1,840 steps before its first checkpoint
+# The quickstart and the gs:// job follow files the test lands (kindlib.Landing): a job
+# trains only what has landed, so no machine is fast enough to finish it before its faults
+# (on a quiet machine the synthetic quickstart ran 1,840 steps before its first checkpoint
 # showed in status).
-DATA_CLAIM = "e2e-data"
-BATCH = 128
-FILE_STEPS = 100
 # Run inside the operator's pod: the Service's DNS name, then the API through it with the
 # pod's ServiceAccount token.
 API_PROBE = """
@@ -123,79 +122,6 @@ def one_pod(name: str, steps: int, every: int) -> dict:
     job["spec"]["training"]["steps"] = steps
     job["spec"]["checkpoint"] = {"everySteps": every}
     return job
-
-
-def following(job: dict, subdir: str) -> dict:
-    """The job trained from the files landed under ``subdir`` of the data claim, as they
-    land (data.files.follow), BATCH examples a step, up to its training.steps."""
-    job = copy.deepcopy(job)
-    job["spec"]["data"] = {
-        "source": "files",
-        "files": {
-            "pattern": f"/data/{subdir}/part-*.tfrecord",
-            "format": "tfrecord",
-            "follow": {"pollSeconds": 2},
-            "volume": {"persistentVolumeClaim": {"claimName": DATA_CLAIM, "readOnly": True}},
-        },
-    }
-    job["spec"]["training"]["batchSizePerReplica"] = BATCH
-    return job
-
-
-class Landing:
-    """Writes a following job's files on the host directory of the data claim (every node
-    mounts it), the way the job expects them: aside, then renamed into place."""
-
-    def __init__(self, job: dict, root: Path, subdir: str) -> None:
-        from etj.api.spec import EmbeddingTrainingJobSpec
-
-        self.spec = EmbeddingTrainingJobSpec.model_validate(job["spec"])
-        self.scratch, self.dir = root / f".scratch-{subdir}", root / subdir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.files = 0
-
-    @property
-    def steps(self) -> int:
-        return self.files * FILE_STEPS
-
-    def upto(self, steps: int) -> None:
-        """Files until at least ``steps`` steps of data have landed."""
-        from etj_trainer.data.datagen import write_files
-
-        while self.steps < steps:
-            (path,) = write_files(
-                self.spec.model, self.spec.data, self.scratch, "tfrecord", 1, BATCH * FILE_STEPS
-            )
-            path.chmod(0o644)
-            path.rename(self.dir / f"part-{self.files:05d}.tfrecord")
-            self.files += 1
-
-
-def data_claim(k: Kind) -> Path:
-    """The ReadWriteMany claim the following jobs read, made anew; its host directory."""
-    k.kubectl("delete", "pvc", DATA_CLAIM, "--ignore-not-found", "--wait=true", timeout=300)
-    k.apply({
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": DATA_CLAIM},
-        "spec": {
-            "storageClassName": "etj-shared",
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    })  # fmt: skip
-
-    def bound() -> str | None:
-        got = k.kubectl(
-            "get", "pvc", DATA_CLAIM, "-o", "jsonpath={.status.phase} {.spec.volumeName}"
-        )
-        phase, _, volume = got.stdout.partition(" ")
-        return volume if phase == "Bound" and volume else None
-
-    volume = wait_for(bound, 120, "the data claim bound")
-    path = k.kubectl("get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout
-    assert path.startswith("/var/lib/etj-shared/volumes/"), path
-    return SHARED / path.removeprefix("/var/lib/etj-shared/")
 
 
 def test_emptydir_checkpoints_fail_across_pods_and_go_with_a_lost_pod(
