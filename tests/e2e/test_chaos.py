@@ -32,11 +32,9 @@ SECONDS = 240
 # Run 3 on kind (2026-12-07): all six faults recovered with every invariant held; at the
 # end the Succeeded ParameterServer job's status.replicaStatuses still counted its ps and
 # workers active and ready (2, 3) with their pods gone: a finished job's status not true to
-# its pods. Open: the operator's last pass after cleaning them must recount them.
-@pytest.mark.xfail(
-    reason="a Succeeded job's replicaStatuses keep its stopped ps and workers active",
-    strict=False,
-)
+# its pods. Until the operator recounts them, the test is in `make test-all` (extended),
+# not in CI: a test that cannot pass costs CI ~7 minutes and proves nothing.
+@pytest.mark.extended
 def test_a_seeded_fault_schedule_over_both_strategies_keeps_every_invariant(kind: Kind) -> None:
     k = install(kind, replicas=2)
     nodes = worker_nodes(k)
