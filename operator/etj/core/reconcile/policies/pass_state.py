@@ -6,6 +6,8 @@ Pure: no I/O; the caller passes the time.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from etj.api.reasons import REASON_CHECKPOINT_READ
 from etj.api.roles import ReplicaSet, Role
 from etj.api.status import ConditionType, EmbeddingTrainingJobStatus, ExportStatus, Phase
@@ -94,13 +96,18 @@ class _Pass:
 
     def done(self, replicas: ReplicaSet | None = None) -> Decision:
         if replicas is not None:
-            self.st.replica_statuses = replica_statuses(
-                self.w.pods, replicas, self.st.replica_statuses
-            )
+            # The pods this pass deletes are stopping, not active: the status is written
+            # once, and a finished job may see no pass after its pods are gone.
+            stopping = set(self.d.delete_pods)
+            pods = [
+                replace(pod, terminating=True) if pod.name in stopping else pod
+                for pod in self.w.pods
+            ]
+            self.st.replica_statuses = replica_statuses(pods, replicas, self.st.replica_statuses)
             self.st.workers = workers_column(self.st.replica_statuses, replicas)
             # The scale subresource's status (kubectl scale, autoscalers).
             self.st.worker_replicas = sum(
-                1 for pod in self.w.pods if pod.role == Role.WORKER and pod.active
+                1 for pod in pods if pod.role == Role.WORKER and pod.active
             )
             self.st.worker_selector = worker_selector(self.job.name)
         if self.w.progress is not None and self.st.phase != Phase.SUCCEEDED:

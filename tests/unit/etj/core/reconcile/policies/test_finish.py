@@ -70,3 +70,17 @@ def test_suspending_deletes_the_pods_and_says_so_once():
     assert [e.reason for e in d.events] == ["Suspended"]
     again = run(with_status(job, d), [], now=later(5))
     assert again.events == [] and again.status.phase == Phase.SUSPENDED
+
+
+def test_a_finished_jobs_status_does_not_count_the_pods_it_stops_as_active():
+    # The chaos soak on kind: a Succeeded job's status said 2 ps and 3 workers active and
+    # ready after the pass that stopped them, and no pass came after (no TTL, no requeue):
+    # the status stayed untrue to its pods.
+    job = make_job(status={"phase": "Succeeded", "completionTime": T1})
+    pods = [p if p.role != Role.CHIEF else pod(Role.CHIEF, 0, "Succeeded") for p in all_pods(job)]
+    d = run(job, pods, now=later(60))
+    assert sorted(d.delete_pods) == ["j-ps-0", "j-ps-1", "j-worker-0", "j-worker-1"]
+    rs = d.status.replica_statuses
+    assert (rs.ps.active, rs.ps.ready, rs.worker.active, rs.worker.ready) == (0, 0, 0, 0)
+    assert rs.chief.succeeded == 1
+    assert d.status.worker_replicas == 0 and d.status.workers == "0/2"
