@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +265,16 @@ class KubeletStandIn:
         )
 
 
+def _utc(offset_seconds: float) -> str:
+    t = datetime.now(UTC) + timedelta(seconds=offset_seconds)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_now() -> str:
+    """Now as the API server writes times (RFC 3339, whole seconds): they compare as text."""
+    return _utc(0)
+
+
 def _container(
     running: bool, exit_code: int = 0, reason: str = "", message: str | None = None
 ) -> dict[str, Any]:
@@ -274,8 +285,11 @@ def _container(
             "terminated": {
                 "exitCode": exit_code,
                 "reason": reason,
-                "startedAt": "2026-01-01T00:00:00Z",
-                "finishedAt": "2026-01-01T00:00:01Z",
+                # Now, as a kubelet writes it: the operator counts one fault once by when
+                # each container ended (a fixed past time would make every failure after
+                # the first look like part of it).
+                "startedAt": _utc(-1),
+                "finishedAt": _utc(0),
                 **({"message": message} if message else {}),
             }
         }

@@ -35,29 +35,27 @@ def tf() -> Any:
     return tensorflow
 
 
-@pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A real Kafka broker (KRaft, one node) on a free 127.0.0.1 port for the session; each
-    test makes its own topic. Skips, saying why, where Java or the jars are missing."""
+def _broker(tmp_path_factory: pytest.TempPathFactory, name: str) -> Any:
+    """A real Kafka broker (KRaft, one node) on a free 127.0.0.1 port, up while the caller
+    holds it; skips, saying why, where Java or the jars are missing."""
     from etj_testcluster import kafka as local_kafka
 
     local_kafka.ensure_fetched()
     why = local_kafka.missing()
     if why:
         pytest.skip(why)
-    with local_kafka.LocalKafka(tmp_path_factory.mktemp("kafka")) as broker:
+    with local_kafka.LocalKafka(tmp_path_factory.mktemp(name)) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The session's broker (``_broker``); each test makes its own topic."""
+    yield from _broker(tmp_path_factory, "kafka")
 
 
 @pytest.fixture
 def own_kafka(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A broker of the test's own (``kafka``'s kind), for a test that restarts it: the
-    session's broker stays up for the others."""
-    from etj_testcluster import kafka as local_kafka
-
-    local_kafka.ensure_fetched()
-    why = local_kafka.missing()
-    if why:
-        pytest.skip(why)
-    with local_kafka.LocalKafka(tmp_path_factory.mktemp("own-kafka")) as broker:
-        yield broker
+    """A broker of the test's own, for a test that restarts it: the session's broker stays
+    up for the others."""
+    yield from _broker(tmp_path_factory, "own-kafka")

@@ -23,6 +23,7 @@ from tests.integration.operator_helpers import (
     job_status,
     live_pods,
     pods,
+    utc_now,
 )
 
 pytestmark = pytest.mark.integration
@@ -275,6 +276,10 @@ def test_backoff_limit_exhausted_fails_with_reason(
     kubelet.terminate("ctr-worker-0", 137)
     wait_for(lambda: job_status(crds, namespace, "ctr").get("restarts") == 1, 120, "first restart")
     wait_for(lambda: phase(crds, namespace) == "Running", 120, "Running after the restart")
+    # A second fault ends after the restart of the first was decided (container times are
+    # whole seconds: an end in the same second would be part of the first fault).
+    counted = job_status(crds, namespace, "ctr")["lastRestartTime"]
+    wait_for(lambda: utc_now() > counted, 10, "a second past the counted restart")
     kubelet.terminate("ctr-worker-0", 137)
     wait_for(lambda: phase(crds, namespace) == "Failed", 120, "Failed")
     failed = next(
