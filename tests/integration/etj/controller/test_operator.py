@@ -279,7 +279,7 @@ def test_backoff_limit_exhausted_fails_with_reason(
     # A second fault ends after the restart of the first was decided (container times are
     # whole seconds: an end in the same second would be part of the first fault).
     counted = job_status(crds, namespace, "ctr")["lastRestartTime"]
-    wait_for(lambda: utc_now() > counted, 10, "a second past the counted restart")
+    wait_for(lambda: utc_now() > counted, 120, "a second past the counted restart")
     kubelet.terminate("ctr-worker-0", 137)
     wait_for(lambda: phase(crds, namespace) == "Failed", 120, "Failed")
     failed = next(
