@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,38 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+# A task seen with every thread asleep in this many samples in a row is at rest (a server
+# between closures, not one starting: an import runs or waits on the disk, never sleeps
+# that long); busy, with a thread running or runnable in this many in a row.
+REST_SAMPLES = 5
+BUSY_SAMPLES = 3
+GROUP_SECONDS = 0.5
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` (a supervised trainer and its child)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            if int(fields[2]) == pgid:  # after the state and the parent: the group
+                pids.append(int(entry.name))
+    return pids
+
+
+def _thread_states(pids: list[int]) -> list[str]:
+    """The scheduler state (R, S, D, ...) of every thread of ``pids`` this instant."""
+    states = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+    return states
+
+
 class LocalJob:
     """Every task of a job as a local process; ``close()`` kills them all."""
 
@@ -313,6 +346,45 @@ class LocalJob:
         if sig == signal.SIGKILL:
             proc.wait(timeout=120)
             wait_for(lambda: not _group_alive(proc.pid), 120, f"{role}/{index} to be gone")
+
+    def freeze_when_busy(self, role: str, index: int, timeout: float) -> None:
+        """Stop a task (SIGSTOP to its group) at an instant it executes something: once it
+        was seen at rest (REST_SAMPLES) and then busy (BUSY_SAMPLES). A server of a
+        ParameterServer job rests between closures and is busy in one, so frozen there its
+        closure has started and cannot finish: a kill that follows lands inside it however
+        loaded the machine is (load makes a closure longer, never shorter)."""
+        proc = self.procs[(role, index)]
+        # Samples in a row at rest and busy; armed once it has rested long enough.
+        seen = {"rest": 0, "busy": 0, "armed": 0}
+        # The group's processes, looked up again every GROUP_SECONDS (a scan of /proc costs
+        # more than a sample); a new member (a supervisor's child starting) disarms.
+        group = {"pids": [], "at": -GROUP_SECONDS}
+
+        def busy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"{role}/{index} exited ({proc.returncode})")
+            if time.monotonic() - group["at"] >= GROUP_SECONDS:
+                pids = _group_pids(proc.pid)
+                if pids != group["pids"]:
+                    seen.update(rest=0, busy=0, armed=0)
+                group.update(pids=pids, at=time.monotonic())
+            states = _thread_states(group["pids"])
+            if states and all(s == "S" for s in states):
+                seen["rest"], seen["busy"] = seen["rest"] + 1, 0
+                seen["armed"] |= seen["rest"] >= REST_SAMPLES
+            else:
+                seen["rest"] = 0
+                seen["busy"] = seen["busy"] + 1 if seen["armed"] and "R" in states else 0
+            return seen["busy"] >= BUSY_SAMPLES
+
+        wait_for(busy, timeout, f"{role}/{index} at rest, then busy", every=0.001)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        wait_for(
+            lambda: all(s in "Tt" for s in _thread_states(_group_pids(proc.pid))),
+            120,
+            f"{role}/{index} stopped",
+            every=0.001,
+        )
 
     def restart_workers(self) -> None:
         """Kill every worker and start them again: what the operator does with the
