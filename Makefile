@@ -191,14 +191,22 @@ bench: venv
 
 # benchmarks/peers.py's peers (PyTorch, TorchRec + FBGEMM on CPU) into the venv: the
 # `benchmark` extra, then torchrec without its requirement of the CUDA fbgemm-gpu
-# (pyproject.toml says why). ~5 GB installed; cached under $(ETJ_CACHE)/pip. Never part
-# of `make test`.
+# (pyproject.toml says why). ~5 GB installed, its ~3 GB of wheels kept under
+# $(BENCH_WHEELS): pip's own cache keeps only responses that carry caching headers, and
+# where a proxy strips them (this machine's: 2026-12-07) it keeps nothing, so every fresh
+# venv downloaded the 3 GB again. `pip download` skips a wheel already there; the install
+# reads only that directory. Never part of `make test`.
 TORCHREC := torchrec==1.9.2
+BENCH_WHEELS := $(ETJ_CACHE)/wheels/benchmark
+BENCH_REQS := $(VENV)/benchmark-requirements.txt
 benchmark-deps: $(VENV)/.benchmark-deps
 
 $(VENV)/.benchmark-deps: $(VENV)/.installed pyproject.toml
-	nice -n 10 $(PY) -m pip install -q -e '.[benchmark]'
-	nice -n 10 $(PY) -m pip install -q --no-deps '$(TORCHREC)'
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["benchmark"]))' > $(BENCH_REQS)
+	nice -n 10 $(PY) -m pip download -q -d $(BENCH_WHEELS) -r $(BENCH_REQS)
+	nice -n 10 $(PY) -m pip download -q --no-deps -d $(BENCH_WHEELS) '$(TORCHREC)'
+	nice -n 10 $(PY) -m pip install -q --no-index --find-links $(BENCH_WHEELS) -r $(BENCH_REQS)
+	nice -n 10 $(PY) -m pip install -q --no-index --no-deps --find-links $(BENCH_WHEELS) '$(TORCHREC)'
 	$(PY) -c 'import torch, fbgemm_gpu, torchrec; print("torch", torch.__version__, "fbgemm_gpu", fbgemm_gpu.__version__)'
 	touch $@
 
