@@ -23,11 +23,17 @@
 //   rowwise_adagrad: a += sum(g * g) / dim; w -= lr * g / (sqrt(a) + epsilon)
 // Gradient rows are applied in order, one by one, as the fused kernels do: repeated ids
 // are applied repeatedly (the wrapper sums them first when asked, as optim.dedup does).
+//
+// A checkpoint of a shard is written by the ps that holds it (EtjDiskTableSave): a tensor
+// bundle of slices of `piece_rows` rows, each read from the table and appended to the
+// bundle's data file before the next is read, so a save holds one piece in RAM, never the
+// shard (TensorFlow's SaveV2 takes every tensor it writes as an input, all at once).
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -41,7 +47,9 @@
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_slice.h"
 #include "tensorflow/core/platform/mutex.h"
+#include "tensorflow/core/util/tensor_bundle/tensor_bundle.h"
 
 namespace etj {
 
@@ -623,5 +631,84 @@ class StatsOp : public OpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("EtjDiskTableStats").Device(DEVICE_CPU), StatsOp);
+
+REGISTER_OP("EtjDiskTableSave")
+    .Input("handle: resource")
+    .Input("prefix: string")
+    .Input("key: string")
+    .Input("full_shape: int64")
+    .Input("offset: int64")
+    .Attr("slot: bool")
+    .Attr("piece_rows: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs);
+
+// Writes the weights (or, `slot`, the slot rows) of the whole shard as a tensor bundle at
+// `prefix`: slices of the tensor `key` of shape `full_shape` ([rows, width], or [rows]
+// for a slot of one float a row), the shard's rows starting at row `offset` of it, one
+// slice per `piece_rows` rows. The bundle merges into a checkpoint (MergeV2Checkpoints)
+// beside the other shards' slices, as a partitioned variable's do.
+class SaveOp : public OpKernel {
+ public:
+  explicit SaveOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("slot", &slot_));
+    OP_REQUIRES_OK(c, c->GetAttr("piece_rows", &piece_rows_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DiskTable> table;
+    OP_REQUIRES_OK(ctx, Table(ctx, &table));
+    const std::string prefix = ctx->input(1).scalar<tstring>()();
+    const std::string key = ctx->input(2).scalar<tstring>()();
+    const auto dims = ctx->input(3).flat<int64_t>();
+    const int64_t offset = ctx->input(4).scalar<int64_t>()();
+    const int64_t dim = table->dim(), width = table->slot_width(), record = dim + width;
+    const int64_t part = slot_ ? width : dim, rows = table->rows();
+    OP_REQUIRES(ctx, part > 0, errors::InvalidArgument("the table keeps no slot rows"));
+    TensorShape full;
+    for (int i = 0; i < dims.size(); ++i) full.AddDim(dims(i));
+    const bool flat = full.dims() == 1;
+    OP_REQUIRES(ctx,
+                (flat ? part == 1 : full.dims() == 2 && full.dim_size(1) == part) &&
+                    offset >= 0 && offset + rows <= full.dim_size(0),
+                errors::InvalidArgument("the shard's ", rows, " rows of width ", part,
+                                        " at row ", offset, " do not fit ",
+                                        full.DebugString()));
+    tensorflow::BundleWriter writer(tensorflow::Env::Default(), prefix);
+    OP_REQUIRES_OK(ctx, writer.status());
+    std::vector<float> records;
+    for (int64_t first = 0; first < rows; first += piece_rows_) {
+      const int64_t count = std::min(piece_rows_, rows - first);
+      records.resize(count * record);
+      {
+        // Per piece: training (another step's ops) may go on between two pieces, as it may
+        // between two variables of one SaveV2.
+        tensorflow::mutex_lock lock(*table->mu());
+        OP_REQUIRES_OK(ctx, table->Export(first, count, records.data()));
+      }
+      Tensor piece(tensorflow::DT_FLOAT, flat ? TensorShape({count}) : TensorShape({count, part}));
+      float* out = piece.flat<float>().data();
+      const int64_t from = slot_ ? dim : 0;
+      for (int64_t r = 0; r < count; ++r) {
+        std::memcpy(out + r * part, &records[r * record + from], part * sizeof(float));
+      }
+      tensorflow::TensorSlice slice(full.dims());
+      slice.set_start(0, offset + first);
+      slice.set_length(0, count);
+      if (count == full.dim_size(0)) {
+        OP_REQUIRES_OK(ctx, writer.Add(key, piece));
+      } else {
+        OP_REQUIRES_OK(ctx, writer.AddSlice(key, full, slice, piece));
+      }
+    }
+    OP_REQUIRES_OK(ctx, writer.Finish());
+  }
+
+ private:
+  bool slot_;
+  int64_t piece_rows_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("EtjDiskTableSave").Device(DEVICE_CPU), SaveOp);
 
 }  // namespace etj

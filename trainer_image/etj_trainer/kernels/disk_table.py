@@ -26,8 +26,9 @@ row-wise Adagrad is ``rowupdate``'s, whose mean of squares TensorFlow sums in an
 order (equal to float reassociation: a few ulps). Gradient rows apply one by one in order;
 ``deduplicate=True`` sums repeated ids first as ``optim.dedup`` does.
 
-Checkpoints go through ``export``/``import_rows`` in pieces of rows: neither ever holds
-more than one piece in RAM. The file is scratch (removed when the table is destroyed).
+Checkpoints go through ``save`` (the ps writes its shard as a tensor bundle, a piece of
+rows at a time) and ``import_rows`` in pieces of rows: neither ever holds more than one
+piece in RAM. The file is scratch (removed when the table is destroyed).
 
 This module neither decides a table's sizes (the planner) nor checkpoints by itself.
 """
@@ -139,6 +140,23 @@ class DiskTable:
         """The whole shard as (first row, weights, slots), ``piece_rows`` rows at a time."""
         for first in range(0, self.rows, piece_rows):
             yield first, *self.export(first, min(piece_rows, self.rows - first))
+
+    def save(
+        self, prefix: Any, key: str, full_shape: list[int], offset: int, slot: bool, piece_rows: int
+    ) -> Any:
+        """Write the shard's weights (``slot``: its slot rows) as a tensor bundle at
+        ``prefix``: slices of ``piece_rows`` rows of the tensor ``key`` of ``full_shape``,
+        the shard's rows from row ``offset`` of it; one piece in RAM at a time. Merge the
+        bundle into a checkpoint with ``MergeV2Checkpoints``."""
+        return self._ops.etj_disk_table_save(
+            self.handle,
+            prefix,
+            key,
+            tf.constant(full_shape, tf.int64),
+            tf.constant(offset, tf.int64),
+            slot=slot,
+            piece_rows=piece_rows,
+        )
 
     def import_rows(self, first: int, weights: Any, slots: Any) -> Any:
         """Set rows ``first`` on to ``weights`` and their slots to ``slots``."""

@@ -11,7 +11,9 @@ Checkpoints hold the table with the keys and layout of a table in RAM: the weigh
 the table's key (``model/tables/<i>``), each optimizer slot under the slot's
 (``slots/tables/<name>/<slot>``, ``DiskSlotView``), as slices of the whole ``[rows, dim]``
 (or ``[rows]``: row-wise Adagrad) tensor, one slice per piece of ``piece_rows`` rows (one
-piece per shard: the unsliced tensor or a ShardedVariable's slices). A checkpoint of either
+piece per shard: the unsliced tensor or a ShardedVariable's slices). Each ps writes its
+shards' slices itself, a piece at a time (``DiskTable.save``, through a registered
+checkpoint saver): a save never holds a shard in RAM. A checkpoint of either
 restores into the other, into any shard and ps count (``etj_trainer.task.restore`` reads by
 slice). Restoring goes a piece at a time (``DiskPart.pieces``: never the whole shard in
 RAM); a piece of the weights reads the piece's records, replaces their weights and writes
@@ -33,7 +35,10 @@ from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.ops import io_ops
+from tensorflow.python.saved_model import registration
 from tensorflow.python.trackable import base as trackable
+from tensorflow.python.trackable import trackable_utils
 
 from etj.api.constants import DISK_MOUNT, DISK_TABLES_ENV
 from etj.api.disk import COUNTERS, record_bytes
@@ -193,27 +198,61 @@ class _Saved(trackable.Trackable):
         rows = sum(p.shard.rows for p in self._parts)
         return [rows, *self._parts[0].shape[1:]]
 
-    def _serialize_to_tensors(self) -> dict[str, Any]:
+    def save(self, key: str, file_prefix: Any) -> list[tf.Tensor]:
+        """Write every part as a bundle of its own, on its device, a piece at a time
+        (``DiskTable.save``); the bundles' prefixes, each once its bundle is written."""
         full = self.full_shape
-        out: dict[str, tf.Tensor] = {}
-        for part in self._parts:
+        written = []
+        for j, part in enumerate(self._parts):
             with tf.device(part.device):
-                for first, count in part.ranges():
-                    spec = _slice(full, part.shard.offset + first, count)
-                    out[spec] = part.read(first, count)
-        return {VALUE: out if len(out) > 1 or "" not in out else out[""]}
+                prefix = tf.strings.join([file_prefix, f"_{j}"])
+                done = part.shard.table.save(
+                    prefix, key, full, part.shard.offset, part.slot, part.shard.piece_rows
+                )
+                with tf.control_dependencies([done]):
+                    written.append(tf.identity(prefix))
+        return written
 
-    def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> Any:
-        value = restored_tensors[VALUE]
-        if isinstance(value, dict):
-            value = tf.concat([value[k] for k in sorted(value, key=_slice_start)], 0)
+    def restore(self, key: str, path: Any) -> None:
+        """Assign every part from the checkpoint at ``path``, a piece at a time on its
+        device (what ``etj_trainer.task.restore`` does for the trainer's own restores)."""
+        full = self.full_shape
         for part in self._parts:
-            part.assign(value[part.shard.offset : part.shard.offset + part.shard.rows])
-        return tf.no_op()
+            for piece in part.pieces():
+                spec = _slice(full, part.shard.offset + piece.first, piece.count)
+                with tf.device(part.device):
+                    value = io_ops.restore_v2(path, [key], [spec], [tf.float32])[0]
+                piece.assign(value)
 
 
-def _slice_start(spec: str) -> int:
-    return int(spec.split(" ")[-1].split(",")[0]) if spec else 0
+def _save(trackables: dict[str, _Saved], file_prefix: Any) -> list[tf.Tensor]:
+    """The registered saver of disk tables: every table and slot, by its checkpoint key."""
+    written: list[tf.Tensor] = []
+    for name, saved in sorted(trackables.items()):
+        key = trackable_utils.checkpoint_key(name, VALUE)
+        written += saved.save(key, tf.strings.join([file_prefix, f"_{len(written)}"]))
+    return written
+
+
+def _restore(trackables: dict[str, _Saved], merged_prefix: Any) -> None:
+    for name, saved in sorted(trackables.items()):
+        saved.restore(trackable_utils.checkpoint_key(name, VALUE), merged_prefix)
+
+
+# Saving a disk table goes through its own op, not ``_serialize_to_tensors``: TensorFlow
+# writes what that returns with one SaveV2 per device, which takes every tensor of the
+# device as an input at once (a ps would hold its whole shard in RAM). Registered savers
+# are TensorFlow's hook for this: their bundles are merged into the checkpoint with the
+# others, under the keys and slices a table in RAM has. Not strict: a checkpoint of a disk
+# table restores into a table in RAM by TensorFlow's own restore too.
+registration.register_checkpoint_saver(
+    package="etj",
+    name="DiskTable",
+    predicate=lambda x: isinstance(x, _Saved),
+    save_fn=_save,
+    restore_fn=_restore,
+    strict_predicate_restore=False,
+)
 
 
 class DiskSlotView(_Saved):

@@ -1,6 +1,7 @@
 """The disk table's ops against a NumPy reference and against TensorFlow's own kernels:
 random lookups and updates with repeated ids through a cache far smaller than the table
-(evictions every step), export and import in pieces, and the errors of bad input."""
+(evictions every step), export and import in pieces, a save as checkpoint slices, and
+the errors of bad input."""
 
 from __future__ import annotations
 
@@ -149,6 +150,47 @@ def test_export_import_round_trip_into_another_cache(kernels: Path, tmp_path: Pa
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(_export_all(a, 101)[0][1], weights[1])
     assert not np.array_equal(_export_all(a, 101)[0][0], weights[0])
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "rowwise_adagrad"])
+def test_save_writes_the_shard_as_slices_of_the_whole_tensor(
+    kernels: Path, tmp_path: Path, optimizer: str
+):
+    rows, dim = 23, 3
+    rng = np.random.default_rng(2)
+    table = _table(tmp_path, rows, dim, optimizer, cache_rows=4)
+    table.apply(np.arange(rows), rng.normal(size=(rows, dim)).astype(np.float32), 0.3)
+    weights, slots = _export_all(table, rows)
+    # The shard is rows [10, 33) of a 40-row tensor; pieces of 5 rows (the last of 3).
+    table.save(str(tmp_path / "w"), "w", [40, dim], 10, slot=False, piece_rows=5)
+    flat = optimizer == "rowwise_adagrad"
+    table.save(str(tmp_path / "s"), "s", [40] if flat else [40, dim], 10, slot=True, piece_rows=5)
+    for name, want, width in (("w", weights, dim), ("s", slots, slots.shape[1])):
+        full = [40] if name == "s" and flat else [40, width]
+        rest = "" if len(full) == 1 else ":-"
+        spec = f"{' '.join(map(str, full))} 10,{rows}{rest}"
+        got = tf.raw_ops.RestoreV2(
+            prefix=str(tmp_path / name),
+            tensor_names=[name],
+            shape_and_slices=[spec],
+            dtypes=[tf.float32],
+        )[0]
+        np.testing.assert_array_equal(got.numpy().reshape(want.shape), want)
+        assert tf.train.load_checkpoint(str(tmp_path / name)).get_variable_to_shape_map() == {
+            name: full
+        }
+
+
+def test_save_refuses_a_shard_that_does_not_fit_and_a_slot_sgd_has_not(
+    kernels: Path, tmp_path: Path
+):
+    table = _table(tmp_path, 10, 2, "sgd", cache_rows=2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="no slot rows"):
+        table.save(str(tmp_path / "a"), "a", [10, 2], 0, slot=True, piece_rows=4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="do not fit"):
+        table.save(str(tmp_path / "b"), "b", [15, 2], 6, slot=False, piece_rows=4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="do not fit"):
+        table.save(str(tmp_path / "c"), "c", [10, 3], 0, slot=False, piece_rows=4)
 
 
 def test_an_unwritten_row_reads_as_zeros_and_its_slots_start_value(kernels: Path, tmp_path: Path):
