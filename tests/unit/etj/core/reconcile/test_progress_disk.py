@@ -5,16 +5,12 @@ shown by etj run."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from etj.api.progress import DISK_GAUGES, DISK_TABLES_KEY
-from etj.api.status import DiskTableStatus, EmbeddingTrainingJobStatus, Progress
-from etj.cli.run import _evaluation_rows
+from etj.api.status import DiskTableStatus, Progress
 from etj.core.reconcile.progress import parse_progress, progress_record
-from etj.local.runner import progress_from_log
-from tests.unit.etj.core.reconcile.test_progress_dynamic import page
-from tests.unit.reconcile_helpers import all_pods, make_job, pod, run, with_status
+from tests.unit.etj.core.reconcile.progress_tables import page, shown_by_etj_run, succeeded
 
 STATS = {
     "user_id": {
@@ -64,22 +60,13 @@ def test_a_bad_disk_table_entry_drops_only_that_table():
 
 
 def test_a_succeeded_job_keeps_the_last_disk_tables_its_completion_message_lacks():
-    job = make_job()
-    d = run(job, all_pods(job), progress=Progress(step=900, disk_tables=TABLES))
-    message = 'TrainingComplete: {"progress":{"step":1000,"loss":0.4}}'
-    pods = [pod("chief", 0, "Succeeded", exit_code=0, message=message), *all_pods(job)[1:]]
-    d = run(with_status(job, d), pods)
-    assert d.status is not None and str(d.status.phase) == "Succeeded"
-    assert d.status.progress is not None
-    assert d.status.progress.loss == 0.4 and d.status.progress.disk_tables == TABLES
+    scraped, final = succeeded(Progress(step=900, disk_tables=TABLES))
+    assert scraped.disk_tables == TABLES and final.disk_tables == TABLES
 
 
 def test_etj_run_reads_and_shows_each_disk_table(tmp_path: Path):
-    log = tmp_path / "chief.log"
-    log.write_text(json.dumps({"event": "progress", "step": 300, DISK_TABLES_KEY: STATS}))
-    progress = progress_from_log(log, "t")
-    assert progress is not None and progress.disk_tables == TABLES
-    rows = dict(_evaluation_rows(EmbeddingTrainingJobStatus(progress=progress)))
+    progress, rows = shown_by_etj_run(tmp_path, DISK_TABLES_KEY, STATS)
+    assert progress.disk_tables == TABLES
     assert rows["disk table user_id"] == (
         "cache hit rate 0.875, 50,000/50,000 rows cached, 1,000,000 rows (122.1 MiB) on disk, "
         "1,520 rows/s read, 1,490 written"

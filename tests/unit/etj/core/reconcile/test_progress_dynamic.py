@@ -4,16 +4,12 @@ progress line (etj run, the same reader), kept when the job succeeds, and shown 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from etj.api.progress import DYNAMIC_GAUGES, DYNAMIC_TABLES_KEY
-from etj.api.status import DynamicTableStatus, EmbeddingTrainingJobStatus, Progress
-from etj.cli.run import _evaluation_rows
+from etj.api.progress import DYNAMIC_TABLES_KEY
+from etj.api.status import DynamicTableStatus, Progress
 from etj.core.reconcile.progress import parse_progress, progress_record
-from etj.local.runner import progress_from_log
-from tests.unit.reconcile_helpers import all_pods, make_job, pod, run, with_status
+from tests.unit.etj.core.reconcile.progress_tables import page, shown_by_etj_run, succeeded
 
 STATS = {
     "user_id": {
@@ -38,18 +34,6 @@ TABLES = [
         fallback_lookups=12345,
     ),
 ]
-
-
-def page(
-    stats: dict[str, dict[str, Any]], gauges: tuple[tuple[str, str, str], ...] = DYNAMIC_GAUGES
-) -> str:
-    """A metrics page as the trainer's Reporter serves it (one labelled series per table of
-    ``gauges``' kind)."""
-    lines = ["# TYPE etj_trainer_step gauge", "etj_trainer_step 300.0"]
-    for field, metric, doc in gauges:
-        lines += [f"# HELP {metric} {doc}", f"# TYPE {metric} gauge"]
-        lines += [f'{metric}{{table="{t}"}} {float(s[field])}' for t, s in stats.items()]
-    return "\n".join(lines) + "\n"
 
 
 def test_the_metrics_page_gives_every_dynamic_tables_stats_by_name():
@@ -86,24 +70,13 @@ def test_a_bad_dynamic_tables_entry_drops_only_the_dynamic_tables():
 
 
 def test_a_succeeded_job_keeps_the_last_dynamic_tables_its_completion_message_lacks():
-    job = make_job()
-    d = run(job, all_pods(job), progress=Progress(step=900, dynamic_tables=TABLES))
-    assert d.status is not None and d.status.progress is not None
-    assert d.status.progress.dynamic_tables == TABLES
-    message = 'TrainingComplete: {"progress":{"step":1000,"loss":0.4}}'
-    pods = [pod("chief", 0, "Succeeded", exit_code=0, message=message), *all_pods(job)[1:]]
-    d = run(with_status(job, d), pods)
-    assert d.status is not None and str(d.status.phase) == "Succeeded"
-    assert d.status.progress is not None
-    assert d.status.progress.loss == 0.4 and d.status.progress.dynamic_tables == TABLES
+    scraped, final = succeeded(Progress(step=900, dynamic_tables=TABLES))
+    assert scraped.dynamic_tables == TABLES and final.dynamic_tables == TABLES
 
 
 def test_etj_run_reads_and_shows_each_dynamic_table(tmp_path: Path):
-    log = tmp_path / "chief.log"
-    log.write_text(json.dumps({"event": "progress", "step": 300, DYNAMIC_TABLES_KEY: STATS}))
-    progress = progress_from_log(log, "t")
-    assert progress is not None and progress.dynamic_tables == TABLES
-    rows = dict(_evaluation_rows(EmbeddingTrainingJobStatus(progress=progress)))
+    progress, rows = shown_by_etj_run(tmp_path, DYNAMIC_TABLES_KEY, STATS)
+    assert progress.dynamic_tables == TABLES
     assert rows["dynamic table user_id"] == (
         "812/1000 rows used, 900 admitted, 88 evicted, 12,345 fallback lookups"
     )
