@@ -21,9 +21,12 @@ keys of a table in RAM). Each ps' peak resident set (VmHWM) and the ps' CPU-seco
 1,000 examples are printed beside.
 
 ``--large``: one disk run of a table >= 4x ``--ps-memory`` per ps (4.2x unless ``--rows``),
-at the first of ``--caches``, without checkpoints (a save still takes each ps' shards whole):
-each ps' peak RSS against the limit. The limit is not enforced here (no cgroup): the peak
-is measured and compared.
+at the first of ``--caches``, checkpointing half-way (keeping one) and at the end; ps 0 is
+SIGKILLed after the first checkpoint and the job resumes from it (the operator's rule: the
+chief exits retryable, the workers restart), the restored tables' digests checked against
+the checkpoint: each ps' peak RSS (the restarted ps' covers the restore, the other's the
+saves) against the limit. The limit is not enforced here (no cgroup): the peak is measured
+and compared.
 
 What it does not measure: the SSD. The shard files sit in the OS page cache (the table is
 far smaller than the machine's RAM), so a miss costs a ``pread`` from the page cache.
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import tempfile
 import time
@@ -55,6 +59,7 @@ from model_quality import WATCHDOG, auc, log_loss
 from trainer_throughput import _peak_rss_bytes, _processes
 
 from etj.api.quantity import parse_quantity  # isort: skip
+from etj_trainer.task.restore import slice_spec  # isort: skip
 from harness import LocalJob, job_spec, trainer_config, wait_for  # isort: skip
 
 ZIPF = 1.05
@@ -165,13 +170,12 @@ class _Cpu:
         return sum(t for g, t in self.ticks.values() if g in wanted) / tick
 
 
-def run(spec: Any, work: Path, warmup: int, checkpoint: bool = True) -> dict[str, Any]:
+def run(spec: Any, work: Path, warmup: int) -> dict[str, Any]:
     """Train ``spec`` to its end: examples/s past ``warmup``, hit rate, ps peak RSS and the
-    ps' CPU-seconds per 1,000 examples. ``checkpoint`` False: no checkpoint at all (the
-    ``--large`` run: a save takes each ps' shards whole, item 4 of issue #40)."""
+    ps' CPU-seconds per 1,000 examples."""
     config = trainer_config(
         spec,
-        checkpoint_dir=work / "ckpt" if checkpoint else None,
+        checkpoint_dir=work / "ckpt",
         every_steps=spec.training.steps,
         watchdog_seconds=WATCHDOG,
     )
@@ -233,9 +237,96 @@ def _line(label: str, r: dict[str, Any]) -> str:
     )
 
 
+def _remove_orphans(folder: Path, pgid: int) -> None:
+    """Delete the shard files no process of the live ps (group ``pgid``) has open: the
+    killed ps' (a SIGKILLed process never unlinks its scratch files; in a pod its emptyDir
+    goes with it). They would take another copy of its shards on this machine's disk."""
+    held = set()
+    for pid in (p.name for p in Path("/proc").iterdir() if p.name.isdigit()):
+        try:
+            if os.getpgid(int(pid)) != pgid:
+                continue
+            held |= {os.readlink(f) for f in Path(f"/proc/{pid}/fd").iterdir()}
+        except OSError:
+            continue
+    for f in folder.glob("*.rows"):
+        if str(f) not in held:
+            f.unlink()
+
+
+def _check_restored(restored: dict[str, Any], piece_rows: int = 1 << 21) -> None:
+    """Every variable of the ``restored`` event sums to what the checkpoint holds, the
+    checkpoint read a slice at a time (a table larger than this process' share of RAM)."""
+    import tensorflow as tf
+
+    path = restored["path"]
+    reader = tf.train.load_checkpoint(path)
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    for key, value in restored["digest"].items():
+        name = f"{key}/.ATTRIBUTES/VARIABLE_VALUE"
+        full, total = shapes[name], 0.0
+        for first in range(0, full[0] if full else 1, piece_rows):
+            n = min(piece_rows, full[0] - first) if full else 0
+            spec = slice_spec(full, first, n) if full else ""
+            piece = tf.raw_ops.RestoreV2(
+                prefix=path, tensor_names=[name], shape_and_slices=[spec], dtypes=[dtypes[name]]
+            )[0]
+            total += float(tf.reduce_sum(tf.cast(piece, tf.float64)))
+        assert abs(value - total) <= 1e-6 + 1e-6 * abs(total), (key, value, total)
+
+
+def large_run(spec: Any, work: Path) -> dict[str, Any]:
+    """Train ``spec`` with a checkpoint half-way and at the end, SIGKILL ps 0 after the
+    first and resume from it: seconds of each stage, the restore's check, each ps' peak
+    RSS (VmHWM) and the checkpoint's size."""
+    every = spec.training.steps // 2
+    config = trainer_config(
+        spec, checkpoint_dir=work / "ckpt", every_steps=every, keep=1, watchdog_seconds=WATCHDOG
+    )
+    (work / "disk").mkdir(parents=True)
+    env = {"ETJ_DISK_TABLES": str(work / "disk"), "ETJ_PROGRESS_SECONDS": "2"}
+    with LocalJob(config, work, workers=WORKERS, ps=PS, env=env) as job:
+        t0 = time.monotonic()
+        job.start_all()
+
+        def saved() -> bool:
+            job.check_chief_alive()
+            return any(e["event"] == "checkpoint" and e["step"] > 0 for e in job.events())
+
+        wait_for(saved, 7200, "the first checkpoint", every=1)
+        first = time.monotonic() - t0
+        killed_peak = _peak_rss_bytes(job.procs[("ps", 0)].pid) / 2**20
+        size = sum(f.stat().st_size for f in (work / "ckpt").glob("*.data-*"))
+        job.kill("ps", 0, signal.SIGKILL)
+        job.wait_exit("chief", 0, timeout=3600)
+        _remove_orphans(work / "disk", job.procs[("ps", 1)].pid)
+        t1 = time.monotonic()
+        job.start("ps", 0)
+        job.restart_workers()
+        job.start("chief", 0)
+        restored = dict(wait_for(lambda: job.last("restored"), 7200, "the restore", every=1))
+        resumed = time.monotonic() - t1
+        # The shard files after the restore (2 ps x the tables' shards when none leaked).
+        files = list((work / "disk").glob("*.rows"))
+        _check_restored(restored)
+        done = job.wait_done(timeout=7200)
+        peaks = [_peak_rss_bytes(job.procs[("ps", i)].pid) / 2**20 for i in range(PS)]
+    return {
+        "first_checkpoint_s": first,
+        "restored_step": restored["step"],
+        "restore_s": resumed,
+        "step": done["step"],
+        "seconds": time.monotonic() - t0,
+        "ps_peak_mib": [round(killed_peak), *[round(p) for p in peaks]],
+        "checkpoint_gib": size / 2**30,
+        "files_after_restore": len(files),
+        "files_gib": sum(f.stat().st_blocks * 512 for f in files if f.exists()) / 2**30,
+    }
+
+
 def large(args: argparse.Namespace, work: Path) -> None:
-    """One disk run of a table >= 4x the ps memory limit (``--ps-memory``), no checkpoint:
-    peak RSS of each ps against the limit, examples/s and hit rate."""
+    """One disk run of a table >= 4x the ps memory limit (``--ps-memory``), checkpointed,
+    a ps killed and restored: peak RSS of each ps against the limit."""
     limit = int(parse_quantity(args.ps_memory))
     rows = args.rows or int(4.2 * limit * PS / (DIM * 8)) + 1
     per_ps = rows * DIM * 8 / PS
@@ -246,13 +337,21 @@ def large(args: argparse.Namespace, work: Path) -> None:
     print(
         f"--large: user_id {rows:,} x {DIM} Adagrad, {per_ps / 2**20:,.0f} MiB of rows + slots "
         f"per ps ({per_ps / limit:.1f}x the {args.ps_memory} limit), cache {args.caches[0]:.0%}; "
-        f"{args.steps} steps x {args.batch}, no checkpoint; load {os.getloadavg()[0]:.1f}",
+        f"{args.steps} steps x {args.batch}, checkpoints at {args.steps // 2} and the end, ps 0 "
+        f"killed after the first; load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     spec = spec_of(rows, args.caches[0], args.steps, args.batch, str(work / "train-*.csv"))
-    r = run(spec, work / "large", args.warmup, checkpoint=False)
-    print(_line(f"disk {args.caches[0]:.0%}", r))
+    r = large_run(spec, work / "large")
     peak = max(r["ps_peak_mib"])
+    print(
+        f"# Succeeded at step {r['step']} in {r['seconds']:,.0f} s (first checkpoint after "
+        f"{r['first_checkpoint_s']:,.0f} s, {r['checkpoint_gib']:.1f} GiB; ps 0 killed, restored "
+        f"step {r['restored_step']} and resumed in {r['restore_s']:,.0f} s, digests as saved; "
+        f"{r['files_after_restore']} shard files, {r['files_gib']:.1f} GiB, after it); "
+        f"ps peak RSS {r['ps_peak_mib']} MiB (ps 0 before the kill, ps 0 restarted, ps 1), "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     print(
         f"peak ps RSS {peak} MiB of the {limit / 2**20:.0f} MiB limit "
         f"({'under' if peak * 2**20 < limit else 'OVER'}); table {per_ps / 2**20:,.0f} MiB per ps"
