@@ -23,3 +23,14 @@ def auc_from_histogram(hist: np.ndarray) -> float | None:
     neg_below = np.cumsum(neg) - neg
     wins = (pos * (neg_below + 0.5 * neg)).sum()
     return float(wins / (total_pos * total_neg))
+
+
+def histogram_of(predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``[2, BINS]`` counts of negatives / positives per prediction bucket, as the
+    trainer's step counts them (``etj_trainer.task.step.histogram``: float32, truncated)."""
+    p = np.asarray(predictions, dtype=np.float32).reshape(-1)
+    y = np.asarray(labels, dtype=np.float64).reshape(-1)
+    bucket = np.clip((p * np.float32(BINS)).astype(np.int32), 0, BINS - 1)
+    positives = np.bincount(bucket, weights=y, minlength=BINS)
+    negatives = np.bincount(bucket, weights=1.0 - y, minlength=BINS)
+    return np.stack([negatives, positives])

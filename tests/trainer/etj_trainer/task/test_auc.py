@@ -1,6 +1,8 @@
-"""AUC from a prediction histogram."""
+"""AUC from a prediction histogram; predictions counted into one as the step counts them."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,3 +25,17 @@ def test_auc_from_histogram_matches_pairwise_auc() -> None:
     )
     assert auc_from_histogram(hist) == pytest.approx(exact, rel=1e-9)
     assert auc_from_histogram(np.stack([hist[0], np.zeros(200)])) is None
+
+
+def test_histogram_of_counts_as_the_trainers_step_does(tf: Any) -> None:
+    from etj_trainer.task.auc import histogram_of
+    from etj_trainer.task.step import histogram
+
+    rng = np.random.default_rng(3)
+    # Edges included: 0, 1 and a bucket's own boundary.
+    p = np.concatenate([rng.random(5000), [0.0, 1.0, 0.005, 0.995]]).astype(np.float32)
+    y = (rng.random(p.shape[0]) < p).astype(np.float32)
+    ours = histogram_of(p, y)
+    theirs = histogram(tf.constant(p), tf.constant(y)).numpy()
+    assert ours.shape == (2, 200) and np.array_equal(ours, theirs)
+    assert ours.sum() == p.shape[0]
