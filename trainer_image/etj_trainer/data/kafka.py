@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 PARTITIONS_REFRESH_SECONDS = 30.0
 # How long the chief waits for the topic's metadata.
 METADATA_SECONDS = 30.0
+# How long a quiet topic's broker has to answer for the quiet to count as idle.
+ANSWER_SECONDS = 2.0
 
 
 def encode_offsets(offsets: dict[int, int]) -> str:
@@ -241,6 +243,15 @@ class TopicReader:
             if not messages or time.monotonic() >= deadline:
                 break
         return chunk
+
+    def answers(self) -> bool:
+        """Whether a broker answers for the topic now (metadata within ``ANSWER_SECONDS``):
+        a quiet topic whose brokers do not answer is not known to be quiet."""
+        try:
+            self.topic_partitions(ANSWER_SECONDS)
+        except (tf.errors.UnavailableError, DataError):
+            return False
+        return True
 
     def close(self) -> None:
         self.consumer.close()

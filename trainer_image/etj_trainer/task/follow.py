@@ -113,6 +113,10 @@ class Source(Protocol):
     def idle(self, stop: StopFlag, watchdog: Heartbeat) -> None:
         """Wait before looking at a quiet source again."""
 
+    def answers(self) -> bool:
+        """Whether a quiet source is known to be quiet (its broker answered): the idle
+        stop counts only time it was."""
+
     def close(self) -> None: ...
 
 
@@ -163,6 +167,9 @@ class FileSource:
     def idle(self, stop: StopFlag, watchdog: Heartbeat) -> None:
         _wait(stop, watchdog, self.follow.poll_seconds)
 
+    def answers(self) -> bool:
+        return True  # a listing that fails raises
+
     def close(self) -> None:
         pass
 
@@ -200,6 +207,15 @@ def first_header(config: TrainerConfig, stop: StopFlag) -> list[str] | None:
             return csv_header(config.data, names[0])
         stop.event.wait(min(files.follow.poll_seconds, IDLE_SLICE_SECONDS))
     return None
+
+
+def quiet_source_unknown(source: Source) -> bool:
+    """A source that gave nothing and could not say it is quiet (its broker away): the
+    idle stop starts counting again."""
+    if source.stop_after_idle_seconds is None or source.answers():
+        return False
+    log.warning("the source does not answer: not counted as idle")
+    return True
 
 
 class _Rollback(Exception):
@@ -276,6 +292,8 @@ def follow_loop(
             watchdog.beat()
             if not units:
                 save()  # a quiet source: the position is durable
+                if quiet_source_unknown(source):
+                    quiet_since = time.monotonic()
                 idle = time.monotonic() - quiet_since
                 quiet = source.stop_after_idle_seconds
                 if quiet and idle >= quiet:

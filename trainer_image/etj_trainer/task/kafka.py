@@ -29,7 +29,9 @@ SIGTERM: none, it checkpoints first). Messages the chief had read but not traine
 died are read again too, but were never trained: they are no re-read of training.
 
 Stops: at ``training.steps`` if given (at the end of the round that reaches it), when no
-message has come for ``data.kafka.stopAfterIdleSeconds``, or on SIGTERM (checkpoint, exit
+message has come for ``data.kafka.stopAfterIdleSeconds`` while a broker answered (a broker
+restarting or away does not count as a quiet topic: the idle time starts again once one
+answers), or on SIGTERM (checkpoint, exit
 143). It builds no strategy and no loop, and consumes through the reader it is given.
 """
 
@@ -171,6 +173,9 @@ class TopicSource:
 
     def idle(self, stop: StopFlag, watchdog: Heartbeat) -> None:
         pass  # ``take`` waited for the first message already
+
+    def answers(self) -> bool:
+        return self.reader.answers()
 
     def close(self) -> None:
         self.reader.close()

@@ -208,8 +208,10 @@ class KafkaData(ApiModel):
         default=None,
         ge=1,
         description=(
-            "End the job (Succeeded) when no message has arrived for this long; without it "
-            "the job trains until it is suspended or deleted (or reaches training.steps)."
+            "End the job (Succeeded) when no message has arrived for this long while a "
+            "broker answered (time with no broker answering, e.g. one restarting, does not "
+            "count); without it the job trains until it is suspended or deleted (or reaches "
+            "training.steps)."
         ),
     )
 

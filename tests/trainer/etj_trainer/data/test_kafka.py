@@ -87,6 +87,7 @@ def test_the_reader_takes_every_partition_from_the_given_offsets_and_commits_not
     try:
         reader.seek({0: 3})  # partition 0 from offset 3, partition 1 from its start
         assert reader.partitions == [0, 1]
+        assert reader.answers()  # a broker that answers: a quiet topic is quiet
         wait_for(all_taken, 120, "the messages after the given offsets")
     finally:
         reader.close()
@@ -129,6 +130,8 @@ def test_no_broker_answering_is_retryable_at_the_start_and_no_failure_at_a_refre
         reader.partitions = [0]
         assert len(reader.take(10, 0.5)) == 0
         assert reader.partitions == [0]
+        # Nothing taken and no broker answering: not known to be quiet (no idle stop).
+        assert not reader.answers()
     finally:
         reader.close()
 
