@@ -27,7 +27,8 @@ cells are data (hashed as they are).
 
 Records over several lines are joined per file before sharding, by a ``scan`` over the
 file's batches carrying a record still open at a batch's end (``join_quoted_lines``): a
-batch without a quote and with nothing carried passes as it is (one byte scan).
+batch without a quote and with nothing carried passes as it is (one RE2 pass per line, in
+a parallel map), and the parser reuses the join's flags of which records hold a quote.
 
 Why these ops: most lines of a click log have no quote, and ``tf.strings.split`` (one
 split of the batch) is the fastest way to cut them (about twice as fast as
@@ -154,72 +155,97 @@ def preflight(files: list[str], data: FileData, fs: fx.FeatureSet, max_bad: int 
     return columns
 
 
-def _has_quote(line: tf.Tensor) -> tf.Tensor:
-    """Whether any line of a batch holds a quote (byte splits, not a regular expression:
-    RE2 matches no byte of invalid UTF-8)."""
-    return tf.size(tf.strings.split(tf.strings.reduce_join(line), '"')) > 1
+def _maybe_quoted(line: tf.Tensor) -> tf.Tensor:
+    """Which lines of a batch may hold a quote: every line RE2 cannot show quote-free. One
+    DFA pass over the text, no copy of it; a line with bytes of invalid UTF-8 (which RE2
+    matches with no character class) counts as one that may, so a quote is never missed."""
+    return tf.logical_not(tf.strings.regex_full_match(line, '[^"]*'))
 
 
 def join_quoted_lines(batches: tf.data.Dataset) -> tf.data.Dataset:
-    """One file's numbered batches of lines as batches of records: a line leaving a quote
-    open (an odd number of quotes since the record began) goes on with the next line,
-    joined by ``\n``, across batches; a record is numbered by its first line. A record
-    still open at the end of the file is emitted as it is, for the parser to name.
+    """One file's numbered batches of lines as batches of records ``(file, number, record,
+    quoted)``: a line leaving a quote open (an odd number of quotes since the record began)
+    goes on with the next line, joined by ``\n``, across batches; a record is numbered by
+    its first line; ``quoted``: whether a record holds a quote (for ``Fields``, which then
+    scans no line again). A record still open at the end of the file is emitted as it is,
+    for the parser to name.
 
-    A ``scan`` carries the open record from batch to batch; a final empty batch flushes
-    it (``scan`` has no end-of-input hook)."""
+    Which lines may hold a quote is found in a parallel ``map`` (``_maybe_quoted``); a
+    ``scan`` then carries the open record from batch to batch, and a final empty batch
+    flushes it (``scan`` has no end-of-input hook). The lines before a batch's first that
+    may hold a quote, when nothing is carried into it, pass as they are (all of a batch
+    without a quote: a click log's every batch); the rest go through ``_join``. Chosen by
+    data flow, as slices, not by ``tf.cond``: a ``cond`` holding the join cost about
+    0.1 CPU-s per 60,000 rows never taking it (``benchmarks/csv_quotes.py``)."""
+    flagged = batches.map(
+        lambda file, number, line: (file, number, line, _maybe_quoted(line)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     end = tf.data.Dataset.from_tensors(
-        (tf.zeros([0], tf.string), tf.zeros([0], tf.int64), tf.zeros([0], tf.string))
+        (
+            tf.zeros([0], tf.string),
+            tf.zeros([0], tf.int64),
+            tf.zeros([0], tf.string),
+            tf.zeros([0], tf.bool),
+        )
     )
     # (file, carried text, its first line number, carrying)
     start = (tf.constant(""), tf.constant(""), tf.constant(0, tf.int64), tf.constant(False))
 
     def step(state: tuple, batch: tuple) -> tuple[tuple, tuple]:
-        carried_file, text, first, carrying = state
-        file, number, line = batch
-        return tf.cond(
-            tf.logical_or(carrying, tf.logical_or(tf.size(line) == 0, _has_quote(line))),
-            lambda: _join(carried_file, text, first, carrying, file, number, line),
-            lambda: ((carried_file, text, first, carrying), batch),
+        carrying = state[3]
+        file, number, line, maybe = batch
+        # How many lines pass as they are: those before the first that may hold a quote,
+        # none when a record is carried into the batch.
+        before = tf.equal(tf.cumsum(tf.cast(maybe, tf.int32)), 0)
+        lead = tf.reduce_sum(tf.cast(before, tf.int32)) * (1 - tf.cast(carrying, tf.int32))
+        name = tf.concat([file[:1], tf.reshape(state[0], [1])], 0)[0]
+        at_end = tf.equal(tf.size(line), 0)  # the final empty batch
+        carry, (j_file, j_number, j_line, j_quoted) = _join(
+            state, name, at_end, number[lead:], line[lead:]
         )
+        out = (
+            tf.concat([file[:lead], j_file], 0),
+            tf.concat([number[:lead], j_number], 0),
+            tf.concat([line[:lead], j_line], 0),
+            tf.concat([tf.zeros_like(maybe[:lead]), j_quoted], 0),
+        )
+        return carry, out
 
-    return batches.concatenate(end).scan(start, step)
+    return flagged.concatenate(end).scan(start, step)
 
 
 def _join(
-    carried_file: tf.Tensor,
-    text: tf.Tensor,
-    first: tf.Tensor,
-    carrying: tf.Tensor,
-    file: tf.Tensor,
-    number: tf.Tensor,
-    line: tf.Tensor,
+    state: tuple, name: tf.Tensor, at_end: tf.Tensor, number: tf.Tensor, line: tf.Tensor
 ) -> tuple[tuple, tuple]:
-    """One step of ``join_quoted_lines``: the batch's records and what is carried on."""
+    """One step of ``join_quoted_lines`` over the lines that do not pass as they are (none,
+    in a batch without a quote): their records, whether each holds a quote, and what is
+    carried on. Data flow only (no ``tf.cond``): zero lines and nothing carried cost a few
+    ops on empty tensors."""
+    _, text, first, carrying = state
     k = tf.cast(carrying, tf.int32)
     lines = tf.concat([tf.reshape(text, [1])[:k], line], 0)
     numbers = tf.concat([tf.reshape(first, [1])[:k], number], 0)
-    name = tf.cond(tf.size(file) > 0, lambda: file[0], lambda: carried_file)
     quotes = tf.strings.split(lines, '"').row_lengths() - 1
     open_after = tf.math.floormod(tf.cumsum(quotes), 2) == 1
     ends = tf.logical_not(open_after)
     record = tf.cumsum(tf.cast(ends, tf.int64), exclusive=True)
-    count = tf.cond(tf.size(lines) > 0, lambda: record[-1] + 1, lambda: tf.constant(0, tf.int64))
-    joined = tf.strings.reduce_join(
-        tf.RaggedTensor.from_value_rowids(lines, record, nrows=count), axis=1, separator="\n"
-    )
+    # Every record ends on a line leaving no quote open, but the last may still be open.
+    last_open = tf.reduce_any(open_after[-1:])
+    count = tf.reduce_sum(tf.cast(ends, tf.int64)) + tf.cast(last_open, tf.int64)
+    joined = tf.strings.unsorted_segment_join(lines, record, count, separator="\n")
     starts = tf.math.unsorted_segment_min(numbers, record, count)
-    at_end = tf.size(line) == 0  # the final empty batch: nothing is carried past it
-    still_open = tf.logical_and(count > 0, tf.logical_not(at_end))
-    still_open = tf.logical_and(still_open, tf.reduce_any(open_after[-1:]))
+    quoted = tf.math.unsorted_segment_sum(quotes, record, count) > 0
+    still_open = tf.logical_and(last_open, tf.logical_not(at_end))  # nothing carried past it
     done = count - tf.cast(still_open, tf.int64)
     carry = (
         name,
-        tf.cond(still_open, lambda: joined[-1], lambda: tf.constant("")),
-        tf.cond(still_open, lambda: starts[-1], lambda: tf.constant(0, tf.int64)),
+        tf.concat([joined[done:], [""]], 0)[0],
+        tf.concat([starts[done:], tf.zeros([1], tf.int64)], 0)[0],
         still_open,
     )
-    return carry, (tf.fill([done], name), starts[:done], joined[:done])
+    return carry, (tf.fill([done], name), starts[:done], joined[:done], quoted[:done])
 
 
 def _char(c: str) -> str:
@@ -249,7 +275,11 @@ class Fields:
         # What a line that decode_csv must not see is replaced with: N empty fields.
         self.empty_row = '""' + delimiter * (columns - 1)
 
-    def __call__(self, line: tf.Tensor) -> tuple[tf.Tensor, list[Check]]:
+    def __call__(
+        self, line: tf.Tensor, quoted: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, list[Check]]:
+        """``quoted``: which lines hold a quote, when known (``join_quoted_lines`` says);
+        else found here (``_maybe_quoted``: a line RE2 cannot show quote-free)."""
         n = self.columns
         fields = tf.strings.split(line, self.delimiter)
         found = fields.row_lengths()
@@ -258,13 +288,14 @@ class Fields:
             return cells, [(tf.not_equal(found, n), lambda i: self._count(found[i]))]
         # Lines with a quote (few, in most logs) are cut again by decode_csv, once RE2
         # has shown them well-formed with n fields (decode_csv would fail the batch). A
-        # batch without a quote (all of a click log) costs one byte scan of its text.
-        any_quote = _has_quote(line)
+        # batch without a quote (all of a click log) costs no scan when the join has
+        # flagged its lines, one DFA pass when not.
+        has_quote = _maybe_quoted(line) if quoted is None else quoted
         no_quote = tf.zeros_like(found, dtype=tf.bool)
-        cells, bad_quoting, has_quote = tf.cond(
-            any_quote,
-            lambda: self._quoted(line, cells),
-            lambda: (cells, no_quote, no_quote),
+        cells, bad_quoting = tf.cond(
+            tf.reduce_any(has_quote),
+            lambda: self._quoted(line, cells, has_quote),
+            lambda: (cells, no_quote),
         )
         wrong_count = tf.logical_and(tf.not_equal(found, n), tf.logical_not(has_quote))
         return cells, [
@@ -272,11 +303,13 @@ class Fields:
             (wrong_count, lambda i: self._count(found[i])),
         ]
 
-    def _quoted(self, line: tf.Tensor, cells: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The cells with the lines holding a quote cut by decode_csv; which of those are
-        not well-formed with n fields; which lines hold a quote."""
+    def _quoted(
+        self, line: tf.Tensor, cells: tf.Tensor, has_quote: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The cells with the lines ``has_quote`` names cut by decode_csv; which of those
+        are not well-formed with n fields (a line named without a quote in it, Latin-1
+        text, is well-formed when its count is right, and decode_csv cuts it as a split)."""
         n = self.columns
-        has_quote = tf.strings.split(line, '"').row_lengths() > 1
         where = tf.where(has_quote)
         quoted = tf.gather_nd(line, where)
         text = _valid_utf8(quoted)
@@ -293,7 +326,7 @@ class Fields:
         )
         cells = tf.tensor_scatter_nd_update(cells, where, tf.stack(decoded, axis=1))
         shape = tf.shape(has_quote, out_type=tf.int64)
-        return cells, tf.scatter_nd(where, tf.logical_not(ok), shape), has_quote
+        return cells, tf.scatter_nd(where, tf.logical_not(ok), shape)
 
     def _count(self, found: tf.Tensor) -> tf.Tensor:
         return tf.strings.join(
@@ -352,7 +385,14 @@ class DelimitedParser:
         self.index = {name: i for i, name in enumerate(columns)}
         self.fields = Fields(len(columns), delimiter, quote)
 
-    def __call__(self, file: tf.Tensor, number: tf.Tensor, line: tf.Tensor) -> dict[str, Any]:
+    def __call__(
+        self,
+        file: tf.Tensor,
+        number: tf.Tensor,
+        line: tf.Tensor,
+        quoted: tf.Tensor | None = None,
+    ) -> dict[str, Any]:
+        """``quoted`` (optional): which lines hold a quote (``join_quoted_lines``' flags)."""
         # A UTF-8 byte-order mark may start a file (batches are cut within files: a
         # file's first line is the first of its batch).
         line = tf.cond(
@@ -363,7 +403,9 @@ class DelimitedParser:
         # Blank lines (a trailing newline, an empty last line) are not records.
         text = tf.strings.length(tf.strings.strip(line)) > 0
         file, number, line = (tf.boolean_mask(t, text) for t in (file, number, line))
-        cells, checks = self.fields(line)
+        if quoted is not None:
+            quoted = tf.boolean_mask(quoted, text)
+        cells, checks = self.fields(line, quoted)
         return self.parse_cells(file, number, cells, checks)
 
     def parse_cells(

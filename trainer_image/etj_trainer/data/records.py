@@ -125,7 +125,8 @@ def sharded_batches(
     ``join`` (optional) maps one file's numbered batches to its records' batches, in file
     order and before any sharding (records that span lines, such as a quoted field holding
     a line break, are whole only when every line before them has been seen); a record is
-    numbered by its first line.
+    numbered by its first line. Its batches may carry more per-record components after
+    the three (``delimited.join_quoted_lines``: which records hold a quote).
 
     Batches are cut within each file, so no per-record tf.data op runs: the record
     numbering costs one ``range`` per batch (a per-record ``map`` or ``filter`` would cost

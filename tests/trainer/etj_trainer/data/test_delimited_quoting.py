@@ -226,41 +226,108 @@ MULTILINE = [
 ]
 
 
-@pytest.mark.parametrize("batch", [1, 2, 3, 64])
-def test_line_breaks_in_quoted_fields_read_as_python_csv_reads_them(tmp_path: Path, batch: int):
-    """Records spanning lines, inside one batch and across batch ends (batch 1: every
-    line its own batch), read into the values (and line numbers) Python's csv gives."""
+def _numbered(path: Path, batch: int) -> Any:
+    """``path``'s lines after the header as ``sharded_batches`` numbers them for a join."""
     import tensorflow as tf
 
-    from etj_trainer.data.delimited import Fields, join_quoted_lines
-
-    path = tmp_path / "multi.csv"
-    path.write_text(_csv_text([HEADER, *MULTILINE * 3]), encoding="utf-8", newline="")
-    expected = _python(path)
-    assert len(expected) == 3 * len(MULTILINE)
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        next(reader)
-        firsts = []
-        for _ in reader:
-            firsts.append(reader.line_num)
     lines = tf.data.TextLineDataset(str(path)).skip(1).batch(batch).enumerate()
-    numbered = lines.map(
+    return lines.map(
         lambda i, b: (tf.fill([tf.size(b)], "f"), i * batch + 2 + tf.range(tf.size(b, tf.int64)), b)
     )
-    cells, numbers = [], []
-    for _, number, records in join_quoted_lines(numbered):
-        got, checks = Fields(len(HEADER), ",", '"')(records)
+
+
+def _joined(path: Path, batch: int) -> tuple[list[list[str]], list[int], list[bool]]:
+    """(cells, first line numbers, holds a quote) of ``path``'s records, joined and cut by
+    the trainer, every check asserted good; the cells cut with the join's flags and
+    without them (``Fields`` finding its own) must agree."""
+    from etj_trainer.data.delimited import Fields, join_quoted_lines
+
+    fields = Fields(len(HEADER), ",", '"')
+    cells, numbers, flags = [], [], []
+    for _, number, records, quoted in join_quoted_lines(_numbered(path, batch)):
+        got, checks = fields(records, quoted)
+        alone, _ = fields(records)
+        assert got.numpy().tolist() == alone.numpy().tolist()
         for mask, _ in checks:
             assert not mask.numpy().any(), records.numpy()[mask.numpy()]
         cells += [[c.decode() for c in row] for row in got.numpy()]
         numbers += number.numpy().tolist()
+        flags += quoted.numpy().tolist()
+    return cells, numbers, flags
+
+
+def _quoted_by_csv(row: list[str]) -> bool:
+    """Whether Python's csv writer quotes a field of ``row`` (QUOTE_MINIMAL)."""
+    return any(set(cell) & set(',"\r\n') for cell in row)
+
+
+def _first_lines(path: Path) -> list[int]:
+    """The file line each record after the header starts on (Python's csv counts the
+    line a record ends on: a record starts on the line after the previous one's end)."""
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        next(reader)
+        ends = [reader.line_num for _ in reader]
+    return [2, *(e + 1 for e in ends[:-1])]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 64])
+def test_line_breaks_in_quoted_fields_read_as_python_csv_reads_them(tmp_path: Path, batch: int):
+    """Records spanning lines, inside one batch and across batch ends (batch 1: every
+    line its own batch), read into the values (and line numbers) Python's csv gives."""
+    path = tmp_path / "multi.csv"
+    path.write_text(_csv_text([HEADER, *MULTILINE * 3]), encoding="utf-8", newline="")
+    expected = _python(path)
+    assert len(expected) == 3 * len(MULTILINE)
+    cells, numbers, flags = _joined(path, batch)
     assert cells == expected
-    # Python counts the line a record ends on; etj names the one it starts on.
-    ends = [firsts[0] - 0, *firsts[:-1]]
-    starts = [2, *(e + 1 for e in firsts[:-1])]
-    assert ends[0] == firsts[0]
-    assert numbers == starts
+    assert numbers == _first_lines(path)
+    assert flags == [_quoted_by_csv(row) for row in MULTILINE * 3]
+
+
+def test_a_file_without_quotes_passes_the_join_as_it_is(tmp_path: Path):
+    """No quote in the file: the join's batches are the lines' batches, element for
+    element (same batch ends, numbers, bytes), no record flagged as holding a quote; Latin-1
+    bytes (which RE2 cannot show quote-free) and blank lines included."""
+    path = tmp_path / "plain.csv"
+    rows = [f"{i % 2},title {i},Drama|Comedy,M" for i in range(23)]
+    rows[5] = "1,Amélie,Comedy,F"
+    rows[9] = ""
+    body = ",".join(HEADER) + "\n" + "\n".join(rows) + "\n"
+    path.write_bytes(body.encode().replace("é".encode(), b"\xe9"))
+    from etj_trainer.data.delimited import join_quoted_lines
+
+    for batch in (1, 4, 64):
+        before = [[t.numpy().tolist() for t in b] for b in _numbered(path, batch)]
+        after = [[t.numpy().tolist() for t in b] for b in join_quoted_lines(_numbered(path, batch))]
+        assert [b[:3] for b in after if b[0]] == before
+        assert not any(any(b[3]) for b in after)
+    assert b"1,Am\xe9lie,Comedy,F" in before[0][2]
+
+
+def test_quotes_only_late_in_a_file_still_join(tmp_path: Path):
+    """Many quote-free batches pass as they are, then records spanning lines (opened on
+    a batch's last line and going on in the next: batches of 5 and 7) are joined as
+    Python's csv reads them, with their first line numbers; quote-free lines after them
+    pass again."""
+    plain = [[str(i % 2), f"title {i}", "Drama", "M"] for i in range(40)]
+    late = [
+        ["1", "x", "Drama", "F"],
+        ["0", "Heat (1995)\nsecond line\nthird", "Drama", "M"],
+        ["1", "a", "b", "c\nd"],
+        ["0", 'say "hi"', "Drama", "F"],
+    ]
+    rows = [*plain, *late, *plain[:9]]
+    path = tmp_path / "late.csv"
+    path.write_text(_csv_text([HEADER, *rows]), encoding="utf-8", newline="")
+    expected = _python(path)
+    assert len(expected) == len(rows)
+    for batch in (4, 5, 7, 64):
+        cells, numbers, flags = _joined(path, batch)
+        assert cells == expected, batch
+        assert numbers == _first_lines(path), batch
+        assert flags == [_quoted_by_csv(r) for r in rows], batch
+    assert sum(flags) == 3
 
 
 def test_multiline_records_through_the_reader_and_its_line_numbers(tmp_path: Path):
