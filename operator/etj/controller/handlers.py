@@ -6,7 +6,8 @@ processing of every pod event cost more than everything it fed), put every objec
 unfinished job gets a kopf daemon that runs ``Reconciler.reconcile`` whenever the job or
 one of its pods changes, when a decision asks to be requeued (back-off, TTL, deadline,
 progress), and at least every ``resync_seconds``; all from the cache, so an idle job costs
-the API server nothing. A finished job's loop ends (after its TTL if it has one). The
+the API server nothing. A finished job's loop ends (after its TTL if it has one) and the
+reconciler forgets what its passes remembered. The
 cache is filled from the API (one LIST of jobs, one of pods) before the first reconcile,
 soon after kopf re-lists the jobs following an expired watch, before the pod watch starts
 again after its version expired (a re-listing cannot show what was deleted meanwhile),
@@ -250,7 +251,11 @@ async def job_loop(
             stopped.reason is not None
             and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason
         ):
-            last_pass(memo, namespace, name, logger)
+            last_pass(memo, namespace, name, logger)  # forgets the job when it ends
+        else:
+            # Finished (or the operator exiting): what the passes remembered of the job is
+            # dropped, so 10,000 finished jobs cost the operator only their cached objects.
+            reconciler.forget(namespace, name)
 
 
 def last_pass(memo: kopf.Memo, namespace: str, name: str, logger: Any) -> asyncio.Task[Any]:
@@ -262,6 +267,8 @@ def last_pass(memo: kopf.Memo, namespace: str, name: str, logger: Any) -> asynci
             await memo.reconciler.reconcile(namespace, name)
         except Exception as exc:  # the pods stay until the garbage collector takes them
             logger.warning(f"the last pass of the deleted job failed: {exc}")
+        finally:
+            memo.reconciler.forget(namespace, name)
 
     task = asyncio.create_task(run())
     passes: set[asyncio.Task[Any]] = memo.last_passes
@@ -276,7 +283,13 @@ def last_pass(memo: kopf.Memo, namespace: str, name: str, logger: Any) -> asynci
 async def job_changed(
     event: dict[str, Any], namespace: str, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    seen = memo.cache.on_job_event(event.get("type"), event["object"])
+    obj = event["object"]
+    # kopf keeps this very dict as the job's body for as long as it remembers the job (its
+    # daemons' "live fresh body", kept again by any event after the daemon ended): without
+    # its managedFields (a copy of the status's shape, nothing kopf or etj reads) it is a
+    # fraction of its size, and the cache then keeps the same dict instead of a copy.
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    seen = memo.cache.on_job_event(event.get("type"), obj)
     if seen.resync:
         memo.resync_due.set()
     # Only news wakes the job: the echo of its own status write would cost a whole pass

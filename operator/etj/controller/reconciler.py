@@ -149,6 +149,23 @@ class Reconciler:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         return outcome
 
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop what the passes of a job remember (its validation and plan, its pods as
+        observed, its status as parsed, its last scrape and quiet world): its loop ended
+        (finished or deleted). A later pass (a finished job changed, the last pass of a
+        deleted one) builds them again. At 10,000 finished jobs this is most of what the
+        reconciler would otherwise hold."""
+        key = (namespace, name)
+        for memory in self._memories():
+            memory.pop(key, None)
+
+    def _memories(self) -> tuple[dict[tuple[str, str], Any], ...]:
+        return (self._last_scrape, self._validations, self._observed, self._statuses, self._quiet)
+
+    def remembered(self) -> int:
+        """How many (job, memory) entries the reconciler holds (for tests and metrics)."""
+        return sum(len(memory) for memory in self._memories())
+
     # ---- reads: the watch cache, or the API ---------------------------------------------
 
     async def _job(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -208,14 +225,7 @@ class Reconciler:
         key = (namespace, name)
         obj = await self._job(namespace, name)
         if obj is None:
-            for memory in (
-                self._last_scrape,
-                self._validations,
-                self._observed,
-                self._statuses,
-                self._quiet,
-            ):
-                memory.pop(key, None)
+            self.forget(namespace, name)
             return Outcome(gone=True)
         now, clock = datetime.now(UTC), time.monotonic()
         raw_pods = await self._pods(namespace, name)

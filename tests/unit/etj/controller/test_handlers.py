@@ -35,6 +35,10 @@ class SlowReconciler:
         self.calls = 0
         self.finished = 0
         self.in_first_pass = asyncio.Event()
+        self.forgotten: list[tuple[str, str]] = []
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.forgotten.append((namespace, name))
 
     async def reconcile(self, namespace: str, name: str) -> Outcome:
         self.calls += 1
@@ -91,6 +95,7 @@ def test_a_deleted_jobs_last_pass_runs_to_its_end_though_kopf_cancels_the_daemon
     assert reconciler.calls == 2
     assert reconciler.finished == 1  # the last pass, not the cancelled first one
     assert memo.wakeups == {} and memo.last_passes == set()
+    assert reconciler.forgotten == [("ns", "job")]  # once, after the last pass
 
 
 def test_an_exiting_operator_makes_no_last_pass() -> None:
@@ -105,6 +110,9 @@ class TimedReconciler:
     def __init__(self, outcome: Outcome) -> None:
         self.outcome = outcome
         self.passes: list[tuple[float, float]] = []
+
+    def forget(self, namespace: str, name: str) -> None:
+        pass
 
     async def reconcile(self, namespace: str, name: str) -> Outcome:
         started = time.monotonic()
@@ -300,3 +308,20 @@ def test_a_watch_that_ends_as_soon_as_it_begins_is_not_opened_again_in_a_spin() 
 
     asyncio.run(scenario())
     assert 1 <= len(kube.since) <= 3  # 1 s, then 2 s apart
+
+
+def test_a_jobs_managed_fields_are_dropped_from_the_body_kopf_keeps_and_the_cache_shares_it():
+    obj = {
+        "metadata": {
+            "namespace": "ns",
+            "name": "job",
+            "resourceVersion": "7",
+            "managedFields": [{"manager": "etj", "fieldsV1": {"f:status": {"f:phase": {}}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    event = {"type": "MODIFIED", "object": obj}  # kopf's raw event: its body is this dict
+    memo = SimpleNamespace(cache=WatchCache(), wakeups={}, resync_due=asyncio.Event())
+    asyncio.run(handlers.job_changed(event=event, namespace="ns", name="job", memo=memo))
+    assert "managedFields" not in obj["metadata"]
+    assert memo.cache.job("ns", "job") is obj  # one copy, not two
