@@ -73,6 +73,87 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
+# The fields of a pod that the operator reads (``etj.core.reconcile.observe_pod`` and the
+# reconciler's metrics address, Kueue group and cache bookkeeping), as dotted paths; ``[]``
+# marks a list, whose every item keeps the rest of the path (so ``containers[0]`` is still
+# the first container). A path keeps everything under it. A pod is cached as just these:
+# the rest (the container's command, env, volumes, mounts, probes, tolerations, the
+# kubelet's image ids and times) is most of a pod's size and nothing a pass reads, and
+# 10,000 finished jobs keep their pods. A unit test reads a fully populated pod through
+# every reader and checks each field read is declared here.
+POD_METADATA_READ = frozenset(
+    {
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.uid",
+        "metadata.resourceVersion",
+        "metadata.labels",
+        "metadata.annotations",
+        "metadata.deletionTimestamp",
+        "metadata.finalizers",
+    }
+)
+POD_SPEC_READ = frozenset(
+    {
+        "spec.nodeName",
+        "spec.schedulingGates[].name",
+        "spec.containers[].resources.limits.memory",
+        "spec.containers[].ports[].name",
+        "spec.containers[].ports[].containerPort",
+    }
+)
+POD_STATUS_READ = frozenset(
+    {
+        "status.phase",
+        "status.reason",
+        "status.podIP",
+        "status.conditions[].type",
+        "status.conditions[].status",
+        "status.conditions[].reason",
+        "status.conditions[].message",
+        "status.containerStatuses[].state",
+        "status.containerStatuses[].lastState",
+    }
+)
+POD_READ = POD_METADATA_READ | POD_SPEC_READ | POD_STATUS_READ
+
+_Tree = dict[str, Any]  # key -> subtree, or True: the whole value
+
+
+def _tree(paths: frozenset[str]) -> _Tree:
+    tree: _Tree = {}
+    for path in sorted(paths):
+        node = tree
+        *inner, last = path.replace("[]", "").split(".")
+        for key in inner:
+            sub = node.setdefault(key, {})
+            if sub is True:
+                break
+            node = sub
+        else:
+            node[last] = True
+    return tree
+
+
+_POD_TREE = _tree(POD_READ)
+
+
+def _keep(value: Any, tree: _Tree | bool) -> Any:
+    if tree is True:
+        return value
+    if isinstance(value, dict):
+        return {k: _keep(value[k], sub) for k, sub in tree.items() if k in value}  # type: ignore[union-attr]
+    if isinstance(value, list):
+        return [_keep(item, tree) for item in value]
+    return value
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the cache keeps it: only the fields in ``POD_READ``."""
+    slim: dict[str, Any] = _keep(pod, _POD_TREE)
+    return slim
+
+
 def _key(obj: dict[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
@@ -127,7 +208,7 @@ class WatchCache:
         current = pods.get(name)
         if not newer(obj, current) or (current is not None and _rv(current) == _rv(obj)):
             return False
-        pods[name] = _slim(obj)
+        pods[name] = slim_pod(obj)
         return True
 
     def put_child(self, kind: str, namespace: str, job: str) -> None:
