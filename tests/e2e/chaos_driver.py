@@ -25,7 +25,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import yaml
@@ -39,6 +39,7 @@ from .kindlib import (
     FILE_STEPS,
     NS,
     RELEASE,
+    SHARED,
     Kind,
     Landing,
     data_claim,
@@ -58,6 +59,9 @@ IDLE_SECONDS = 60
 # a fault can cost) stays within the checkpoint interval.
 AHEAD_FILES = 2
 EVERY = 300
+# Checkpoints kept: the one a new leader restored is still there when the driver reads it
+# on the host, after the recovery (which may pass a few more).
+KEEP = 10
 # The MultiWorkerMirrored job: its workers' CPU limit, and its steps per second at that
 # limit with a margin (11.2 with the machine at load 13: its limit binds; the soak's length
 # sets its steps from it, chaos.steps_for).
@@ -74,6 +78,7 @@ def ps_job(name: str, workers: int = 3) -> dict:
     del spec["training"]["steps"]
     spec["data"]["files"]["follow"]["stopAfterIdleSeconds"] = IDLE_SECONDS
     spec["replicas"]["worker"]["replicas"] = workers
+    spec["checkpoint"]["keep"] = KEEP
     _soak_policy(spec)
     return job
 
@@ -88,7 +93,7 @@ def mwm_job(name: str, steps: int) -> dict:
                  "limits": {"cpu": MWM_CPU, "memory": "2Gi"}}  # fmt: skip
     spec["replicas"]["worker"] = {"replicas": 3, "resources": resources}
     spec["training"]["steps"] = steps
-    spec["checkpoint"] = {"storage": {"size": "1Gi"}, "everySteps": MWM_EVERY}
+    spec["checkpoint"] = {"storage": {"size": "1Gi"}, "everySteps": MWM_EVERY, "keep": KEEP}
     spec["placement"] = {"nodeLossSeconds": 5}
     _soak_policy(spec)
     return job
@@ -169,6 +174,22 @@ def before_uid(before: dict[str, Before], fault: Fault) -> str | None:
 def trainer_events(k: Kind, pod: str) -> list[dict]:
     got = k.kubectl("logs", pod, "-c", "trainer", check=False, timeout=120)
     return [json.loads(x) for x in got.stdout.splitlines() if x.startswith('{"')]
+
+
+def saved_sums(path: str, keys: Iterable[str]) -> dict[str, float]:
+    """The float64 sum of each of ``keys`` (a ``restored`` line's digest's variables) the
+    checkpoint at ``path`` (its prefix, on this host) holds; a key it lacks is left out."""
+    import numpy as np
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    held = reader.get_variable_to_shape_map()
+    sums = {}
+    for key in keys:
+        name = f"{key}/.ATTRIBUTES/VARIABLE_VALUE"
+        if name in held:
+            sums[key] = float(reader.get_tensor(name).astype(np.float64).sum())
+    return sums
 
 
 def _uid(pods: Sequence[dict], name: str) -> str | None:
@@ -368,22 +389,45 @@ class Soak:
             outcome.restarts[name] = after - b.restarts
             outcome.violations += chaos.restarts_as_policy_says(fault, name, b.restarts, after)
             outcome.violations += chaos.status_true_to_pods(job, pods)
-            restored = self._restored(soaked.under.leader, pods, b)
+            restored = self._restored(soaked.under.leader, pods, b, outcome)
             outcome.steps_lost[name] = chaos.steps_lost(b.step, restored)
             outcome.violations += chaos.restore_violations(
                 soaked.under, b.checkpoint, b.step, restored
             )
 
-    def _restored(self, leader: str, pods: list[dict], b: Before) -> int | None:
+    def _restored(self, leader: str, pods: list[dict], b: Before, outcome: Outcome) -> int | None:
         """The step the leader went back to across the fault: its new container's restore
-        (or start), or a roll back in place (the chief's ``rolledBack``); None if neither."""
+        (or start), or a roll back in place (the chief's ``rolledBack``); None if neither.
+        A new leader's restore is checked against the checkpoint it names, read here."""
         events = trainer_events(self.k, leader)
         if _uid(pods, leader) != b.leader_uid:
-            self.restores += [e for e in events if e.get("event") == "restored"]
+            restores = [e for e in events if e.get("event") == "restored"]
+            self.restores += restores
+            pod = next((p for p in pods if p["metadata"]["name"] == leader), None)
+            for restored in restores:
+                wrong, note = self._against_checkpoint(pod, restored)
+                outcome.violations += wrong
+                outcome.note = "; ".join(n for n in (outcome.note, note) if n)
             back = [e for e in events if e.get("event") in ("restored", "start")]
             return int(back[0]["step"]) if back else None
         rolled = [e for e in events if e.get("event") == "rolledBack"]
         return int(rolled[-1]["step"]) if len(rolled) > b.rollbacks else None
+
+    def _against_checkpoint(self, pod: dict | None, restored: dict) -> tuple[list[str], str]:
+        """A ``restored`` line against its checkpoint as the host reads it (the leader's
+        mount, its claim, the volume's hostPath under SHARED): what is violated, a note."""
+        if pod is None or not restored.get("path"):
+            return [], "restore unread: no pod or path"
+        claims = json.loads(self.k.kubectl("get", "pvc", "-o", "json").stdout)["items"]
+        volumes = json.loads(self.k.kubectl("get", "pv", "-o", "json").stdout)["items"]
+        path = chaos.host_path(restored["path"], pod, claims, volumes, str(SHARED))
+        if path is None:  # gs:// (fake-gcs-server's files are not a checkpoint's layout)
+            return [], f"digest unread on the host: {restored['path']}"
+        try:
+            saved = saved_sums(path, restored.get("digest") or {})
+        except Exception as exc:  # unreadable is a finding, not a crash
+            return [f"{restored['path']} restored, unreadable on the host at {path}: {exc}"], ""
+        return chaos.digest_vs_saved(restored, saved), ""
 
     def fault(self, fault: Fault) -> Outcome:
         outcome = Outcome(fault)

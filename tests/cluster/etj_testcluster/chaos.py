@@ -9,6 +9,7 @@ what it judges.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -355,18 +356,90 @@ def restore_violations(
 
 def digest_violations(restores: Iterable[dict[str, Any]]) -> list[str]:
     """Every restore of one checkpoint step (the trainer's ``restored`` lines: step,
-    digest) restored the same state: the same digest."""
+    digest) restored the same state: the same digest; and every restore says its digest
+    (a line without one could not be checked against its checkpoint)."""
     first: dict[int, dict[str, float]] = {}
     wrong = []
     for line in restores:
         step, digest = int(line["step"]), line.get("digest")
-        if digest is None:
+        if not digest:
+            wrong.append(f"step {step} restored from {line.get('path')} without a digest")
             continue
         if step not in first:
             first[step] = digest
         elif digest != first[step]:
             wrong.append(f"step {step} restored twice with different digests")
     return wrong
+
+
+# Two sums of one variable agree within this (relative, and absolute near 0): the trainer
+# sums each shard in float64 where it lives, the host reads the checkpoint's whole tensor.
+DIGEST_TOLERANCE = 1e-6
+
+
+def digest_vs_saved(restored: dict[str, Any], saved: dict[str, float]) -> list[str]:
+    """A restore (the leader's ``restored`` line: step, path, digest, the sum of each
+    variable it restored) against the sums of the checkpoint it named, read apart from the
+    trainer (``saved``: key -> float64 sum of the saved tensor): every variable restored
+    is one the checkpoint holds, with its sum."""
+    where = f"step {restored.get('step')} restored from {restored.get('path')}"
+    digest = restored.get("digest")
+    if not digest:
+        return [f"{where} without a digest"]
+    wrong = []
+    for key, value in sorted(digest.items()):
+        if key not in saved:
+            wrong.append(f"{where}: {key} restored, not in the checkpoint")
+        elif not math.isclose(
+            float(value), saved[key], rel_tol=DIGEST_TOLERANCE, abs_tol=DIGEST_TOLERANCE
+        ):
+            wrong.append(f"{where}: {key} sums to {value}, the checkpoint's to {saved[key]}")
+    return wrong
+
+
+# Where the nodes mount the shared host directory the etj-shared class's volumes are in
+# (kind-config.yaml's extraMounts; tests/cluster/kind-shared-storage.sh).
+NODE_SHARED = "/var/lib/etj-shared"
+
+
+def host_path(
+    path: str,
+    pod: dict[str, Any],
+    claims: Iterable[dict[str, Any]],
+    volumes: Iterable[dict[str, Any]],
+    host_shared: str,
+    node_shared: str = NODE_SHARED,
+) -> str | None:
+    """Where a file a pod's container names (``path``, e.g. the checkpoint its trainer
+    restored) is on the host: the container's mount that holds it, that mount's volume's
+    claim, the claim's PersistentVolume, its hostPath under the nodes' ``node_shared``,
+    which is ``host_shared`` on the host. None when ``path`` is not on such a volume (a
+    ``gs://`` location, an emptyDir, a claim not bound to a shared hostPath volume)."""
+    spec = pod.get("spec") or {}
+    mounts = [m for c in spec.get("containers") or [] for m in c.get("volumeMounts") or []]
+
+    def holds(mount: dict[str, Any]) -> bool:
+        root = mount["mountPath"].rstrip("/")
+        return path == root or path.startswith(root + "/")
+
+    held = [m for m in mounts if holds(m)]
+    if not held:
+        return None
+    mount = max(held, key=lambda m: len(m["mountPath"].rstrip("/")))
+    source: dict[str, Any] = next(
+        (v for v in spec.get("volumes") or [] if v["name"] == mount["name"]), {}
+    )
+    claim_name = (source.get("persistentVolumeClaim") or {}).get("claimName")
+    claim = next((c for c in claims if c["metadata"]["name"] == claim_name), None)
+    volume_name = ((claim or {}).get("spec") or {}).get("volumeName")
+    volume = next((v for v in volumes if v["metadata"]["name"] == volume_name), None)
+    node_dir = (((volume or {}).get("spec") or {}).get("hostPath") or {}).get("path")
+    if claim_name is None or node_dir is None or not node_dir.startswith(node_shared + "/"):
+        return None
+    rel = path[len(mount["mountPath"].rstrip("/")) :].strip("/")
+    parts = [host_shared.rstrip("/"), node_dir[len(node_shared) :].strip("/"),
+             (mount.get("subPath") or "").strip("/"), rel]  # fmt: skip
+    return "/".join(p for p in parts if p)
 
 
 # ---- the results -------------------------------------------------------------------------

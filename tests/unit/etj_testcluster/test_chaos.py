@@ -15,6 +15,8 @@ from etj_testcluster.chaos import (
     Outcome,
     coverage,
     digest_violations,
+    digest_vs_saved,
+    host_path,
     no_orphan_pods,
     one_live_pod_per_replica,
     restarts_as_policy_says,
@@ -176,6 +178,94 @@ def test_two_restores_of_one_step_must_restore_one_state():
     assert digest_violations([*same, {"step": 200, "digest": {"w": 2.0}}]) == []
     (wrong,) = digest_violations([*same, {"step": 100, "digest": {"w": 1.25}}])
     assert "step 100" in wrong
+
+
+def test_a_restore_that_says_no_digest_is_a_violation():
+    # A trainer that logs its restore without the digest cannot be checked: flagged, not
+    # skipped (the follow loop's restore had none until issue 39).
+    (bare,) = digest_violations([{"step": 300, "path": "/ckpt/ckpt-2"}])
+    assert "step 300" in bare and "/ckpt/ckpt-2" in bare and "without a digest" in bare
+    (empty,) = digest_violations([{"step": 300, "digest": {}}, {"step": 600, "digest": {"w": 1}}])
+    assert "step 300" in empty
+
+
+def test_a_restored_digest_is_checked_against_the_checkpoints_sums():
+    restored = {"step": 300, "path": "/ckpt/ckpt-2", "digest": {"w": 1000.0, "b": 0.0}}
+    assert digest_vs_saved(restored, {"w": 1000.0005, "b": 5e-7, "step": 300.0}) == []
+    (off,) = digest_vs_saved(restored, {"w": 1000.01, "b": 0.0})
+    assert "w sums to 1000.0" in off and "1000.01" in off and "step 300" in off
+    (near_zero,) = digest_vs_saved(restored, {"w": 1000.0, "b": 1e-5})
+    assert near_zero.startswith("step 300 restored from /ckpt/ckpt-2: b ")
+    (missing,) = digest_vs_saved(restored, {"w": 1000.0})
+    assert "b restored, not in the checkpoint" in missing
+    (bare,) = digest_vs_saved({"step": 300, "path": "/ckpt/ckpt-2"}, {"w": 1000.0})
+    assert "without a digest" in bare
+
+
+def _trainer_pod(mounts: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "ps-chief-0"},
+        "spec": {
+            "containers": [{"name": "trainer", "volumeMounts": mounts}],
+            "volumes": volumes,
+        },
+    }
+
+
+CLAIMS = [
+    {"metadata": {"name": "other"}, "spec": {"volumeName": "pvc-0"}},
+    {"metadata": {"name": "ps-checkpoints"}, "spec": {"volumeName": "pvc-1"}},
+]
+PVS = [
+    {
+        "metadata": {"name": "pvc-0"},
+        "spec": {"hostPath": {"path": "/var/lib/etj-shared/volumes/a"}},
+    },
+    {
+        "metadata": {"name": "pvc-1"},
+        "spec": {"hostPath": {"path": "/var/lib/etj-shared/volumes/b"}},
+    },
+]
+
+
+def test_a_checkpoint_a_pod_names_is_found_on_the_host_through_its_claim():
+    pod = _trainer_pod(
+        [
+            {"name": "config", "mountPath": "/etc/etj"},
+            {"name": "ckpt", "mountPath": "/var/lib/etj/checkpoints"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        [
+            {"name": "config", "configMap": {"name": "ps-config"}},
+            {"name": "ckpt", "persistentVolumeClaim": {"claimName": "ps-checkpoints"}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    )
+    found = host_path("/var/lib/etj/checkpoints/ckpt-7", pod, CLAIMS, PVS, "/tmp/etj-kind-shared")
+    assert found == "/tmp/etj-kind-shared/volumes/b/ckpt-7"
+    # Not on a claim: an emptyDir, a path no mount holds, a mount's name as a mere prefix.
+    assert host_path("/tmp/ckpt-7", pod, CLAIMS, PVS, "/tmp/etj-kind-shared") is None
+    assert host_path("gs://bucket/ckpt-7", pod, CLAIMS, PVS, "/tmp/etj-kind-shared") is None
+    assert host_path("/var/lib/etj/checkpoints2/x", pod, CLAIMS, PVS, "/h") is None
+    # A claim not bound (yet), or bound to a volume outside the shared directory.
+    assert host_path("/var/lib/etj/checkpoints/ckpt-7", pod, CLAIMS[:1], PVS, "/h") is None
+    elsewhere = [{**PVS[1], "spec": {"hostPath": {"path": "/srv/b"}}}]
+    assert host_path("/var/lib/etj/checkpoints/ckpt-7", pod, CLAIMS, elsewhere, "/h") is None
+
+
+def test_the_innermost_mount_and_its_subpath_decide_the_host_path():
+    pod = _trainer_pod(
+        [
+            {"name": "outer", "mountPath": "/data/"},
+            {"name": "inner", "mountPath": "/data/ckpt", "subPath": "jobs/ps"},
+        ],
+        [
+            {"name": "outer", "persistentVolumeClaim": {"claimName": "other"}},
+            {"name": "inner", "persistentVolumeClaim": {"claimName": "ps-checkpoints"}},
+        ],
+    )
+    assert host_path("/data/ckpt/ckpt-7", pod, CLAIMS, PVS, "/h/") == "/h/volumes/b/jobs/ps/ckpt-7"
+    assert host_path("/data/x", pod, CLAIMS, PVS, "/h") == "/h/volumes/a/x"
 
 
 def test_the_table_has_a_row_per_fault_with_its_figures():

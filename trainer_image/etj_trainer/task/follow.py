@@ -252,6 +252,9 @@ def follow_loop(
             "restored",
             step=restored,
             path=checkpoints.restored_path,
+            seconds=checkpoints.restore_seconds,
+            # What was restored, to check against the checkpoint (as the step loop's).
+            digest=state.digest(),
             **source.where(),
             records=position.trained(),
         )

@@ -3,7 +3,7 @@ written after it started are trained as they land, each exactly once in the mode
 worker killed and the chief killed (the records the checkpoint's tables learned from equal
 the records written), what a restored chief re-reads is exactly the files after the
 position of the checkpoint it restored, and the job stops when suspended (SIGTERM) or when
-the location stays quiet."""
+the location stays quiet. A restore is checked against the checkpoint by digest."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
-from harness import LocalJob, job_spec, trainer_config, wait_for
+from harness import LocalJob, assert_restored_as_saved, job_spec, trainer_config, wait_for
 
 from etj_trainer import exitcodes
 from etj_trainer.data.datagen import write_files
@@ -88,8 +88,11 @@ def _saved(checkpoints: Path) -> tuple[int, str, int]:
 
 def _reread_is_after_the_position(job: LocalJob, start: int) -> None:
     """What a restarted chief trained again: exactly the files after the position it
-    restored (each at most once more), none at or before it."""
+    restored (each at most once more), none at or before it; and what it restored is what
+    the checkpoint holds (its digest, variable by variable)."""
     restored = next(e for e in job.events(start=start) if e["event"] == "restored")
+    assert_restored_as_saved(restored)
+    assert restored["seconds"] >= 0
     again = _consumed(job, start)
     assert again and all(f > restored["position"] for f in again), (restored, again)
     before = [f for n in range(start) for f in _consumed(job, n)]
