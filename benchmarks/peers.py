@@ -22,7 +22,8 @@ process may use; default all of them) with the same thread budget; the PS job's 
 processes share those cores as ``etj run`` shares them, each with its own share) and trains the same examples; examples/s count after the first 25 steps (tracing, warm-up).
 Rounds alternate the systems (``--rounds``); the best of each is kept, since other load
 on the machine only ever slows a run. Printed per model: examples/s, the ratio to
-PyTorch, CPU-seconds per 1,000 examples, the AUC on 50k held-out rows, and etj's examples
+PyTorch, CPU-seconds per 1,000 examples and examples per CPU-second as a ratio to
+PyTorch's (the figure other load disturbs least), the AUC on 50k held-out rows, and etj's examples
 per CPU-second beside DeepRec's published per-vCPU figures (another machine: 8 vCPU Xeon
 8369HC, ``modelzoo/benchmark/cpu``; not a side by side).
 
@@ -504,6 +505,36 @@ def _missing(modules: str) -> str | None:
     return lines[-1] if lines else f"import failed ({probe.returncode})"
 
 
+# A PS window shorter than this, or holding fewer progress records, is no measure: its
+# steps arrive a chunk at a time (~1 s of a worker's steps), so two records a second apart
+# can say twice or half the rate (seen on a loaded machine: a 2.1 s window of 3 records).
+MIN_WINDOW_S = 5.0
+MIN_RECORDS = 5
+
+
+def no_measure(res: dict[str, Any]) -> str:
+    """Why a run's rate is no measure ("" when it is one): only a PS run has a window."""
+    if "window_s" not in res:
+        return ""
+    if res["window_s"] < MIN_WINDOW_S:
+        return f"its steady window was {res['window_s']:.1f} s (< {MIN_WINDOW_S:.0f} s)"
+    if res["records"] < MIN_RECORDS:
+        return f"its steady window held {res['records']} progress records (< {MIN_RECORDS})"
+    return ""
+
+
+def ratios(res: dict[str, Any], base: dict[str, Any] | None) -> tuple[str, str]:
+    """The run's examples/s and its examples per CPU-second, each as a ratio to PyTorch's.
+    Per CPU-second is the figure other load on the machine disturbs least: a descheduled
+    process loses wall time, not CPU time."""
+    if not base:
+        return "", ""
+    return (
+        f"{res['eps'] / base['eps']:.2f}x torch",
+        f"{base['cpu_per_k'] / res['cpu_per_k']:.2f}x/CPU-s",
+    )
+
+
 def _load_avg() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -549,13 +580,15 @@ def compare(model: str, examples: int, rounds: int, threads: int, systems: list[
                     if "window_s" in res
                     else ""
                 )
+                short = no_measure(res)
                 print(
                     f"  round {r + 1} {system:<9}: {res['eps']:9,.0f} examples/s, "
                     f"{res['cpu_per_k']:.3f} CPU-s per 1k examples, AUC {res['auc']:.4f} "
-                    f"({time.monotonic() - began:.0f} s{window}, load {_load_avg()})",
+                    f"({time.monotonic() - began:.0f} s{window}, load {_load_avg()})"
+                    + (f": no measure, {short}" if short else ""),
                     flush=True,
                 )
-                if system not in best or res["eps"] > best[system]["eps"]:
+                if not short and (system not in best or res["eps"] > best[system]["eps"]):
                     best[system] = res
     finally:
         shutil.rmtree(data, ignore_errors=True)
@@ -565,11 +598,14 @@ def compare(model: str, examples: int, rounds: int, threads: int, systems: list[
         f"{threads} threads, every system bound to cores {cores}"
     )
     for system, res in best.items():
-        ratio = f"{res['eps'] / base['eps']:.2f}x torch" if base else ""
+        ratio, per_cpu = ratios(res, base)
         print(
             f"  {system:<9} {res['eps']:9,.0f} ex/s  {ratio:>12}  "
-            f"{1000 / res['cpu_per_k']:8,.0f} ex per CPU-s  AUC {res['auc']:.4f}"
+            f"{1000 / res['cpu_per_k']:8,.0f} ex per CPU-s  {per_cpu:>12}  AUC {res['auc']:.4f}"
         )
+    for system in systems:
+        if system not in best:
+            print(f"  {system:<9} no measure in {rounds} round(s): see the rounds above")
     if "etj" in best:
         mine = best["etj"]
         print(

@@ -28,6 +28,8 @@ NAME="$(sed -n 's/^name: *//p' "$CONFIG")"
 export KUBECONFIG="$KIND_CACHE/kubeconfig"
 SHARED=/tmp/etj-kind-shared
 POD_SUBNET=10.244.0.0/16
+# The node containers' CPU weight under cgroup v1 (below: kind's 30 s boot deadline).
+NODE_CPU_SHARES="${ETJ_KIND_CPU_SHARES:-8192}"
 
 say() { printf '[kind-up %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { echo "kind-up: $*" >&2; exit 1; }
@@ -193,9 +195,28 @@ else
   else
     args+=(--config "$CONFIG")
   fi
+  # kind gives each node container a fixed 30 s to boot systemd (docker provider:
+  # createContainerWithWaitUntilSystemdReachesMultiUserSystem), then deletes the cluster.
+  # Beside make test's lanes that is not a deadline the nodes can count on: under cgroup
+  # v1 every container shares the one /docker group's weight (1024, one busy process's)
+  # with the lanes' dozens of processes, and cold CI saw all three nodes miss it at a load
+  # of ~30 ("could not find a log line that matches ..."). The group gets the weight of
+  # several processes (it only takes what its containers ask for: idle nodes cost the
+  # lanes nothing), and a create that fails that way is tried again, a few times.
+  if [ ! -f /sys/fs/cgroup/cgroup.controllers ] && [ -d /sys/fs/cgroup/cpu ]; then
+    mkdir -p /sys/fs/cgroup/cpu/docker && echo "$NODE_CPU_SHARES" >/sys/fs/cgroup/cpu/docker/cpu.shares
+  fi
   start=$SECONDS
-  say "kind create cluster ${args[*]}"
-  "$KIND" create cluster "${args[@]}"
+  for attempt in 1 2 3; do
+    say "kind create cluster ${args[*]} (attempt $attempt)"
+    if "$KIND" create cluster "${args[@]}" 2>&1 | tee "$KIND_CACHE/create.log"; then
+      break
+    fi
+    grep -q "could not find a log line that matches" "$KIND_CACHE/create.log" && [ "$attempt" -lt 3 ] \
+      || die "kind create cluster failed (above)"
+    say "a node did not boot within kind's 30 s (load $(cut -d' ' -f1-3 /proc/loadavg)): again"
+    "$KIND" delete cluster --name "$NAME" >/dev/null 2>&1 || true
+  done
   say "created in $((SECONDS - start)) s"
   # The API server by the control-plane node's address on the kind network (in its
   # certificate): no dependence on docker-proxy's published port.

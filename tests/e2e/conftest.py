@@ -104,6 +104,13 @@ def sh(
 wait_for = functools.partial(_wait_for, every=2.0)
 
 
+# Why the cluster could not be brought up, once it could not: pytest sets a session
+# fixture up again for every test that asks for it after it raised, and each try of a
+# bring-up that failed costs up to the test's whole timeout (cold CI: five e2e tests, five
+# 900 s timeouts, after the background kind-up had failed already).
+_BRING_UP_FAILED: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def kind_kubeconfig() -> str:
     """The kind cluster's kubeconfig: as root, the images built and the cluster brought up
@@ -111,10 +118,16 @@ def kind_kubeconfig() -> str:
     reason = kind_missing()
     if reason:
         pytest.skip(f"kind e2e suite skipped: {reason}")
+    if _BRING_UP_FAILED:
+        pytest.fail(f"the kind cluster did not come up (first e2e test): {_BRING_UP_FAILED[0]}")
     if kind_is_ours():
         # Both wait for the background runs `make test` started, then find them done.
-        run_script("build-images.sh", timeout=3600)
-        run_script("kind-up.sh", timeout=3600)
+        try:
+            run_script("build-images.sh", timeout=3600)
+            run_script("kind-up.sh", timeout=3600)
+        except BaseException as e:  # pytest-timeout's Failed is a BaseException
+            _BRING_UP_FAILED.append(f"{type(e).__name__}: {str(e)[-1500:]}")
+            raise
     reason = kind_answers(KIND_KUBECONFIG)
     if reason:
         if kind_is_ours():
