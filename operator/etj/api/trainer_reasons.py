@@ -12,6 +12,12 @@ Pure data: no logic, no I/O.
 
 from __future__ import annotations
 
+# The trainer's exit code for a failure a restart from the last checkpoint cures: a ps or
+# peer unavailable, a collective aborted, the watchdog (etj_trainer.exitcodes.RETRYABLE is
+# this one). With a peer lost with its node in the same pass, the operator takes it for
+# that loss's (etj.core.reconcile.policies.peerloss).
+EXIT_RETRYABLE = 138
+
 # The chief's watchdog stopped it: no step completed for watchdogSeconds, so some replica
 # is hung.
 REASON_WATCHDOG = "WatchdogTimeout"

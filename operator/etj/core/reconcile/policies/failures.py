@@ -25,6 +25,7 @@ from etj.core.reconcile.policies.backoff import due_time, restart_wait
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
 from etj.core.reconcile.policies.pass_state import _Pass
+from etj.core.reconcile.policies.peerloss import lost_with_a_peer
 from etj.core.reconcile.policies.queue import QUEUE_REASONS, queue_eviction
 from etj.core.reconcile.policies.restart import Failure, classify, restart_group
 from etj.core.reconcile.status import replica_statuses
@@ -89,7 +90,13 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         for f in failures
         if before is not None and f.pod.finished_at is not None and f.pod.finished_at <= before
     ]
-    counted = evicted is None and any(not f.pod.disrupted and f not in earlier for f in failures)
+    # A peer lost with its node: the replicas that ended because of it (138) are part of
+    # that disruption.
+    assert p.w.plan is not None
+    by_loss = lost_with_a_peer(failures, p.w.plan.strategy, replicas)
+    counted = evicted is None and any(
+        not f.pod.disrupted and f not in earlier and f.pod.name not in by_loss for f in failures
+    )
     if counted and p.st.restarts >= rp.backoff_limit:
         p.finish(
             Phase.FAILED,
@@ -97,7 +104,6 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
             f"{whys}; backoffLimit {rp.backoff_limit} reached after {p.st.restarts} restarts",
         )
         return True
-    assert p.w.plan is not None
     group: set[tuple[Role, int]] = set()
     for f in failures:
         group |= restart_group(
@@ -124,7 +130,7 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
         + (
             f"(restart {p.st.restarts} of backoffLimit {rp.backoff_limit})"
             if counted
-            else _not_counted(p, earlier)
+            else _not_counted(p, earlier, by_loss)
         ),
     )
     p.st.phase = Phase.RESTARTING
@@ -137,7 +143,11 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     return False
 
 
-def _not_counted(p: _Pass, earlier: list[Failure]) -> str:
+def _not_counted(p: _Pass, earlier: list[Failure], by_loss: dict[str, str]) -> str:
+    if by_loss:
+        ended = ", ".join(f"{pod} exited 138 (a peer unavailable) with {peer} lost"
+                          for pod, peer in sorted(by_loss.items()))  # fmt: skip
+        return f"({ended} with its node: a disruption, not counted against backoffLimit)"
     if earlier:
         return (
             f"(failed in the fault of the restart at {p.st.last_restart_time}: not counted again)"
