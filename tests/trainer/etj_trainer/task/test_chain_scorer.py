@@ -14,18 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from harness import job_spec, trainer_config
 
-from etj.api.trainer import TrainerExport
 from etj_testcluster.kafka import CLICK_HEADER, click_model, click_row
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.trainer.etj_trainer.task.one_process_versions import one_process, train_and_export
 
 
 def _rows(start: int, n: int) -> list[str]:
@@ -40,34 +31,16 @@ def _csv(path: Path, lines: list[str]) -> Path:
 def _trained_chain(tf: Any, tmp_path: Path, model: dict[str, Any]) -> tuple[Any, Any, Any]:
     """A one-process job on click rows, versions at steps 10 and 20 with deltas between
     and after; the state, the serving and deltas directories."""
-    from etj_trainer.data.pipeline import make_dataset
-    from etj_trainer.task.state import TrainingState
-    from etj_trainer.task.versions import Versions
-
     train = _csv(tmp_path / "train.csv", _rows(0, 4000))
-    spec = job_spec(
-        strategy="MultiWorkerMirrored",
-        replicas={"worker": {"replicas": 1}},
+    state, versions, chunk = one_process(
+        tf,
+        tmp_path,
         model=model,
         data={"source": "files", "files": {"pattern": str(train), "format": "csv"}},
         training={"batchSizePerReplica": 32, "optimizer": "adagrad", "learningRate": 0.2},
     )
-    export = TrainerExport(
-        directory=str(tmp_path / "serving"),
-        every_steps=10,
-        keep=5,
-        delta_directory=str(tmp_path / "deltas"),
-        delta_steps=3,
-    )
-    config = trainer_config(spec, export=export)
-    state = TrainingState(config, tf.distribute.get_strategy())
-    it = iter(make_dataset(config.model, config.data, 32))
-    versions = Versions(state, export, clock=_Clock())
     versions.start(0)
-    for n in (10, 3, 3, 4, 3):
-        state.train_chunk(it, tf.constant(n, tf.int64))
-        assert versions.tick(int(state.step.numpy()))
-        versions.wait()
+    train_and_export(versions, chunk, 10, 3, 3, 4, 3)
     assert [w.error for w in versions.collect()] == [None, None]
     return state, tmp_path / "serving", tmp_path / "deltas"
 

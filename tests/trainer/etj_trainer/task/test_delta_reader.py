@@ -15,6 +15,7 @@ from harness import LocalJob, job_spec, trainer_config
 
 from etj.api.export import version_of
 from etj.api.trainer import TrainerExport
+from tests.trainer.etj_trainer.task.one_process_versions import Clock, one_process, train_and_export
 
 _DYNAMIC = {
     "name": "user_id",
@@ -29,56 +30,14 @@ _MODEL = {
 }
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _one_process(tf: Any, tmp_path: Path) -> tuple[Any, Any, Any]:
-    from etj_trainer.data.pipeline import make_dataset
-    from etj_trainer.task.state import TrainingState
-    from etj_trainer.task.versions import Versions
-
-    spec = job_spec(
-        strategy="MultiWorkerMirrored", replicas={"worker": {"replicas": 1}}, model=_MODEL
-    )
-    export = TrainerExport(
-        directory=str(tmp_path / "serving"),
-        every_steps=10,
-        keep=5,
-        delta_directory=str(tmp_path / "deltas"),
-        delta_steps=3,
-    )
-    config = trainer_config(spec, export=export)
-    state = TrainingState(config, tf.distribute.get_strategy())
-    it = iter(make_dataset(config.model, config.data, 32))
-    versions = Versions(state, export, clock=_Clock())
-
-    def chunk(n: int) -> None:
-        state.train_chunk(it, tf.constant(n, tf.int64))
-
-    return state, versions, chunk
-
-
-def _train(versions: Any, chunk: Any, *steps: int) -> None:
-    """Train each of ``steps`` and export (a version or a delta is due each time)."""
-    for n in steps:
-        chunk(n)
-        assert versions.tick(int(versions.state.step.numpy()))
-        versions.wait()
-
-
 def test_a_version_and_its_deltas_are_the_next_version_bitwise(tf: Any, tmp_path: Path) -> None:
     from etj_trainer.task import deltas
     from etj_trainer.task.delta_reader import DeltaRefused, ServingChain, version_snapshot
 
-    state, versions, chunk = _one_process(tf, tmp_path)
+    state, versions, chunk = one_process(tf, tmp_path, model=_MODEL)
     versions.start(0)
     # v1 at step 10, deltas at 13 and 16, v2 (closing v1's chain) at 20, deltas at 23, 26.
-    _train(versions, chunk, 10, 3, 3, 4, 3, 3)
+    train_and_export(versions, chunk, 10, 3, 3, 4, 3, 3)
     versions.final(int(state.step.numpy()))  # v3, closing v2's chain
     written = versions.collect()
     made = versions.collect_deltas()
@@ -129,15 +88,15 @@ def test_a_restarted_writer_goes_on_with_the_chain(tf: Any, tmp_path: Path) -> N
     from etj_trainer.task.delta_reader import ServingChain, version_snapshot
     from etj_trainer.task.versions import Versions
 
-    state, versions, chunk = _one_process(tf, tmp_path)
+    state, versions, chunk = one_process(tf, tmp_path, model=_MODEL)
     versions.start(0)
-    _train(versions, chunk, 10, 3)  # v1, its delta 1
+    train_and_export(versions, chunk, 10, 3)  # v1, its delta 1
     v1 = versions.collect()[0].version
     # A new writer (the leader restarted): it rebuilds v1 + delta 1 from their files and
     # writes delta 2 on top, then v2 closing the chain with delta 3.
-    again = Versions(state, state.config.export, clock=_Clock())
+    again = Versions(state, state.config.export, clock=Clock())
     again.start(13)
-    _train(again, chunk, 3)
+    train_and_export(again, chunk, 3)
     again.final(int(state.step.numpy()))
     assert [(d.base, d.sequence) for d in again.collect_deltas()] == [(v1, 2), (v1, 3)]
     v2 = again.collect()[0].version

@@ -20,6 +20,7 @@ from harness import LocalJob, job_spec, trainer_config, wait_for
 
 from etj.api.export import retiring_name, staging_name, version_of
 from etj.api.trainer import TrainerExport
+from tests.trainer.etj_trainer.task.one_process_versions import Clock
 
 # ---- in one process ----------------------------------------------------------------------
 
@@ -36,16 +37,6 @@ def _state(tf: Any, directory: str, keep: int = 2, every_steps: int | None = 5) 
     return state, lambda n: state.train_chunk(it, tf.constant(n, tf.int64))
 
 
-class _Clock:
-    """A clock the test moves: every version in the same second."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_versions_are_numbered_kept_and_leftovers_deleted(tf: Any, tmp_path: Path) -> None:
     from etj_trainer.task.versions import Versions
 
@@ -53,7 +44,7 @@ def test_versions_are_numbered_kept_and_leftovers_deleted(tf: Any, tmp_path: Pat
     (base / staging_name(17, 99)).mkdir(parents=True)  # a writer stopped half-way
     (base / retiring_name(16)).mkdir()
     state, train = _state(tf, str(base), keep=2)
-    versions = Versions(state, state.config.export, clock=_Clock())
+    versions = Versions(state, state.config.export, clock=Clock())
     versions.start(0)
     assert sorted(p.name for p in base.iterdir()) == []
     assert not versions.tick(4)  # not due before step 5
@@ -87,7 +78,7 @@ def test_a_failed_version_is_reported_and_the_next_one_tried(tf: Any, tmp_path: 
 
     base = tmp_path / "serving"
     state, train = _state(tf, str(base))
-    versions = Versions(state, state.config.export, clock=_Clock())
+    versions = Versions(state, state.config.export, clock=Clock())
     versions.start(0)
     base.rmdir()
     base.write_text("a file where the base path should be: nothing can be written in it")
@@ -110,7 +101,7 @@ def test_a_remote_base_path_gets_whole_versions_saved_model_last(tf: Any) -> Non
 
     base = "ram://etj-versions/ns/job/serving"
     state, train = _state(tf, base, keep=1)
-    versions = Versions(state, state.config.export, clock=_Clock())
+    versions = Versions(state, state.config.export, clock=Clock())
     versions.start(0)
     for _ in range(2):
         train(5)
