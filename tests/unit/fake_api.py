@@ -75,15 +75,20 @@ class FakeKube:
         self.log.append(("get", kind, name))
         return (kind, namespace, name) in self.objects
 
-    async def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+    async def list_jobs(
+        self, namespace: str | None, keep: Any = None
+    ) -> tuple[list[dict[str, Any]], str]:
         self.log.append(("list", "jobs", str(namespace)))
-        return [copy.deepcopy(j) for j in self.jobs.values()], str(next(_versions))
+        keep = keep or (lambda o: o)
+        return [keep(copy.deepcopy(j)) for j in self.jobs.values()], str(next(_versions))
 
-    async def list_managed_pods(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+    async def list_managed_pods(
+        self, namespace: str | None, keep: Any = None
+    ) -> tuple[list[dict[str, Any]], str]:
         self.log.append(("list", "pods", str(namespace)))
-        return [copy.deepcopy(p) for p in self.objects.values() if p["kind"] == "Pod"], str(
-            next(_versions)
-        )
+        keep = keep or (lambda o: o)
+        pods = [keep(copy.deepcopy(p)) for p in self.objects.values() if p["kind"] == "Pod"]
+        return pods, str(next(_versions))
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         meta = obj["metadata"]

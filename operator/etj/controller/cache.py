@@ -64,7 +64,7 @@ def newer(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
     return True
 
 
-def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+def slim_job(obj: dict[str, Any]) -> dict[str, Any]:
     """The object without ``metadata.managedFields``: nothing a reconcile reads, and for a
     job whose status the operator writes, a copy of the status's shape (most of its size)."""
     meta = obj.get("metadata") or {}
@@ -196,7 +196,7 @@ class WatchCache:
         current = self.jobs.get(key)
         if not newer(obj, current) or (current is not None and _rv(current) == _rv(obj)):
             return False
-        self.jobs[key] = _slim(obj)
+        self.jobs[key] = slim_job(obj)
         return True
 
     def put_pod(self, obj: dict[str, Any]) -> bool:

@@ -35,7 +35,7 @@ from etj.api.constants import (
     VERSION,
 )
 from etj.controller import metrics
-from etj.controller.cache import WatchCache
+from etj.controller.cache import WatchCache, slim_job, slim_pod
 from etj.controller.kube import WatchExpired
 from etj.controller.reconciler import Reconciler
 from etj.core.reconcile.decision import Event
@@ -108,12 +108,13 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
 
 
 async def resync(memo: kopf.Memo) -> None:
-    """Refill the cache from the API: one LIST of jobs and one of pods per namespace."""
+    """Refill the cache from the API: one (paged) LIST of jobs and one of pods per namespace."""
     cache: WatchCache = memo.cache
     kube = memo.reconciler.kube
     for ns in memo.namespaces or [None]:
-        jobs, jobs_version = await kube.list_jobs(ns)
-        pods, pods_version = await kube.list_managed_pods(ns)
+        # Each object slimmed as the cache keeps it, page by page in a worker thread.
+        jobs, jobs_version = await kube.list_jobs(ns, keep=slim_job)
+        pods, pods_version = await kube.list_managed_pods(ns, keep=slim_pod)
         cache.replace(jobs, jobs_version, pods, pods_version, namespace=ns)
         memo.pods_versions[ns] = pods_version
     metrics.RESYNCS.inc()

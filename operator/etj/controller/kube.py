@@ -22,7 +22,7 @@ import contextlib
 import logging
 import ssl
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 import aiohttp
@@ -69,6 +69,13 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
 log = logging.getLogger(__name__)
 
 USER_AGENT = f"etj-operator/{__version__}"
+
+# What a paged LIST keeps of each object it decodes (``Kube._paged``).
+Keep = Callable[[dict[str, Any]], dict[str, Any]]
+
+# Objects per page of a resync's LISTs: the API server's own default chunk for its
+# clients' informers is 500; 1,000 pods are a few MB of JSON per request.
+LIST_PAGE = 1000
 
 # A request of the hot path that takes longer fails (and its pass is retried).
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
@@ -202,40 +209,69 @@ class Kube:
         )
         return list(self._plain(pods).get("items") or [])
 
-    async def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
-        """Every job (of one namespace, or cluster-wide) and the list's resourceVersion."""
-        found: Any
+    async def list_jobs(
+        self, namespace: str | None, keep: Keep | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every job (of one namespace, or cluster-wide) and the list's resourceVersion,
+        each as ``keep`` makes it (see ``_paged``)."""
         if namespace is None:
-            found = await asyncio.to_thread(
-                self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
+            return await self._paged(
+                self.custom.list_cluster_custom_object, (GROUP, VERSION, PLURAL), {}, keep
             )
-        else:
-            found = await asyncio.to_thread(
-                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
-            )
-        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+        return await self._paged(
+            self.custom.list_namespaced_custom_object,
+            (GROUP, VERSION, namespace, PLURAL),
+            {},
+            keep,
+        )
 
-    async def list_managed_pods(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
-        """Every pod etj made (of one namespace, or cluster-wide) and the list's version."""
-        selector = _selector({LABEL_MANAGED_BY: MANAGED_BY_VALUE})
-        # The raw JSON: building V1Pod models for thousands of pods only to turn them back
-        # into dicts costs seconds of CPU.
-        resp: Any
+    async def list_managed_pods(
+        self, namespace: str | None, keep: Keep | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every pod etj made (of one namespace, or cluster-wide) and the list's version,
+        each as ``keep`` makes it (see ``_paged``)."""
+        query = {"label_selector": _selector({LABEL_MANAGED_BY: MANAGED_BY_VALUE})}
         if namespace is None:
-            resp = await asyncio.to_thread(
-                self.core.list_pod_for_all_namespaces,
-                label_selector=selector,
-                _preload_content=False,
-            )
-        else:
-            resp = await asyncio.to_thread(
-                self.core.list_namespaced_pod,
-                namespace,
-                label_selector=selector,
-                _preload_content=False,
-            )
-        found = orjson.loads(resp.data)
-        return list(found.get("items") or []), str(found["metadata"].get("resourceVersion", ""))
+            return await self._paged(self.core.list_pod_for_all_namespaces, (), query, keep)
+        return await self._paged(self.core.list_namespaced_pod, (namespace,), query, keep)
+
+    async def _paged(
+        self, call: Any, args: tuple[Any, ...], query: dict[str, Any], keep: Keep | None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """A LIST in pages of ``LIST_PAGE`` objects (limit/continue: one consistent snapshot,
+        at the first page's resourceVersion), each page fetched, decoded and passed through
+        ``keep`` (the part of each object the caller keeps) in a worker thread: the event
+        loop every job's loop shares is free meanwhile, and at most a page of whole objects
+        is alive at once (10,000 pods decoded whole are hundreds of MB the process keeps
+        as its high-water mark). The raw JSON, not the client's models: building V1Pod
+        models for thousands of pods only to turn them back into dicts costs seconds of
+        CPU. A continue token that expired meanwhile (410) starts the list again."""
+
+        def page(token: str | None) -> tuple[list[dict[str, Any]], str, str | None]:
+            extra = {"_continue": token} if token else {}
+            resp = call(*args, **query, limit=LIST_PAGE, _preload_content=False, **extra)
+            found = orjson.loads(resp.data)
+            meta = found.get("metadata") or {}
+            items = found.get("items") or []
+            if keep is not None:
+                items = [keep(item) for item in items]
+            return items, str(meta.get("resourceVersion", "")), meta.get("continue") or None
+
+        for _ in range(3):
+            items: list[dict[str, Any]] = []
+            version, token = "", None
+            try:
+                while True:
+                    got, page_version, token = await asyncio.to_thread(page, token)
+                    items.extend(got)
+                    version = version or page_version
+                    if token is None:
+                        return items, version
+            except ApiException as exc:
+                if exc.status != 410 or token is None:
+                    raise
+                log.info("a paged LIST's continue token expired; listing again")
+        raise ApiException(status=410, reason="continue tokens kept expiring")
 
     async def watch_managed_pods(
         self, namespace: str | None, since: str, timeout: int = 300

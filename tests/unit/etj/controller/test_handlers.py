@@ -186,10 +186,10 @@ class WatchingKube:
         if end is not None:
             raise end
 
-    async def list_jobs(self, namespace: str | None) -> Any:
+    async def list_jobs(self, namespace: str | None, keep: Any = None) -> Any:
         return [], "100"
 
-    async def list_managed_pods(self, namespace: str | None) -> Any:
+    async def list_managed_pods(self, namespace: str | None, keep: Any = None) -> Any:
         self.lists += 1
         return list(self.pods), str(100 * self.lists)
 
@@ -247,7 +247,7 @@ class FlakyLists(WatchingKube):
         super().__init__([])
         self.failing = failing
 
-    async def list_managed_pods(self, namespace: str | None) -> Any:
+    async def list_managed_pods(self, namespace: str | None, keep: Any = None) -> Any:
         if self.lists + 1 in self.failing:
             self.failing.discard(self.lists + 1)
             raise ConnectionError("the API is away")

@@ -198,17 +198,78 @@ def test_a_missing_job_is_none_and_other_errors_are_raised():
         asyncio.run(k.get_job("n", "j"))
 
 
-def test_listing_the_operators_pods_selects_by_label_and_parses_the_raw_answer():
-    class Raw:
-        data = json.dumps({"metadata": {"resourceVersion": "42"}, "items": [{"x": 1}]}).encode()
+class Pages:
+    """A LIST answered in pages of the ``limit`` asked (raw JSON, continue tokens), each
+    call recorded with the thread it ran in; ``expire``: the continue tokens that answer 410
+    once."""
 
-    core = Recorder(list_pod_for_all_namespaces=Raw(), list_namespaced_pod=Raw())
-    k = kube(core=core)
-    assert asyncio.run(k.list_managed_pods(None)) == ([{"x": 1}], "42")
-    assert asyncio.run(k.list_managed_pods("n"))[1] == "42"
-    for _, _, kwargs in core.calls:
+    def __init__(self, objects: list[dict[str, Any]], expire: set[str] | None = None) -> None:
+        self.objects = objects
+        self.expire = expire or set()
+        self.calls: list[tuple[dict[str, Any], str]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((kwargs, threading.current_thread().name))
+        token = kwargs.get("_continue")
+        if token in self.expire:
+            self.expire.discard(token)
+            raise ApiException(status=410, reason="Expired")
+        start, limit = int(token or 0), kwargs["limit"]
+        rest = start + limit < len(self.objects)
+        meta = {"resourceVersion": "42" if start == 0 else "43"}  # a later page's is ignored
+        if rest:
+            meta["continue"] = str(start + limit)
+
+        class Raw:
+            data = json.dumps({"metadata": meta, "items": self.objects[start : start + limit]})
+
+        return Raw()
+
+
+def test_a_resync_list_is_paged_decoded_in_a_worker_thread_and_kept_as_asked(monkeypatch):
+    import etj.controller.kube as module
+
+    monkeypatch.setattr(module, "LIST_PAGE", 2)
+    pods = [{"metadata": {"name": f"p{i}"}, "spec": {"big": "x" * 100}} for i in range(5)]
+    pages = Pages(pods)
+    k = kube()
+    k.core.list_pod_for_all_namespaces = pages  # type: ignore[attr-defined]
+    k.core.list_namespaced_pod = pages  # type: ignore[attr-defined]
+
+    async def listed(namespace: str | None) -> Any:
+        loop_thread = threading.current_thread().name
+        got = await k.list_managed_pods(namespace, keep=lambda p: {"metadata": p["metadata"]})
+        return got, loop_thread
+
+    (items, version), loop_thread = asyncio.run(listed(None))
+    assert [p["metadata"]["name"] for p in items] == [f"p{i}" for i in range(5)]
+    assert all("spec" not in p for p in items) and version == "42"
+    assert [c[0].get("_continue") for c in pages.calls] == [None, "2", "4"]
+    for kwargs, thread in pages.calls:
         assert kwargs["label_selector"] == "app.kubernetes.io/managed-by=etj"
-        assert kwargs["_preload_content"] is False
+        assert kwargs["_preload_content"] is False and kwargs["limit"] == 2
+        assert thread != loop_thread
+    assert asyncio.run(listed("n"))[0][0] == items  # one namespace's: the same pages
+    jobs = Pages(pods)
+    k.custom.list_namespaced_custom_object = jobs  # type: ignore[attr-defined]
+    assert len(asyncio.run(k.list_jobs("n"))[0]) == 5 and len(jobs.calls) == 3
+
+
+def test_a_paged_list_whose_continue_token_expired_starts_again(monkeypatch):
+    import etj.controller.kube as module
+
+    monkeypatch.setattr(module, "LIST_PAGE", 2)
+    pages = Pages([{"metadata": {"name": f"p{i}"}} for i in range(3)], expire={"2"})
+    k = kube()
+    k.core.list_namespaced_pod = pages  # type: ignore[attr-defined]
+    items, _ = asyncio.run(k.list_managed_pods("n"))
+    assert [p["metadata"]["name"] for p in items] == ["p0", "p1", "p2"]  # no duplicates
+    assert [c[0].get("_continue") for c in pages.calls] == [None, "2", None, "2"]
+    # A 410 on the first page is no expired token: raised.
+    first = Pages([], expire={None})  # type: ignore[arg-type]
+    k.core.list_namespaced_pod = first  # type: ignore[attr-defined]
+    with pytest.raises(ApiException):
+        asyncio.run(k.list_managed_pods("n"))
 
 
 def test_a_lease_replace_is_guarded_by_its_resource_version():
