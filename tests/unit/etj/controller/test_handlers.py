@@ -325,3 +325,24 @@ def test_a_jobs_managed_fields_are_dropped_from_the_body_kopf_keeps_and_the_cach
     asyncio.run(handlers.job_changed(event=event, namespace="ns", name="job", memo=memo))
     assert "managedFields" not in obj["metadata"]
     assert memo.cache.job("ns", "job") is obj  # one copy, not two
+
+
+def test_a_resync_gives_the_heaps_free_pages_back(monkeypatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(handlers, "MALLOC_TRIM", lambda pad: trims.append(pad) or 1)
+    kube = WatchingKube([])
+    kube.pods = [_pod("j-chief-0", "101")]
+    memo = SimpleNamespace(
+        reconciler=SimpleNamespace(kube=kube),
+        cache=WatchCache(),
+        namespaces=["ns"],
+        resynced=asyncio.Event(),
+        pods_versions={},
+    )
+    asyncio.run(resync(memo))  # type: ignore[arg-type]
+    assert trims == [0] and memo.cache.job_pods("ns", "j")
+
+
+def test_the_c_librarys_malloc_trim_is_found_here() -> None:
+    assert handlers.MALLOC_TRIM is not None  # glibc: the operator's image and this machine
+    handlers.trim_heap()
