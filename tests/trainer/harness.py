@@ -52,6 +52,18 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def adagrad_training(steps: int, batch: int) -> dict[str, Any]:
+    """The ``training`` of the trainer's process tests: ``steps`` of Adagrad at 0.1, ten
+    steps per execution (a ParameterServer chunk), ``batch`` examples per replica."""
+    return {
+        "batchSizePerReplica": batch,
+        "steps": steps,
+        "optimizer": "adagrad",
+        "learningRate": 0.1,
+        "stepsPerExecution": 10,
+    }
+
+
 def job_spec(**overrides: Any) -> EmbeddingTrainingJobSpec:
     """A small job spec (camelCase overrides merged at the top level)."""
     doc: dict[str, Any] = {

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from harness import (
     LocalJob,
+    adagrad_training,
     assert_restored_as_saved,
     job_spec,
     read_events,
@@ -50,15 +51,7 @@ RESUMED = 600
 @pytest.fixture
 def job(tmp_path: Path) -> Any:
     # Far more steps than the scenarios need; the last one lowers the total to finish.
-    spec = job_spec(
-        training={
-            "batchSizePerReplica": 256,
-            "steps": 1_000_000,
-            "optimizer": "adagrad",
-            "learningRate": 0.1,
-            "stepsPerExecution": 10,
-        }
-    )
+    spec = job_spec(training=adagrad_training(1_000_000, 256))
     config = trainer_config(
         spec,
         checkpoint_dir=tmp_path / "ckpt",

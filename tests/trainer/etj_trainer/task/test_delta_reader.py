@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import LocalJob, job_spec, trainer_config
+from harness import LocalJob, adagrad_training, job_spec, trainer_config
 
 from etj.api.export import version_of
 from etj.api.trainer import TrainerExport
@@ -126,13 +126,7 @@ def test_parameter_server_versions_and_deltas_chain_bitwise(tf: Any, tmp_path: P
         spec = job_spec(
             replicas={"chief": {"replicas": 1}, "worker": {"replicas": 1}, "ps": {"replicas": 2}},
             model=_MODEL,
-            training={
-                "batchSizePerReplica": 64,
-                "steps": steps,
-                "optimizer": "adagrad",
-                "learningRate": 0.1,
-                "stepsPerExecution": 10,
-            },
+            training=adagrad_training(steps, 64),
         )
         config = trainer_config(
             spec,

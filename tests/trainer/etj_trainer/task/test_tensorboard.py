@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import ROOT, job_spec, read_events, trainer_config, trainer_env
+from harness import ROOT, adagrad_training, job_spec, read_events, trainer_config, trainer_env
 
 from etj.api.trainer import TrainerConfig
 from etj.api.warmstart import TrainerWarmStart
@@ -51,13 +51,7 @@ def _spec(data: Path, steps: int) -> Any:
             "validation": {"pattern": str(data / "valid-*.csv"), "maxExamples": 1000},
             "maxBadRecords": 1000,
         },
-        training={
-            "batchSizePerReplica": 64,
-            "steps": steps,
-            "optimizer": "adagrad",
-            "learningRate": 0.1,
-            "stepsPerExecution": 10,
-        },
+        training=adagrad_training(steps, 64),
     )
 
 

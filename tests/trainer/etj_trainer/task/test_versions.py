@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from harness import LocalJob, job_spec, trainer_config, wait_for
+from harness import LocalJob, adagrad_training, job_spec, trainer_config, wait_for
 
 from etj.api.export import retiring_name, staging_name, version_of
 from etj.api.trainer import TrainerExport
@@ -254,13 +254,7 @@ def test_parameter_server_versions_serve_while_training(tf: Any, tmp_path: Path)
     total, keep = 3000, 2
     spec = job_spec(
         replicas={"chief": {"replicas": 1}, "worker": {"replicas": 1}, "ps": {"replicas": 1}},
-        training={
-            "batchSizePerReplica": 128,
-            "steps": total,
-            "optimizer": "adagrad",
-            "learningRate": 0.1,
-            "stepsPerExecution": 10,
-        },
+        training=adagrad_training(total, 128),
     )
     config = trainer_config(
         spec,
@@ -283,13 +277,7 @@ def test_mirrored_versions_serve_while_training(tf: Any, tmp_path: Path, workers
     spec = job_spec(
         strategy="MultiWorkerMirrored",
         replicas={"worker": {"replicas": workers}},
-        training={
-            "batchSizePerReplica": 128,
-            "steps": total,
-            "optimizer": "adagrad",
-            "learningRate": 0.1,
-            "stepsPerExecution": 10,
-        },
+        training=adagrad_training(total, 128),
     )
     config = trainer_config(
         spec,
