@@ -9,7 +9,9 @@ separate step. ``LocalKafka.start()`` formats a fresh log directory
 ``kafka.Kafka`` on free ports and waits until the broker answers a metadata request;
 ``LocalKafka.restart()`` stops it and starts it again on the same log directory and ports
 (a broker restart: its topics, messages and offsets kept). ``ClickStream`` is the rows
-the Kafka tests and ``benchmarks/kafka_input.py`` produce: one schema (``click_model``).
+the Kafka tests and ``benchmarks/kafka_input.py`` produce: one schema (``click_model``);
+``SteadyProducer`` writes them from a thread at a steady rate, as a stream does, across a
+broker restart.
 
 It must not: listen anywhere but 127.0.0.1, leave a process behind (``stop()``; the broker
 also dies with its starter), or write outside its state directory.
@@ -21,6 +23,7 @@ import base64
 import os
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -70,9 +73,16 @@ def ensure_fetched(timeout: float = 1800.0) -> None:
 
 def cluster_id(seed: uuid.UUID | None = None) -> str:
     """A KRaft cluster id: a UUID in URL-safe base64 without padding (22 characters), the
-    form ``kafka-storage random-uuid`` prints. Pure given ``seed``."""
-    raw = (seed or uuid.uuid4()).bytes
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    form ``kafka-storage random-uuid`` prints, never starting with "-" (the storage tool
+    would read it as an option; Kafka's own random ids draw again, as this does). Pure
+    given ``seed`` (one whose id starts with "-" is refused)."""
+    while True:
+        raw = (seed or uuid.uuid4()).bytes
+        text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+        if seed is not None:
+            raise ValueError(f"cluster id {text} starts with '-': the storage tool refuses it")
 
 
 def server_properties(port: int, controller_port: int, log_dir: Path) -> str:
@@ -290,3 +300,92 @@ class ClickStream:
         return {
             str(p): len(range(p, self.produced, self.partitions)) for p in range(self.partitions)
         }
+
+
+def end_offsets(total: int, partitions: int) -> dict[str, int]:
+    """Each partition's next offset after ``total`` rows round robin from an empty topic
+    (event form: partition numbers as keys). Pure."""
+    return {str(p): len(range(p, total, partitions)) for p in range(partitions)}
+
+
+class SteadyProducer(threading.Thread):
+    """``total`` ``click_row`` rows to an existing topic at a steady rate (``per_tick``
+    rows every ``tick`` seconds), round robin over its ``partitions``, on one idempotent
+    producer: across a broker restart it buffers and retries, and the broker keeps each
+    row once, in order (``end_offsets`` gives where each partition ends). ``done`` is set
+    once every row is delivered or it failed (``failure``, ``errors``); ``stopping`` ends
+    it early. ``handed`` and ``delivered`` count rows."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        total: int,
+        users: int,
+        items: int,
+        per_tick: int,
+        tick: float,
+    ):
+        super().__init__(name=f"producer-{topic}", daemon=True)
+        self.bootstrap, self.topic, self.partitions, self.total = (
+            bootstrap,
+            topic,
+            partitions,
+            total,
+        )
+        self.users, self.items, self.per_tick, self.tick = users, items, per_tick, tick
+        self.handed = 0
+        self.delivered = 0
+        self.errors: list[Any] = []
+        self.left: int | None = None
+        self.failure: BaseException | None = None
+        self.done = threading.Event()
+        self.stopping = threading.Event()
+
+    def _delivery(self, err: Any, _msg: Any) -> None:
+        if err:
+            self.errors.append(err)
+        else:
+            self.delivered += 1
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        try:
+            producer = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    # Longer than any broker restart of a test: retried, never dropped.
+                    "message.timeout.ms": 1_800_000,
+                }
+            )
+            while self.handed < self.total and not self.stopping.is_set():
+                end = min(self.handed + self.per_tick, self.total)
+                for i in range(self.handed, end):
+                    producer.produce(
+                        self.topic,
+                        click_row(i, self.users, self.items).encode(),
+                        partition=i % self.partitions,
+                        on_delivery=self._delivery,
+                    )
+                self.handed = end
+                producer.poll(0)
+                self.stopping.wait(self.tick)  # the rate, not a condition
+            self.left = producer.flush(1800)
+        except BaseException as e:  # the test asserts on it (check)
+            self.failure = e
+        finally:
+            self.done.set()
+
+    def check(self) -> None:
+        """Raises if producing failed so far."""
+        if self.failure is not None or self.errors:
+            raise AssertionError(f"producer: {self.failure!r}, errors {self.errors[:3]}")
+
+    def delivered_all(self) -> bool:
+        """Every row delivered (raises if producing failed)."""
+        self.check()
+        return self.done.is_set() and self.left == 0 and self.delivered == self.total
