@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,50 @@ def _thread_states(pids: list[int]) -> list[str]:
     return states
 
 
+def freeze_when_busy(
+    pgid: int, timeout: float, what: str, alive: Callable[[], None] | None = None
+) -> None:
+    """Stop process group ``pgid`` (SIGSTOP) at an instant it executes something: once it
+    was seen at rest (REST_SAMPLES) and then busy (BUSY_SAMPLES). A server of a
+    ParameterServer job rests between closures and is busy in one, so frozen there its
+    closure has started and cannot finish: a kill that follows lands inside it however
+    loaded the machine is (load makes a closure longer, never shorter). ``alive`` raises
+    when the task has gone (checked every sample); ``what`` names it. A ``LocalJob``'s
+    task (``LocalJob.freeze_when_busy``) or a process node's pod (its process leads its
+    group) alike."""
+    # Samples in a row at rest and busy; armed once it has rested long enough.
+    seen = {"rest": 0, "busy": 0, "armed": 0}
+    # The group's processes, looked up again every GROUP_SECONDS (a scan of /proc costs
+    # more than a sample); a new member (a supervisor's child starting) disarms.
+    group: dict[str, Any] = {"pids": [], "at": -GROUP_SECONDS}
+
+    def busy() -> bool:
+        if alive is not None:
+            alive()
+        if time.monotonic() - group["at"] >= GROUP_SECONDS:
+            pids = _group_pids(pgid)
+            if pids != group["pids"]:
+                seen.update(rest=0, busy=0, armed=0)
+            group.update(pids=pids, at=time.monotonic())
+        states = _thread_states(group["pids"])
+        if states and all(s == "S" for s in states):
+            seen["rest"], seen["busy"] = seen["rest"] + 1, 0
+            seen["armed"] |= seen["rest"] >= REST_SAMPLES
+        else:
+            seen["rest"] = 0
+            seen["busy"] = seen["busy"] + 1 if seen["armed"] and "R" in states else 0
+        return seen["busy"] >= BUSY_SAMPLES
+
+    wait_for(busy, timeout, f"{what} at rest, then busy", every=0.001)
+    os.killpg(pgid, signal.SIGSTOP)
+    wait_for(
+        lambda: all(s in "Tt" for s in _thread_states(_group_pids(pgid))),
+        120,
+        f"{what} stopped",
+        every=0.001,
+    )
+
+
 class LocalJob:
     """Every task of a job as a local process; ``close()`` kills them all."""
 
@@ -360,43 +405,14 @@ class LocalJob:
             wait_for(lambda: not _group_alive(proc.pid), 120, f"{role}/{index} to be gone")
 
     def freeze_when_busy(self, role: str, index: int, timeout: float) -> None:
-        """Stop a task (SIGSTOP to its group) at an instant it executes something: once it
-        was seen at rest (REST_SAMPLES) and then busy (BUSY_SAMPLES). A server of a
-        ParameterServer job rests between closures and is busy in one, so frozen there its
-        closure has started and cannot finish: a kill that follows lands inside it however
-        loaded the machine is (load makes a closure longer, never shorter)."""
+        """Stop a task at an instant it executes something (``freeze_when_busy``)."""
         proc = self.procs[(role, index)]
-        # Samples in a row at rest and busy; armed once it has rested long enough.
-        seen = {"rest": 0, "busy": 0, "armed": 0}
-        # The group's processes, looked up again every GROUP_SECONDS (a scan of /proc costs
-        # more than a sample); a new member (a supervisor's child starting) disarms.
-        group = {"pids": [], "at": -GROUP_SECONDS}
 
-        def busy() -> bool:
+        def alive() -> None:
             if proc.poll() is not None:
                 raise AssertionError(f"{role}/{index} exited ({proc.returncode})")
-            if time.monotonic() - group["at"] >= GROUP_SECONDS:
-                pids = _group_pids(proc.pid)
-                if pids != group["pids"]:
-                    seen.update(rest=0, busy=0, armed=0)
-                group.update(pids=pids, at=time.monotonic())
-            states = _thread_states(group["pids"])
-            if states and all(s == "S" for s in states):
-                seen["rest"], seen["busy"] = seen["rest"] + 1, 0
-                seen["armed"] |= seen["rest"] >= REST_SAMPLES
-            else:
-                seen["rest"] = 0
-                seen["busy"] = seen["busy"] + 1 if seen["armed"] and "R" in states else 0
-            return seen["busy"] >= BUSY_SAMPLES
 
-        wait_for(busy, timeout, f"{role}/{index} at rest, then busy", every=0.001)
-        os.killpg(proc.pid, signal.SIGSTOP)
-        wait_for(
-            lambda: all(s in "Tt" for s in _thread_states(_group_pids(proc.pid))),
-            120,
-            f"{role}/{index} stopped",
-            every=0.001,
-        )
+        freeze_when_busy(proc.pid, timeout, f"{role}/{index}", alive)
 
     def restart_workers(self) -> None:
         """Kill every worker and start them again: what the operator does with the
