@@ -27,10 +27,10 @@ A fixed count of rows (the AUC needs the model to have learnt: fewer rows left i
 0.5), kill points that are conditions on the records trained, deadlines wide enough for a
 machine at load 20+. 4-8 minutes (2026-12-08: 278 s and 444 s beside other tests):
 extended, as CI has no lane with room for it (cold run of 2026-12-08: processes 2850 s,
-cluster 2092 s, 56 min in all; lanes.sh's warm2: cluster 1540 s). What CI runs of it:
-the kills mid-stream (a worker, a ps, the broker) in
-tests/trainer/etj_trainer/task/test_kafka.py, the chain and its scoring in
-test_chain_scorer.py and test_delta_reader.py.
+cluster 2092 s, 56 min in all; lanes.sh's warm2: cluster 1540 s). Its sibling in CI:
+tests/trainer/etj_trainer/task/test_kafka.py's ParameterServer test (a stream, a worker
+and a ps killed mid-stream, versions and deltas, the same chain and scoring checks on
+local trainer processes; the broker restart is its own test there).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def running(pid: int) -> None:
         raise AssertionError(f"process {pid} exited")
 
 
-@pytest.mark.extended  # make test-all; CI's parts: test_kafka.py, test_chain_scorer.py
+@pytest.mark.extended  # make test-all; CI's sibling: test_kafka.py's ParameterServer test
 @pytest.mark.timeout(5400)
 def test_a_stream_survives_a_worker_a_broker_and_a_ps_and_serves_what_it_trained(
     crds: LocalCluster,

@@ -4,7 +4,14 @@ with a worker and then a ps killed mid-stream, resume from the offsets of the ch
 they restored (read from the chief's progress lines), train every message produced (the
 records the last checkpoint's tables learned from equal the messages produced), train
 again at most ``reread_bound`` messages, and end when the topic stays quiet; a job whose
-broker is restarted mid-stream goes on without a restart and trains each message once."""
+broker is restarted mid-stream goes on without a restart and trains each message once.
+
+The ParameterServer job also writes a full serving version every 100 steps and a delta
+every 25, across its two chiefs: a reader that loads the first version and applies every
+delta since holds the last version bit for bit, and its model (``ChainScorer``) scores
+held-out rows as the trainer's own evaluation of the final checkpoint does, with an AUC
+above 0.6 (tests/trainer/stream_checks.py): CI's sibling of the extended stream test on
+the real API server, tests/integration/scenarios/test_kafka_stream_node.py."""
 
 from __future__ import annotations
 
@@ -13,8 +20,10 @@ from typing import Any
 
 import pytest
 from harness import LocalJob, job_spec, trainer_config, wait_for
+from stream_checks import assert_chain_holds_last_version, held_out_scores
 
-from etj_testcluster.kafka import ClickStream, click_model
+from etj.api.trainer import TrainerExport
+from etj_testcluster.kafka import ClickStream, click_model, click_row
 from etj_trainer import exitcodes
 from etj_trainer.task.kafka import chunk_messages, group_id, reread_bound
 
@@ -24,11 +33,18 @@ PARTITIONS = 2
 # Worker kills the ParameterServer test tries for one that lands in a closure.
 ATTEMPTS = 5
 MODEL = click_model(5000, 2000, 8, [16])
+USERS = 4999
+# Items of the ParameterServer test's stream: a multiple of 3, so an item's rows share
+# their label (click_row: a click every third row) and held-out rows (ids seen, rows not)
+# can be scored well by a model that learnt.
+LEARNT_ITEMS = 1998
+HELD_OUT = 4000
+MIN_AUC = 0.6
 
 
-def _stream(kafka: Any, topic: str) -> ClickStream:
+def _stream(kafka: Any, topic: str, items: int = 1999) -> ClickStream:
     """MODEL's rows to a new topic of PARTITIONS partitions."""
-    return ClickStream(kafka, topic, PARTITIONS, users=4999, items=1999)
+    return ClickStream(kafka, topic, PARTITIONS, users=USERS, items=items)
 
 
 def _spec(kafka: Any, topic: str, idle: int | None, **overrides: Any) -> Any:
@@ -172,11 +188,19 @@ def _wait_past(job: LocalJob, records: int, what: str) -> None:
 def test_a_parameter_server_job_survives_a_worker_and_a_ps_killed_mid_stream(
     tmp_path: Any, kafka: Any
 ) -> None:
-    stream = _stream(kafka, "parameter-server")
+    stream = _stream(kafka, "parameter-server", items=LEARNT_ITEMS)
     spec = _spec(kafka, "parameter-server", idle=15)
     ckpt = tmp_path / "ckpt"
+    # A full serving version every 100 steps, a delta every 25 (issue 42, item 4).
+    export = TrainerExport(
+        directory=str(ckpt / "serving"),
+        every_steps=100,
+        keep=50,
+        delta_directory=str(ckpt / "deltas"),
+        delta_steps=25,
+    )
     config = trainer_config(
-        spec, checkpoint_dir=ckpt, every_steps=100, keep=50, watchdog_seconds=600
+        spec, checkpoint_dir=ckpt, every_steps=100, keep=50, watchdog_seconds=600, export=export
     )
     bound = reread_bound(config, 2)
     assert bound == 99 * BATCH + 2 * 2 * chunk_messages(config)
@@ -239,3 +263,28 @@ def test_a_parameter_server_job_survives_a_worker_and_a_ps_killed_mid_stream(
     final = _events(job, "followed", 1)[-1]
     assert final["offsets"] == stream.per_partition()
     assert final["records"] == stream.produced >= 48000 and done["step"] == final["step"]
+
+    # Serving (issue 42, item 4: the CI sibling of
+    # tests/integration/scenarios/test_kafka_stream_node.py): a reader that loads the first
+    # version and applies every delta since, across both chiefs, holds the last version
+    # bit for bit; its model scores held-out rows as the trainer's own evaluation of the
+    # final checkpoint does, and well.
+    import numpy as np
+    import tensorflow as tf
+
+    versions, scorer = assert_chain_holds_last_version(ckpt)
+    exported = [e for e in job.events(start=1) if e["event"] == "exported"]
+    assert exported[-1]["lastVersion"] == versions[-1] and exported[-1]["step"] == final["step"]
+    rows = [click_row(i, USERS, LEARNT_ITEMS) for i in range(10**6, 10**6 + HELD_OUT)]
+    path = tf.train.latest_checkpoint(str(ckpt))
+    scores = held_out_scores(spec, path, rows, scorer, tmp_path, BATCH)
+    own, ours = scores["trainer"], scores["chain_auc"]
+    line = (
+        f"held-out AUC of {HELD_OUT} rows: the serving chain's {ours:.4f}, the trainer's own "
+        f"evaluation {own['auc']:.4f}"
+    )
+    print(line)
+    assert own["step"] == final["step"] and own["examples"] == HELD_OUT
+    np.testing.assert_allclose(scores["chain"], scores["trainer_probabilities"], rtol=0, atol=1e-5)
+    assert ours == pytest.approx(own["auc"], abs=1e-3), line
+    assert ours > MIN_AUC, line
