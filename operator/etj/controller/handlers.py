@@ -202,10 +202,13 @@ async def _resync_forever(memo: kopf.Memo) -> None:
     while True:
         try:
             await asyncio.wait_for(due.wait(), memo.settings.resync_seconds)
-            await asyncio.sleep(1.0)  # a re-listing arrives as many events: resync once
-            asked = True
         except TimeoutError:
             pass
+        # Asked or not is read from the event, not from how the wait ended: an ask that
+        # arrives as the period times out would otherwise be cleared below, unanswered.
+        if due.is_set():
+            await asyncio.sleep(1.0)  # a re-listing arrives as many events: resync once
+            asked = True
         due.clear()
         periods += 1
         if asked or periods >= RELIST_PERIODS:

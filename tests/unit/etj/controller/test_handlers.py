@@ -295,6 +295,34 @@ def test_every_period_wakes_every_job_and_a_full_list_is_made_when_asked_or_as_a
     assert kube.failing == set() and waits == 1
 
 
+def test_an_ask_for_a_list_as_the_period_ends_is_not_lost() -> None:
+    # The limit of a race a busy machine meets: a watch asks for a list (resync_due) in the
+    # instant the period's wait times out. With a period of 0 the wait always times out,
+    # whether or not the ask is already there; the ask must still be a list in this
+    # period, not be cleared with the timeout and left to the backstop, periods later.
+    kube = FlakyLists(failing=set())
+
+    async def scenario() -> int:
+        wake = asyncio.Event()
+        memo = SimpleNamespace(
+            reconciler=SimpleNamespace(kube=kube),
+            cache=WatchCache(),
+            namespaces=["ns"],
+            wakeups={("ns", "j"): wake},
+            resync_due=asyncio.Event(),
+            resynced=asyncio.Event(),
+            pods_versions={},
+            settings=SimpleNamespace(resync_seconds=0.0),
+        )
+        memo.resync_due.set()
+        task = asyncio.create_task(_resync_forever(memo))
+        await asyncio.wait_for(wake.wait(), 30)  # the first period's end
+        task.cancel()
+        return kube.lists
+
+    assert asyncio.run(scenario()) == 1
+
+
 def test_a_watch_that_ends_as_soon_as_it_begins_is_not_opened_again_in_a_spin() -> None:
     kube = WatchingKube([([], None)] * 1000)
 
