@@ -19,6 +19,7 @@ finalizer on the job, so deleting a job needs the operator running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -200,10 +201,8 @@ async def _resync_forever(memo: kopf.Memo) -> None:
     periods = 0
     asked = False
     while True:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(due.wait(), memo.settings.resync_seconds)
-        except TimeoutError:
-            pass
         # Asked or not is read from the event, not from how the wait ended: an ask that
         # arrives as the period times out would otherwise be cleared below, unanswered.
         if due.is_set():
