@@ -266,6 +266,15 @@ class ReplicaBackoff(ApiModel):
     )
 
 
+class RetryableRestart(ApiModel):
+    """A restart counted against backoffLimit for replicas that exited 138 (a peer
+    unavailable), remembered for a node loss' window: a peer of their group seen lost with
+    its node within it refunds the restart (etj.core.reconcile.policies.peerloss)."""
+
+    pods: list[str] = Field(default_factory=list, description="The pods that exited 138.")
+    time: str = Field(description="When they exited (RFC 3339).")
+
+
 class EmbeddingTrainingJobStatus(ApiModel):
     """The observed state of a job."""
 
@@ -313,6 +322,13 @@ class EmbeddingTrainingJobStatus(ApiModel):
             "When the last restart counted against backoffLimit was decided (RFC 3339): a "
             "replica whose container ended before then failed in that fault, and is not "
             "counted again when its end is seen later."
+        ),
+    )
+    retryable_restarts: list[RetryableRestart] = Field(
+        default_factory=list,
+        description=(
+            "Restarts counted for an exit 138 (a peer unavailable) within the last node-loss "
+            "window: a peer of the group seen lost with its node later refunds them."
         ),
     )
     start_time: str | None = Field(

@@ -292,6 +292,7 @@ class Reconciler:
             now=now,
             **scraped,
             default_max_memory=self.settings.max_memory_on_oom,
+            node_loss_seconds=self.settings.node_loss_seconds,
             gang=backend if gang is not None else None,
             gang_current=gang_current,
             queue_owners=owners,

@@ -44,6 +44,9 @@ class World:
     export: ExportStatus | None = None
     # The operator's cap for memory limits raised after OOM kills (bytes).
     default_max_memory: int = 64 * 2**30
+    # The operator's tolerationSeconds of the not-ready/unreachable taints for a job whose
+    # placement.nodeLossSeconds is not set (its --node-loss-seconds).
+    node_loss_seconds: int = 30
     # The job's gang scheduler (etj.core.render.scheduling.gang_scheduler); None: no gang.
     gang: GangScheduler | None = None
     # Its gang object exists as the plan wants it (else it is made or remade).

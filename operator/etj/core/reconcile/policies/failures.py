@@ -25,7 +25,12 @@ from etj.core.reconcile.policies.backoff import due_time, restart_wait
 from etj.core.reconcile.policies.nodeloss import pods_to_force_delete
 from etj.core.reconcile.policies.oom import raised_limit
 from etj.core.reconcile.policies.pass_state import _Pass
-from etj.core.reconcile.policies.peerloss import lost_with_a_peer
+from etj.core.reconcile.policies.peerloss import (
+    loss_window,
+    lost_with_a_peer,
+    refunds,
+    remembered,
+)
 from etj.core.reconcile.policies.queue import QUEUE_REASONS, queue_eviction
 from etj.core.reconcile.policies.restart import Failure, classify, restart_group
 from etj.core.reconcile.status import replica_statuses
@@ -36,7 +41,37 @@ def fail_or_restart(p: _Pass, replicas: ReplicaSet) -> bool:
     """The failures step of a pass: pods of lost nodes force-deleted, failed replicas
     restarted with their group; True when the job itself failed."""
     p.d.force_delete_pods = pods_to_force_delete(p.w.pods)
+    _refund_peer_losses(p, replicas)
     return _handle_failures(p, replicas)
+
+
+def _refund_peer_losses(p: _Pass, replicas: ReplicaSet) -> None:
+    """Restarts counted for 138s whose lost peer is seen only now are refunded; entries
+    past the node-loss window are forgotten (policies.peerloss)."""
+    kept = p.st.retryable_restarts
+    if not kept:
+        return
+    assert p.w.plan is not None
+    window = loss_window(p.job.spec, p.w.node_loss_seconds)
+    left, refunded = refunds(
+        kept, p.job.name, p.w.pods, p.w.plan.strategy, replicas, p.w.now, window
+    )
+    p.st.retryable_restarts = left
+    if not refunded:
+        return
+    p.st.restarts = max(0, p.st.restarts - len(refunded))
+    what = "; ".join(
+        f"{', '.join(kept[i].pods)} exited 138 (a peer unavailable) at {kept[i].time}, "
+        f"before {peer} was seen lost with its node"
+        for i, peer in sorted(refunded.items())
+    )
+    p.event(
+        "Normal",
+        REASON_NODE_LOST,
+        f"{what}: a disruption; {len(refunded)} restart{'s' if len(refunded) > 1 else ''} "
+        f"refunded to backoffLimit (restarts {p.st.restarts} of "
+        f"{p.job.spec.run_policy.backoff_limit})",
+    )
 
 
 def _failures(p: _Pass, replicas: ReplicaSet) -> list[Failure]:
@@ -113,6 +148,10 @@ def _handle_failures(p: _Pass, replicas: ReplicaSet) -> bool:
     if counted:
         p.st.restarts += 1
         p.st.last_restart_time = iso(p.w.now)
+        # Only 138s counted it: a peer seen lost later may refund it (policies.peerloss).
+        entry = remembered([f for f in failures if f not in earlier], p.w.now)
+        if entry is not None:
+            p.st.retryable_restarts = [*p.st.retryable_restarts, entry]
     names = sorted(pod_name(p.job.name, r, i) for r, i in group)
     _count_role_restarts(p, group, replicas)
     p.st.restarting_pods = sorted(set(p.st.restarting_pods) | set(names))
