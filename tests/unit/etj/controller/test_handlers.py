@@ -254,22 +254,27 @@ class FlakyLists(WatchingKube):
         return await super().list_managed_pods(namespace)
 
 
+def _resync_memo(kube: Any, wake: asyncio.Event, period: float) -> SimpleNamespace:
+    """What _resync_forever reads of kopf's memo: one job ("ns", "j") woken by ``wake``."""
+    return SimpleNamespace(
+        reconciler=SimpleNamespace(kube=kube),
+        cache=WatchCache(),
+        namespaces=["ns"],
+        wakeups={("ns", "j"): wake},
+        resync_due=asyncio.Event(),
+        resynced=asyncio.Event(),
+        pods_versions={},
+        settings=SimpleNamespace(resync_seconds=period),
+    )
+
+
 def test_every_period_wakes_every_job_and_a_full_list_is_made_when_asked_or_as_a_backstop():
     kube = FlakyLists(failing={2})
     period = 0.02
 
     async def scenario() -> tuple[int, int, int]:
         wake = asyncio.Event()
-        memo = SimpleNamespace(
-            reconciler=SimpleNamespace(kube=kube),
-            cache=WatchCache(),
-            namespaces=["ns"],
-            wakeups={("ns", "j"): wake},
-            resync_due=asyncio.Event(),
-            resynced=asyncio.Event(),
-            pods_versions={},
-            settings=SimpleNamespace(resync_seconds=period),
-        )
+        memo = _resync_memo(kube, wake, period)
         task = asyncio.create_task(_resync_forever(memo))
         wakes = 0
         for _ in range(RELIST_PERIODS - 1):  # periods without a list
@@ -304,16 +309,7 @@ def test_an_ask_for_a_list_as_the_period_ends_is_not_lost() -> None:
 
     async def scenario() -> int:
         wake = asyncio.Event()
-        memo = SimpleNamespace(
-            reconciler=SimpleNamespace(kube=kube),
-            cache=WatchCache(),
-            namespaces=["ns"],
-            wakeups={("ns", "j"): wake},
-            resync_due=asyncio.Event(),
-            resynced=asyncio.Event(),
-            pods_versions={},
-            settings=SimpleNamespace(resync_seconds=0.0),
-        )
+        memo = _resync_memo(kube, wake, 0.0)
         memo.resync_due.set()
         task = asyncio.create_task(_resync_forever(memo))
         await asyncio.wait_for(wake.wait(), 30)  # the first period's end
